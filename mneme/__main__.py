@@ -1,0 +1,5 @@
+import sys
+
+from mneme.cli import main
+
+sys.exit(main())

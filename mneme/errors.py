@@ -1,0 +1,21 @@
+"""Exception types shared by every component.
+
+Each carries a message that says what went wrong *and what to do about it*;
+the CLI prints the message without a traceback.
+"""
+
+
+class MnemeError(Exception):
+    """Base of every error mneme raises on purpose."""
+
+
+class NotAvailableError(MnemeError):
+    """A feature that is not built or not possible on this machine (no GPU, no driver...)."""
+
+
+class ArtifactError(MnemeError):
+    """A recording artifact is missing, truncated, corrupt or of an unknown format."""
+
+
+class ConfigurationError(MnemeError):
+    """An experiment configuration or command-line setting is invalid."""
