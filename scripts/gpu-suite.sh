@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: install carried wheels, build and install mneme,
+# run the GPU tests and (optionally) the benchmarks, logs under $OUT.
+#
+#   scripts/gpu-suite.sh tests [PYTEST ARGS...]   # GPU tests only (default)
+#   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only
+#   scripts/gpu-suite.sh all                      # both
+#
+# Needs the wheels of packages the GPU machine lacks in .whl/ (carried with the
+# working tree; see docs/development.md).
+set -uo pipefail
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+OUT="${OUT:-/tmp/mneme-gpu-suite}"
+mkdir -p "$OUT"
+mode="${1:-tests}"; shift || true
+export PYTHONUNBUFFERED=1
+
+if ls "$REPO"/.whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site "$REPO"/.whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site
+fi
+{ nvidia-smi -L; nvcc --version | tail -1; python3 --version; } > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+
+echo "== build and install mneme"
+if ! python3 -m pip install --no-build-isolation --no-deps "$REPO" > "$OUT/build.log" 2>&1; then
+  tail -60 "$OUT/build.log"; exit 1
+fi
+tail -1 "$OUT/build.log"
+
+status=0
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  echo "== GPU tests"
+  # Run from outside the checkout so the installed package (with its native parts) is imported.
+  (cd /tmp && python3 -m pytest "$REPO/tests" -c "$REPO/pyproject.toml" --rootdir "$REPO" \
+     -m gpu -p no:cacheprovider -q "$@") 2>&1 | tee "$OUT/gpu-tests.log"
+  status=${PIPESTATUS[0]}
+fi
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  names=("$@"); [ "$mode" = all ] && names=()
+  [ ${#names[@]} -eq 0 ] && names=($(cd "$REPO/bench" && ls *.py | sed 's/\.py$//'))
+  for name in "${names[@]}"; do
+    echo "== bench $name"
+    (cd /tmp && timeout 300 python3 "$REPO/bench/$name.py" --out "$OUT") 2>&1 | tee "$OUT/bench-$name.log"
+  done
+fi
+exit "$status"
