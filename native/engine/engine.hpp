@@ -1,0 +1,123 @@
+// The replay engine: device memory, modules, timed launches, device compares.
+//
+// Deliberately narrow: it knows nothing about recordings, configurations or
+// verdicts. The Python layer (mneme.replay) decides what to restore, what to
+// load, what to compare and what the numbers mean.
+#pragma once
+
+#include "driver.hpp"
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace mneme {
+
+// One CUDA device's primary context and the engine's stream on it.
+class ContextState {
+public:
+    explicit ContextState(int ordinal);
+    ~ContextState();
+    ContextState(const ContextState&) = delete;
+    ContextState& operator=(const ContextState&) = delete;
+
+    void make_current() const;
+    int ordinal;
+    CUdevice device = 0;
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;
+    CUmodule compare_module = nullptr;
+    CUfunction bytes_diff = nullptr;
+    std::map<int, CUfunction> tolerance_kernels;  // dtype code -> kernel
+    int sm_count = 0;
+    std::vector<CUevent> events;                   // pool, grows on demand
+    void ensure_events(size_t n);
+};
+using ContextPtr = std::shared_ptr<ContextState>;
+
+// A virtual address range reserved at a fixed base, with physical memory mapped
+// into parts of it on demand (the recorded window).
+class Reservation {
+public:
+    Reservation(ContextPtr ctx, uint64_t base, uint64_t size);
+    ~Reservation();
+    void map(uint64_t offset, uint64_t size);  // offset/size multiples of granularity
+    void release();
+    uint64_t base() const { return base_; }
+    uint64_t size() const { return size_; }
+    uint64_t mapped_bytes() const { return mapped_bytes_; }
+    uint64_t granularity() const { return granularity_; }
+
+private:
+    ContextPtr ctx_;
+    uint64_t base_ = 0, size_ = 0, granularity_ = 0, mapped_bytes_ = 0;
+    bool reserved_ = false;
+    struct Mapping { uint64_t address, size; CUmemGenericAllocationHandle handle; };
+    std::vector<Mapping> mappings_;
+};
+
+class Function {
+public:
+    Function(ContextPtr ctx, std::shared_ptr<CUmodule> module, CUfunction fn, std::string name)
+        : ctx(std::move(ctx)), module(std::move(module)), fn(fn), name(std::move(name)) {}
+    std::map<std::string, int> attributes() const;
+    void set_attribute(const std::string& which, int value);
+    std::vector<std::pair<size_t, size_t>> param_info() const;
+    ContextPtr ctx;
+    std::shared_ptr<CUmodule> module;  // keeps the module loaded while the function lives
+    CUfunction fn;
+    std::string name;
+};
+
+class Module {
+public:
+    Module(ContextPtr ctx, const std::string& image, const std::map<std::string, int>& jit_options);
+    Function function(const std::string& name) const;
+    std::pair<uint64_t, uint64_t> global(const std::string& name) const;  // (address, size)
+    ContextPtr ctx;
+    std::shared_ptr<CUmodule> module;
+    std::string info_log, error_log;
+    double load_seconds = 0;
+};
+
+// A device-side comparison of `size` bytes at `actual` against `expected`.
+// dtype < 0: bytewise. Otherwise a typed tolerance comparison (see compare_kernels.cu).
+struct Check {
+    uint64_t actual = 0, expected = 0, size = 0;
+    int dtype = -1;
+    int relative = 0;
+    double threshold = 0;
+};
+
+// What one check gathered: 7 double statistics then 3 counters (compare_kernels.cu).
+// For a bytewise check: counters[0] = differing bytes, counters[1] = first offset.
+struct CheckResult {
+    std::array<double, 7> stats{};
+    std::array<uint64_t, 3> counters{};
+};
+
+struct Copy { uint64_t dst, src, size; };
+
+struct RunResult {
+    std::vector<int64_t> times_ns;                     // one per launch
+    std::vector<std::vector<CheckResult>> checks;      // one list per checked launch
+    std::vector<int> checked_launches;                 // which launches were checked
+    int64_t wall_ns = 0;                               // host time from first enqueue to completion
+};
+
+// Element size of a tolerance dtype code; the codes are mneme/replay/tolerance.py's.
+size_t dtype_size(int dtype);
+
+// The timed replay loop: for each launch reset (copies), record, launch, record,
+// then compare (every launch when check_every, else the last).
+RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
+                       unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
+                       const std::vector<Check>& checks, bool check_every, double timeout_s);
+
+// Compare once, now (outside a run).
+std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);
+
+}  // namespace mneme
