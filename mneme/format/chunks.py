@@ -1,0 +1,239 @@
+"""Content-addressed, compressed chunks: how snapshot bytes are stored.
+
+A region is cut into fixed pieces (``DEFAULT_CHUNK_SIZE`` from the region
+start, the last one shorter). Each piece is stored once, as the zstd frame of
+its bytes under ``chunks/<2 hex>/<sha256 of the uncompressed bytes>``: memory
+that the epilogue shares with its prologue, or one instance with another, is
+stored once, and every read is verified against the name.
+
+Hashing and compression run on a thread pool: hashlib and zstandard both
+release the GIL on large buffers, so pieces are processed in parallel.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, NamedTuple, Sequence
+
+import zstandard
+
+from mneme.errors import ArtifactError
+from mneme.format.layout import chunk_name
+from mneme.store.base import Store
+
+DEFAULT_CHUNK_SIZE = 4 << 20
+DEFAULT_LEVEL = 3
+#: Refuse chunk sizes that would make a single object unreasonably large.
+MAX_CHUNK_SIZE = 1 << 30
+
+
+class ChunkRef(NamedTuple):
+    """One stored piece: SHA-256 (hex) of its uncompressed bytes and its uncompressed length."""
+
+    sha256: str
+    length: int
+
+    @property
+    def name(self) -> str:
+        """Its object name in the store."""
+        return chunk_name(self.sha256)
+
+
+def default_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+_local = threading.local()
+
+
+def _compressor(level: int) -> zstandard.ZstdCompressor:
+    """A per-thread compressor (ZstdCompressor objects are not thread-safe)."""
+    cache = getattr(_local, "compressors", None)
+    if cache is None:
+        cache = _local.compressors = {}
+    if level not in cache:
+        cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    return cache[level]
+
+
+def _decompressor() -> zstandard.ZstdDecompressor:
+    d = getattr(_local, "decompressor", None)
+    if d is None:
+        d = _local.decompressor = zstandard.ZstdDecompressor()
+    return d
+
+
+def compress_chunk(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
+    """The stored form of one piece: a zstd frame that records its content size."""
+    return _compressor(level).compress(data)
+
+
+def _check_chunk_size(chunk_size: int) -> None:
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
+        raise ValueError(f"chunk_size {chunk_size!r} must be an integer in 1..{MAX_CHUNK_SIZE}")
+
+
+def _piece_bounds(size: int, chunk_size: int) -> list[tuple[int, int]]:
+    return [(start, min(chunk_size, size - start)) for start in range(0, size, chunk_size)]
+
+
+def _put_pieces(
+    store: Store,
+    bounds: Sequence[tuple[int, int]],
+    read_piece: Callable[[int, int], bytes | memoryview],
+    level: int,
+    workers: int | None,
+) -> list[ChunkRef]:
+    """Hash, deduplicate, compress and store pieces; return their refs in order.
+
+    Each piece is read inside its worker, so at most ``workers`` pieces are in
+    memory at a time. Within one call, a digest is claimed by the first piece
+    that has it; the others only reference it.
+    """
+    claimed: set[str] = set()
+    lock = threading.Lock()
+
+    def one(bound: tuple[int, int]) -> ChunkRef:
+        start, length = bound
+        piece = read_piece(start, length)
+        if len(piece) != length:
+            raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(piece)}")
+        digest = hashlib.sha256(piece).hexdigest()
+        ref = ChunkRef(digest, length)
+        with lock:
+            if digest in claimed:
+                return ref
+            claimed.add(digest)
+        if not store.exists(ref.name):
+            store.put(ref.name, compress_chunk(piece, level))
+        return ref
+
+    if len(bounds) <= 1:
+        return [one(b) for b in bounds]
+    with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(bounds))) as pool:
+        return list(pool.map(one, bounds))
+
+
+def put_chunks(
+    store: Store,
+    data: bytes | bytearray | memoryview,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    *,
+    level: int = DEFAULT_LEVEL,
+    workers: int | None = None,
+) -> list[ChunkRef]:
+    """Store ``data`` as chunks (skipping those already stored) and return their refs in order."""
+    _check_chunk_size(chunk_size)
+    view = memoryview(data).cast("B")
+    return _put_pieces(store, _piece_bounds(len(view), chunk_size), lambda s, n: view[s : s + n], level, workers)
+
+
+def put_chunks_from_file(
+    store: Store,
+    path: str | Path,
+    offset: int = 0,
+    size: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    *,
+    level: int = DEFAULT_LEVEL,
+    workers: int | None = None,
+) -> list[ChunkRef]:
+    """Store ``size`` bytes of a file from ``offset`` as chunks (for raw region files of the recorder).
+
+    The file is read piece by piece with ``os.pread``; it is never held whole in memory.
+    """
+    _check_chunk_size(chunk_size)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read region file {path}: {exc.strerror or exc}") from exc
+    try:
+        file_size = os.fstat(fd).st_size
+        if size is None:
+            size = file_size - offset
+        if offset < 0 or size < 0 or offset + size > file_size:
+            raise ArtifactError(
+                f"region file {path} has {file_size} bytes; cannot read {size} bytes at offset {offset}"
+            )
+        return _put_pieces(
+            store,
+            _piece_bounds(size, chunk_size),
+            lambda s, n: os.pread(fd, n, offset + s),
+            level,
+            workers,
+        )
+    finally:
+        os.close(fd)
+
+
+def _fetch_verified(store: Store, ref: ChunkRef, what: str) -> bytes:
+    """Get, decompress and verify one chunk (``what`` names the snapshot in errors)."""
+    name = ref.name
+    if not store.exists(name):
+        raise ArtifactError(f"chunk {name} of {what} is missing from {store.url}; the recording is incomplete")
+    blob = store.get(name)
+    try:
+        # Check the declared size first: a corrupt header must not make us allocate gigabytes.
+        declared = zstandard.frame_content_size(blob)
+        if declared not in (-1, ref.length):
+            raise ArtifactError(
+                f"chunk {name} of {what} in {store.url} declares {declared} bytes, expected {ref.length}"
+            )
+        piece = _decompressor().decompress(blob, max_output_size=max(ref.length, 1))
+    except zstandard.ZstdError as exc:
+        raise ArtifactError(f"chunk {name} of {what} in {store.url} is corrupt (zstd: {exc})") from None
+    if len(piece) != ref.length:
+        raise ArtifactError(
+            f"chunk {name} of {what} in {store.url} holds {len(piece)} bytes, expected {ref.length}"
+        )
+    if hashlib.sha256(piece).hexdigest() != ref.sha256:
+        raise ArtifactError(f"chunk {name} of {what} in {store.url} is corrupt: its content does not match its hash")
+    return piece
+
+
+def read_chunks_into(
+    store: Store,
+    refs: Sequence[ChunkRef],
+    out: memoryview | bytearray,
+    *,
+    what: str = "snapshot",
+    workers: int | None = None,
+) -> None:
+    """Fill ``out`` (exactly the total length of ``refs``) with the verified chunk contents."""
+    view = memoryview(out).cast("B")
+    total = sum(ref.length for ref in refs)
+    if len(view) != total:
+        raise ValueError(f"buffer holds {len(view)} bytes; the chunks of {what} hold {total}")
+    offsets = []
+    position = 0
+    for ref in refs:
+        offsets.append(position)
+        position += ref.length
+
+    def one(i: int) -> None:
+        piece = _fetch_verified(store, refs[i], what)
+        view[offsets[i] : offsets[i] + refs[i].length] = piece
+
+    if len(refs) <= 1:
+        for i in range(len(refs)):
+            one(i)
+        return
+    with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(refs))) as pool:
+        for _ in pool.map(one, range(len(refs))):
+            pass
+
+
+def read_chunks(store: Store, refs: Sequence[ChunkRef], *, what: str = "snapshot", workers: int | None = None) -> bytes:
+    """The verified, concatenated contents of ``refs``."""
+    out = bytearray(sum(ref.length for ref in refs))
+    read_chunks_into(store, refs, out, what=what, workers=workers)
+    return bytes(out)
+
+
+def chunk_names(refs: Iterable[ChunkRef]) -> set[str]:
+    """The object names ``refs`` use (for garbage collection and verification)."""
+    return {ref.name for ref in refs}

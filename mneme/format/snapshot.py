@@ -1,0 +1,284 @@
+"""Snapshot files (``.mneme``): the device memory of one launch, before or after it ran.
+
+A snapshot file is a small manifest; the bytes live in shared chunks
+(:mod:`mneme.format.chunks`). File layout (all integers little-endian)::
+
+    b"MNEMESNP"                 8-byte magic
+    u32 format version          SNAPSHOT_VERSION
+    u32 N                       header length
+    N bytes                     UTF-8 JSON header
+    32 bytes                    SHA-256 of the N header bytes
+
+The header describes the regions: base address, size, kind, name, chunk list
+and optional verification policy (docs/format.md has the schema).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from mneme.errors import ArtifactError
+from mneme.format.chunks import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, ChunkRef, read_chunks, read_chunks_into
+from mneme.format.layout import PHASES, is_hash_id, is_sha256_hex, snapshot_name
+from mneme.format.policy import VerifyPolicy
+from mneme.format.schema import JsonReader
+from mneme.store.base import Store
+
+MAGIC = b"MNEMESNP"
+SNAPSHOT_VERSION = 1
+REGION_KINDS = ("heap", "global", "parameter")
+#: Kinds whose regions are device address ranges that must not overlap.
+ADDRESS_KINDS = ("heap", "global")
+_PREAMBLE = struct.Struct("<8sII")
+_DIGEST_SIZE = 32
+#: A header larger than this is not a manifest we wrote (64 MiB is ~500k chunk refs).
+MAX_HEADER_SIZE = 64 << 20
+_U64 = 2**64
+
+
+@dataclass(frozen=True)
+class Region:
+    """One recorded memory range and where its bytes are stored."""
+
+    base: int
+    size: int
+    kind: str
+    name: str = ""
+    chunks: tuple[ChunkRef, ...] = ()
+    policy: VerifyPolicy | None = None
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+    @property
+    def verify_policy(self) -> VerifyPolicy:
+        """The policy the replay applies: the declared one, else bitwise."""
+        return self.policy or VerifyPolicy()
+
+    def read(self, store: Store, *, what: str | None = None) -> bytes:
+        """The region's bytes, every chunk verified."""
+        return read_chunks(store, self.chunks, what=what or self._what())
+
+    def read_into(self, store: Store, out: memoryview | bytearray, *, what: str | None = None) -> None:
+        """Fill ``out`` (``size`` bytes) with the region's verified bytes."""
+        read_chunks_into(store, self.chunks, out, what=what or self._what())
+
+    def _what(self) -> str:
+        return f"region {self.name or hex(self.base)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "base": self.base,
+            "size": self.size,
+            "kind": self.kind,
+            "name": self.name,
+            "chunks": [[c.sha256, c.length] for c in self.chunks],
+            "policy": None if self.policy is None else self.policy.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The memory state of one launch at one phase (prologue: before, epilogue: after)."""
+
+    static_hash: str
+    dynamic_hash: str
+    phase: str
+    regions: tuple[Region, ...] = ()
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+
+    @property
+    def name(self) -> str:
+        """The object name of this snapshot in a recording directory."""
+        return snapshot_name(self.phase, self.static_hash, self.dynamic_hash)
+
+    @property
+    def total_size(self) -> int:
+        return sum(r.size for r in self.regions)
+
+    def regions_of_kind(self, kind: str) -> list[Region]:
+        return [r for r in self.regions if r.kind == kind]
+
+    def region_named(self, name: str) -> Region:
+        for r in self.regions:
+            if r.name == name:
+                return r
+        raise ArtifactError(
+            f"snapshot {self.name} has no region named {name!r}; regions: {', '.join(r.name for r in self.regions)}"
+        )
+
+    def chunk_refs(self) -> set[ChunkRef]:
+        return {c for r in self.regions for c in r.chunks}
+
+    def to_header(self) -> dict[str, Any]:
+        return {
+            "static_hash": self.static_hash,
+            "dynamic_hash": self.dynamic_hash,
+            "phase": self.phase,
+            "chunk_size": self.chunk_size,
+            "regions": [r.to_dict() for r in self.regions],
+        }
+
+    def validate(self) -> None:
+        """Raise ArtifactError if this snapshot would not read back (the writer's check)."""
+        parse_header(self.to_header(), self.name)
+
+
+# -- encoding -----------------------------------------------------------------
+
+
+def encode_snapshot(snapshot: Snapshot) -> bytes:
+    """The bytes of a snapshot file (validated first: we never write what we cannot read)."""
+    header = snapshot.to_header()
+    parse_header(header, snapshot.name)
+    body = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return _PREAMBLE.pack(MAGIC, SNAPSHOT_VERSION, len(body)) + body + hashlib.sha256(body).digest()
+
+
+def decode_snapshot(data: bytes | memoryview, what: str = "snapshot") -> Snapshot:
+    """Parse snapshot file bytes; every problem is an ArtifactError naming ``what``."""
+    data = bytes(data)
+    if len(data) < _PREAMBLE.size:
+        raise ArtifactError(
+            f"{what}: truncated: {len(data)} bytes, shorter than the {_PREAMBLE.size}-byte preamble"
+        )
+    magic, version, header_len = _PREAMBLE.unpack_from(data)
+    if magic != MAGIC:
+        raise ArtifactError(f"{what}: not a mneme snapshot (bad magic {magic!r}, expected {MAGIC!r})")
+    if version > SNAPSHOT_VERSION:
+        raise ArtifactError(
+            f"{what}: snapshot format version {version} is newer than this mneme reads "
+            f"(up to {SNAPSHOT_VERSION}); upgrade mneme"
+        )
+    if version < 1:
+        raise ArtifactError(f"{what}: invalid snapshot format version {version}")
+    if header_len > MAX_HEADER_SIZE:
+        raise ArtifactError(f"{what}: header length {header_len} exceeds {MAX_HEADER_SIZE}; the file is corrupt")
+    expected = _PREAMBLE.size + header_len + _DIGEST_SIZE
+    if len(data) < expected:
+        raise ArtifactError(f"{what}: truncated: {len(data)} bytes, the header says {expected}")
+    if len(data) > expected:
+        raise ArtifactError(f"{what}: {len(data) - expected} unexpected trailing bytes; the file is corrupt")
+    body = data[_PREAMBLE.size : _PREAMBLE.size + header_len]
+    if hashlib.sha256(body).digest() != data[_PREAMBLE.size + header_len :]:
+        raise ArtifactError(f"{what}: header checksum mismatch; the file is corrupt")
+    try:
+        header = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(f"{what}: header is not valid UTF-8 JSON ({exc})") from None
+    return parse_header(header, what)
+
+
+def parse_header(header: Any, what: str) -> Snapshot:
+    """Validate a header (the parsed JSON) and build the Snapshot."""
+    r = JsonReader(what)
+    h = r.obj(header, "", required=("static_hash", "dynamic_hash", "phase", "chunk_size", "regions"))
+    static = r.str(h["static_hash"], "static_hash")
+    dynamic = r.str(h["dynamic_hash"], "dynamic_hash")
+    for key, value in (("static_hash", static), ("dynamic_hash", dynamic)):
+        if not is_hash_id(value):
+            raise r.error(key, f"{value!r} is not a hash id (a decimal unsigned 64-bit integer)")
+    phase = r.choice(h["phase"], "phase", PHASES)
+    chunk_size = r.int(h["chunk_size"], "chunk_size", 1, MAX_CHUNK_SIZE)
+    regions = tuple(
+        _parse_region(r, value, f"regions[{i}]", chunk_size) for i, value in enumerate(r.list(h["regions"], "regions"))
+    )
+    _check_layout(r, regions)
+    return Snapshot(static, dynamic, phase, regions, chunk_size)
+
+
+def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int) -> Region:
+    d = r.obj(value, where, required=("base", "size", "kind", "name", "chunks"), optional=("policy",))
+    base = r.int(d["base"], f"{where}.base", 0, _U64 - 1)
+    size = r.int(d["size"], f"{where}.size", 0, _U64 - 1)
+    if base + size > _U64:
+        raise r.error(where, f"range {base:#x}+{size} passes the end of the 64-bit address space")
+    kind = r.choice(d["kind"], f"{where}.kind", REGION_KINDS)
+    name = r.str(d["name"], f"{where}.name")
+    chunks = []
+    total = 0
+    raw_chunks = r.list(d["chunks"], f"{where}.chunks")
+    for j, c in enumerate(raw_chunks):
+        cw = f"{where}.chunks[{j}]"
+        if not isinstance(c, list) or len(c) != 2:
+            raise r.error(cw, "expected [sha256 hex, length]")
+        if not is_sha256_hex(c[0]):
+            raise r.error(cw, f"{c[0]!r} is not a SHA-256 hex digest")
+        length = r.int(c[1], cw + "[1]", 1, chunk_size)
+        if length != chunk_size and j != len(raw_chunks) - 1:
+            raise r.error(cw, f"only the last chunk may be shorter than the chunk size {chunk_size}")
+        chunks.append(ChunkRef(c[0], length))
+        total += length
+    if total != size:
+        raise r.error(where, f"chunk lengths add up to {total}, the region size is {size}")
+    policy_value = d.get("policy")
+    policy = None
+    if policy_value is not None:
+        policy = VerifyPolicy.from_dict(policy_value, f"{r.what}: {where}.policy")
+        if size % policy.element_size:
+            raise r.error(
+                f"{where}.policy",
+                f"region size {size} is not a multiple of the {policy.dtype} element size {policy.element_size}",
+            )
+    return Region(base, size, kind, name, tuple(chunks), policy)
+
+
+def _check_layout(r: JsonReader, regions: Sequence[Region]) -> None:
+    """Regions of each address kind are sorted by base; no two address regions overlap."""
+    for kind in ADDRESS_KINDS:
+        bases = [reg.base for reg in regions if reg.kind == kind]
+        if bases != sorted(bases):
+            raise r.error("regions", f"{kind} regions are not sorted by base address")
+    spans = sorted(
+        ((reg.base, reg.end, i) for i, reg in enumerate(regions) if reg.kind in ADDRESS_KINDS and reg.size > 0)
+    )
+    for (b0, e0, i0), (b1, _, i1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise r.error("regions", f"regions[{i0}] ({b0:#x}..{e0:#x}) and regions[{i1}] (from {b1:#x}) overlap")
+
+
+# -- store access ---------------------------------------------------------------
+
+
+def write_snapshot(store: Store, snapshot: Snapshot) -> tuple[str, str, int]:
+    """Store the snapshot file (its chunks must be stored already); return (name, sha256, size)."""
+    data = encode_snapshot(snapshot)
+    store.put(snapshot.name, data)
+    return snapshot.name, hashlib.sha256(data).hexdigest(), len(data)
+
+
+def read_snapshot(
+    store: Store,
+    name: str,
+    *,
+    sha256: str | None = None,
+    size: int | None = None,
+) -> Snapshot:
+    """Read and validate snapshot ``name``; with ``sha256``/``size`` (from the database) check the file too."""
+    what = f"snapshot {name} in {store.url}"
+    data = store.get(name)
+    if size is not None and len(data) != size:
+        raise ArtifactError(f"{what}: {len(data)} bytes, the recording database says {size}; the file is corrupt")
+    if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+        raise ArtifactError(f"{what}: content does not match the SHA-256 in the recording database; the file is corrupt")
+    return decode_snapshot(data, what)
+
+
+def build_snapshot(
+    static_hash: str,
+    dynamic_hash: str,
+    phase: str,
+    regions: Sequence[Region],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> Snapshot:
+    """A Snapshot with regions put in the canonical order (kind, then base) and validated."""
+    order = {k: i for i, k in enumerate(REGION_KINDS)}
+    ordered = tuple(sorted(regions, key=lambda reg: (order.get(reg.kind, len(order)), reg.base, reg.name)))
+    snapshot = Snapshot(static_hash, dynamic_hash, phase, ordered, chunk_size)
+    snapshot.validate()
+    return snapshot

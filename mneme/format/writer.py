@@ -1,0 +1,209 @@
+"""Writing recordings: chunks first, then snapshot files and code, the database last.
+
+Producers (the record agent, synthetic fixtures, tests) go through
+:class:`RecordingWriter` so that the commit order is always the same: a reader
+that finds a database can rely on every object it names being complete.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from mneme.errors import ArtifactError
+from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, put_chunks, put_chunks_from_file
+from mneme.format.database import (
+    AddressSpace,
+    DeviceInfo,
+    InstanceRecord,
+    KernelCode,
+    KernelSignature,
+    RecorderInfo,
+    RecordingDatabase,
+    load_database,
+    merge_databases,
+    save_database,
+)
+from mneme.format.hashing import dynamic_hash
+from mneme.format.layout import bitcode_name, cubin_name, ptx_name
+from mneme.format.objects import ObjectRef
+from mneme.format.policy import VerifyPolicy
+from mneme.format.snapshot import Region, build_snapshot, write_snapshot
+from mneme.mneme_types import Dim3
+from mneme.store.base import Store
+
+#: How often a database commit re-reads and retries when another writer raced it.
+COMMIT_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class RegionSource:
+    """A region to snapshot: its address, kind, name and where its bytes are.
+
+    Give the bytes either as ``data`` or as ``path`` (a raw file, read from
+    ``offset``; ``size`` defaults to the rest of the file).
+    """
+
+    base: int
+    kind: str
+    name: str = ""
+    data: bytes | bytearray | memoryview | None = None
+    path: str | os.PathLike[str] | None = None
+    offset: int = 0
+    size: int | None = None
+    policy: VerifyPolicy | None = None
+
+    def byte_size(self) -> int:
+        if self.data is not None:
+            return memoryview(self.data).nbytes
+        if self.size is not None:
+            return self.size
+        return os.stat(self.path).st_size - self.offset  # type: ignore[arg-type]
+
+
+class RecordingWriter:
+    """Writes recordings of one or more kernels into a store (a recording directory)."""
+
+    def __init__(self, store: Store, *, chunk_size: int = DEFAULT_CHUNK_SIZE, level: int = DEFAULT_LEVEL):
+        self.store = store
+        self.chunk_size = chunk_size
+        self.level = level
+
+    # -- code ---------------------------------------------------------------------
+    def write_code(
+        self,
+        static_hash: str,
+        *,
+        ptx: str | bytes | None = None,
+        cubin: bytes | None = None,
+        bitcode: bytes | None = None,
+        arch: str = "sm_90",
+    ) -> KernelCode:
+        """Store the kernel's code files (once: an identical existing file is kept)."""
+        if ptx is None and cubin is None:
+            raise ArtifactError(f"kernel {static_hash}: record at least its PTX or its cubin")
+        if isinstance(ptx, str):
+            ptx = ptx.encode("utf-8")
+        refs = {}
+        for kind, name, data in (
+            ("ptx", ptx_name(static_hash), ptx),
+            ("cubin", cubin_name(static_hash), cubin),
+            ("bitcode", bitcode_name(static_hash), bitcode),
+        ):
+            refs[kind] = None if data is None else self._put_once(name, bytes(data))
+        return KernelCode(refs["ptx"], refs["cubin"], refs["bitcode"], arch)
+
+    def _put_once(self, name: str, data: bytes) -> ObjectRef:
+        ref = ObjectRef.of(name, data)
+        if self.store.exists(name) and self.store.size(name) == len(data) and self.store.get(name) == data:
+            return ref
+        self.store.put(name, data)
+        return ref
+
+    # -- snapshots ------------------------------------------------------------------
+    def store_region(self, source: RegionSource) -> Region:
+        """Store a region's chunks; return the Region that references them."""
+        if (source.data is None) == (source.path is None):
+            raise ArtifactError(f"region {source.name or hex(source.base)}: give exactly one of data and path")
+        if source.data is not None:
+            chunks = put_chunks(self.store, source.data, self.chunk_size, level=self.level)
+            size = memoryview(source.data).nbytes
+        else:
+            chunks = put_chunks_from_file(
+                self.store, source.path, source.offset, source.size, self.chunk_size, level=self.level
+            )
+            size = sum(c.length for c in chunks)
+        return Region(source.base, size, source.kind, source.name, tuple(chunks), source.policy)
+
+    def write_snapshot(
+        self, static_hash: str, dynamic: str, phase: str, regions: Sequence[RegionSource]
+    ) -> ObjectRef:
+        """Store the regions' chunks, then the snapshot file; return its reference."""
+        stored = [self.store_region(src) for src in regions]
+        snapshot = build_snapshot(static_hash, dynamic, phase, stored, self.chunk_size)
+        name, sha, size = write_snapshot(self.store, snapshot)
+        return ObjectRef(name, sha, size)
+
+    # -- instances and the database ---------------------------------------------------
+    def write_instance(
+        self,
+        db: RecordingDatabase,
+        *,
+        grid: Any,
+        block: Any,
+        shared_mem: int,
+        args: bytes,
+        prologue: Sequence[RegionSource],
+        epilogue: Sequence[RegionSource],
+        pointer_args: Sequence[int] = (),
+        launch_index: int = 0,
+        occurrence: int = 0,
+        app_kernel_time_ns: int | None = None,
+        warnings: Sequence[str] = (),
+        commit: bool = True,
+    ) -> tuple[RecordingDatabase, InstanceRecord]:
+        """Store one launch (snapshots first) and add it to ``db``.
+
+        With ``commit`` (the default) the database is merged into the stored one
+        and saved; otherwise call :meth:`commit` after the last instance.
+        Returns the updated database and the new instance.
+        """
+        grid, block = Dim3.from_value(grid), Dim3.from_value(block)
+        args = bytes(args)
+        dyn = dynamic_hash(db.static_hash, grid, block, shared_mem, args, occurrence)
+        prologue_ref = self.write_snapshot(db.static_hash, dyn, "prologue", prologue)
+        epilogue_ref = self.write_snapshot(db.static_hash, dyn, "epilogue", epilogue)
+        instance = InstanceRecord(
+            dyn, grid, block, shared_mem, args, prologue_ref, epilogue_ref,
+            tuple(sorted(pointer_args)), launch_index, occurrence, app_kernel_time_ns, tuple(warnings),
+        )  # fmt: skip
+        db = db.add_instance(instance)
+        if commit:
+            db = self.commit(db)
+        return db, instance
+
+    def commit(self, db: RecordingDatabase) -> RecordingDatabase:
+        """Merge ``db`` into the stored database of its kernel (if any) and save it atomically.
+
+        After saving, the database is read back; if another writer replaced it in
+        between (another rank recording the same kernel into the same directory),
+        the merge is redone, up to ``COMMIT_ATTEMPTS`` times.
+        """
+        db.validate()
+        for _ in range(COMMIT_ATTEMPTS):
+            merged = db
+            if self.store.exists(db.name):
+                merged = merge_databases(load_database(self.store, db.name), db)
+            save_database(self.store, merged)
+            stored = load_database(self.store, db.name)
+            if all(stored.instances.get(k) == v for k, v in db.instances.items()):
+                return stored
+        raise ArtifactError(
+            f"{db.name} in {self.store.url}: other writers kept replacing the database; "
+            "record each process into its own directory"
+        )
+
+
+def new_database(
+    static_hash: str,
+    kernel: KernelSignature,
+    code: KernelCode,
+    *,
+    device: DeviceInfo | None = None,
+    address_space: AddressSpace | None = None,
+    recorder: RecorderInfo | None = None,
+) -> RecordingDatabase:
+    """An empty database for a kernel whose code is already stored (see ``RecordingWriter.write_code``)."""
+    return RecordingDatabase(
+        static_hash,
+        kernel,
+        code,
+        device or DeviceInfo(),
+        address_space or AddressSpace(),
+        recorder or RecorderInfo(),
+        {},
+    )
+
+
+__all__ = ["COMMIT_ATTEMPTS", "RecordingWriter", "RegionSource", "new_database"]
