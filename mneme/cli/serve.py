@@ -3,12 +3,57 @@
 from __future__ import annotations
 
 import argparse
+import logging
 
-from mneme.cli.command import Command, not_landed
+from mneme.cli.command import Command
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("--gpu", type=int, required=True, help="index of the GPU this server drives")
+    parser.add_argument("--port", type=int, default=None,
+                        help="gRPC port (default 50051 + GPU index; 0 picks a free one and prints it)")
+    parser.add_argument("--host", default="[::]", help="address to listen on (default all; 127.0.0.1 for local only)")
+    parser.add_argument("--metrics-port", type=int, default=None,
+                        help="serve Prometheus metrics on http://HOST:PORT/metrics (default off)")
+    parser.add_argument("--store", default=".",
+                        help="artifact store holding the recordings: a directory or s3://bucket/prefix (default .)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="worker processes on this GPU, each with its own CUDA context (default 1)")
+    parser.add_argument("--tls-cert", help="PEM certificate chain: serve over TLS")
+    parser.add_argument("--tls-key", help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-client-ca", help="PEM CA bundle: require client certificates signed by it (mutual TLS)")
+    parser.add_argument("--token-file", help="file holding a bearer token every call must present")
+    parser.add_argument("--watchdog", type=float, default=30.0,
+                        help="seconds a replay may run before its worker is killed as hung (default 30)")
+    parser.add_argument("--compile-processes", type=int, default=0,
+                        help="CPU compile pool size (default min(4, CPUs); -1 disables the pool)")
+    parser.add_argument("--prepared-cache-gib", type=float, default=16.0,
+                        help="device memory each worker may hold in prepared instances, LRU-evicted (default 16)")
+    parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
 
-COMMANDS = [Command("serve", "run a per-GPU gRPC replay server", configure, not_landed("mneme serve", 5))]
+def run(args: argparse.Namespace) -> int:
+    from replay_server.server import ServerOptions, serve_forever
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    options = ServerOptions(
+        gpu=args.gpu,
+        port=50051 + args.gpu if args.port is None else args.port,
+        host=args.host,
+        metrics_port=args.metrics_port,
+        store=args.store,
+        workers=args.workers,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_client_ca=args.tls_client_ca,
+        token_file=args.token_file,
+        watchdog=args.watchdog,
+        engine=args.engine,
+        compile_processes=args.compile_processes,
+        prepared_cache_bytes=int(args.prepared_cache_gib * (1 << 30)),
+    )
+    return serve_forever(options, announce=lambda line: print(line, flush=True))
+
+
+COMMANDS = [Command("serve", "run a per-GPU gRPC replay server", configure, run)]

@@ -1,0 +1,82 @@
+"""Mapping between the experiment model (mneme.mneme_types) and its wire form.
+
+Kept beside the stubs so the client (mneme.async_executor) and the servers
+(replay_server) agree on one translation, field for field.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import json_format, struct_pb2
+
+from mneme._proto import replay_pb2
+from mneme.mneme_types import Dim3, ExperimentConfiguration, ExperimentResult
+
+
+def dim3_to_proto(d: Dim3) -> replay_pb2.Dim3:
+    return replay_pb2.Dim3(x=d.x, y=d.y, z=d.z)
+
+
+def config_to_proto(config: ExperimentConfiguration) -> replay_pb2.Configuration:
+    msg = replay_pb2.Configuration(
+        grid=dim3_to_proto(config.grid),
+        block=dim3_to_proto(config.block),
+        shared_mem=config.shared_mem,
+        specialize=config.specialize,
+        set_launch_bounds=config.set_launch_bounds,
+        specialize_dims=config.specialize_dims,
+        passes=config.passes,
+        codegen_opt=config.codegen_opt,
+        codegen_method=config.codegen_method,
+        prune=config.prune,
+        internalize=config.internalize,
+    )
+    if config.max_threads is not None:
+        msg.max_threads = config.max_threads
+    if config.min_blocks_per_sm is not None:
+        msg.min_blocks_per_sm = config.min_blocks_per_sm
+    return msg
+
+
+def config_from_proto(msg: replay_pb2.Configuration) -> ExperimentConfiguration:
+    """The configuration a request carries (raises ConfigurationError when unreadable)."""
+    return ExperimentConfiguration.from_dict(
+        {
+            "grid": {"x": msg.grid.x, "y": msg.grid.y, "z": msg.grid.z},
+            "block": {"x": msg.block.x, "y": msg.block.y, "z": msg.block.z},
+            "shared_mem": msg.shared_mem,
+            "specialize": msg.specialize,
+            "set_launch_bounds": msg.set_launch_bounds,
+            "max_threads": msg.max_threads if msg.HasField("max_threads") else None,
+            "min_blocks_per_sm": msg.min_blocks_per_sm if msg.HasField("min_blocks_per_sm") else None,
+            "specialize_dims": msg.specialize_dims,
+            "passes": msg.passes,
+            "codegen_opt": msg.codegen_opt,
+            "codegen_method": msg.codegen_method,
+            "prune": msg.prune,
+            "internalize": msg.internalize,
+        }
+    )
+
+
+_SCALAR_RESULT_FIELDS = (
+    "preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "verified", "executed", "failed",
+    "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error",
+    "status", "warmup", "shared_mem_usage", "compile_cached",
+)
+
+
+def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
+    msg = replay_pb2.Result(**{name: getattr(result, name) for name in _SCALAR_RESULT_FIELDS})
+    msg.exec_time.extend(int(t) for t in result.exec_time)
+    for mismatch in result.mismatches:
+        s = struct_pb2.Struct()
+        s.update(mismatch)
+        msg.mismatches.append(s)
+    return msg
+
+
+def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
+    fields = {name: getattr(msg, name) for name in _SCALAR_RESULT_FIELDS}
+    fields["exec_time"] = [int(t) for t in msg.exec_time]
+    fields["mismatches"] = [json_format.MessageToDict(m) for m in msg.mismatches]
+    return ExperimentResult.from_dict(fields)

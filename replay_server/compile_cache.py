@@ -1,0 +1,94 @@
+"""The CPU compile pool and its content-addressed cache.
+
+Compilation (PTX/IR to cubin) is CPU work: it runs in a process pool beside
+the GPU workers, ahead of the replay that needs it, and each product is kept
+under a key made of everything that determines it (the recorded code, the
+compile-relevant knobs, the GPU arch), so the GPU never waits for a compile
+that was done before. A failed compile is not cached: the worker then compiles
+itself and reports the compile error in its result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import multiprocessing
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Any
+
+from mneme.mneme_types import ExperimentConfiguration
+from replay_server.engine import CompileFunction, InstanceKey
+from replay_server.metrics import ServerMetrics
+
+
+def compile_key(instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> str:
+    """Content key of a compile: launch extents count only when they are specialized into the code."""
+    knobs = config.ground().to_dict()
+    knobs.pop("shared_mem")
+    if not config.specialize_dims:
+        knobs.pop("grid")
+        knobs.pop("block")
+    canonical = json.dumps(
+        {"store": instance.store, "db": instance.record_db, "id": instance.record_id, "arch": arch, "knobs": knobs},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _timed_compile(function: CompileFunction, instance: InstanceKey, config: dict, arch: str) -> tuple[Any, float]:
+    start = time.perf_counter()
+    product = function(instance, config, arch)
+    return product, time.perf_counter() - start
+
+
+class CompileCache:
+    def __init__(self, function: CompileFunction, processes: int, metrics: ServerMetrics, max_entries: int = 4096):
+        self._function = function
+        self._metrics = metrics
+        self._max_entries = max_entries
+        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+        self._entries: "OrderedDict[str, Future]" = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def request(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> Future:
+        """A future of the compiled product (shared by every request with the same key)."""
+        key = compile_key(instance, config, arch)
+        with self._lock:
+            cached = self._entries.get(key)
+            if cached is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                self._metrics.compile_hits.inc()
+                return cached
+            self.misses += 1
+            self._metrics.compile_misses.inc()
+            product: Future = Future()
+            self._entries[key] = product
+            while len(self._entries) > self._max_entries:
+                self._entries.popitem(last=False)
+        work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
+        work.add_done_callback(lambda done: self._finish(key, product, done))
+        return product
+
+    def _finish(self, key: str, product: Future, done: Future) -> None:
+        error = done.exception()
+        if error is not None:
+            with self._lock:
+                self._entries.pop(key, None)
+            product.set_exception(error)
+            return
+        code, seconds = done.result()
+        self._metrics.compile_time.observe(seconds)
+        product.set_result(code)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)

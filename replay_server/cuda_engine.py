@@ -1,0 +1,87 @@
+"""The real engine: prepared instances are ``mneme.replay.Replayer`` objects.
+
+Runs inside worker processes only (it touches CUDA); the compile function runs
+in the CPU compile pool, which has no GPU context.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
+from replay_server.engine import CompileFunction, InstanceKey
+from replay_server.names import resolve_in_store
+
+
+@functools.lru_cache(maxsize=16)
+def _load_recording(store: str, record_db: str):
+    from mneme.recorded_execution import RecordedExecution
+
+    return RecordedExecution.from_json(resolve_in_store(store, record_db))
+
+
+class CudaPreparedInstance:
+    """One ``Replayer``: the instance's memory restored on this worker's GPU."""
+
+    def __init__(self, replayer: Any) -> None:
+        self._replayer = replayer
+        # Precompiled code from the pool is handed over when the engine accepts it.
+        self._accepts_compiled = "compiled" in inspect.signature(replayer.run).parameters
+
+    @property
+    def device_bytes(self) -> int:
+        return int(self._replayer.device_bytes)
+
+    @property
+    def healthy(self) -> bool:
+        return bool(self._replayer.healthy)
+
+    def run(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
+    ) -> ExperimentResult:
+        if compiled is not None and self._accepts_compiled:
+            return self._replayer.run(config, iterations=iterations, warmup=warmup, compiled=compiled)
+        return self._replayer.run(config, iterations=iterations, warmup=warmup)
+
+    def close(self) -> None:
+        self._replayer.close()
+
+
+def compile_in_pool(instance: InstanceKey, config: dict, arch: str) -> Any:
+    """CPU-only: the code ``config`` needs, for the compile pool (cached by the supervisor)."""
+    from mneme.replay.compile import compile_for
+
+    recording = _load_recording(instance.store, instance.record_db)
+    return compile_for(
+        recording, recording[instance.record_id], ExperimentConfiguration.from_dict(config), arch
+    )
+
+
+@dataclass(frozen=True)
+class CudaEngineSpec:
+    name: str = "cuda"
+
+    def self_test(self, device: int) -> dict:
+        from mneme.replay import self_test
+
+        from replay_server.device_info import query_device
+
+        self_test(device=device)
+        return query_device(device)
+
+    def open(self, instance: InstanceKey, device: int) -> CudaPreparedInstance:
+        from mneme.replay import Replayer
+
+        recording = _load_recording(instance.store, instance.record_db)
+        recording[instance.record_id]  # KeyError (-> NOT_FOUND) before any device work
+        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device))
+
+    def compiler(self) -> CompileFunction | None:
+        try:
+            import mneme.replay.compile  # noqa: F401
+        except ImportError:
+            return None
+        return compile_in_pool

@@ -1,0 +1,88 @@
+"""The replay engine as the server sees it: a small interface with two sides.
+
+``EngineSpec`` is a picklable description that crosses into worker processes
+(``spawn``) and, there, proves the GPU works (``self_test``) and opens
+``PreparedInstance``s: one recorded instance restored on the device, ready to
+replay configurations. ``compiler()`` names a top-level function the CPU
+compile pool may run ahead of the GPU (or None).
+
+The real implementation is ``replay_server.cuda_engine.CudaEngineSpec`` (over
+``mneme.replay``); the CPU tests plug in a test engine that crashes, hangs or
+dawdles on request, so that fault isolation is tested with real processes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from mneme.errors import ConfigurationError
+from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
+
+
+@dataclass(frozen=True)
+class InstanceKey:
+    """One recorded instance inside one store: what a worker prepares."""
+
+    store: str  # store URL (a directory or s3://bucket/prefix)
+    record_db: str  # validated store key of the recording database
+    record_id: str  # dynamic hash
+
+
+# A compile function: (instance, configuration dict, GPU arch) -> picklable product.
+CompileFunction = Callable[[InstanceKey, dict, str], Any]
+
+
+class PreparedInstance(Protocol):
+    """An instance restored on the device; replays configurations of it."""
+
+    @property
+    def device_bytes(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool:
+        """False once a fault destroyed the CUDA context: the worker must go."""
+        ...
+
+    def run(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
+    ) -> ExperimentResult:
+        """Never raises for a bad configuration: failures come back as failed results."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EngineSpec(Protocol):
+    """Picklable factory of prepared instances, used inside worker processes."""
+
+    name: str
+
+    def self_test(self, device: int) -> dict:
+        """Raise when the device cannot replay; return facts about it ({'arch': 'sm_90', ...})."""
+        ...
+
+    def open(self, instance: InstanceKey, device: int) -> PreparedInstance:
+        """Load and restore ``instance``; raise LookupError for an unknown id, ArtifactError for a bad artifact."""
+        ...
+
+    def compiler(self) -> CompileFunction | None: ...
+
+
+def load_engine_spec(reference: "str | EngineSpec | None") -> EngineSpec:
+    """The engine a server runs: the CUDA engine, ``module:factory`` (tests, experiments), or a spec object."""
+    if reference is not None and not isinstance(reference, str):
+        return reference
+    if not reference or reference == "cuda":
+        from replay_server.cuda_engine import CudaEngineSpec
+
+        return CudaEngineSpec()
+    module_name, _, attr = reference.partition(":")
+    if not attr:
+        raise ConfigurationError(f"--engine {reference!r}: give 'cuda' or 'module:factory'")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"--engine {reference!r} cannot be loaded: {exc}") from exc
+    return factory()

@@ -1,0 +1,184 @@
+"""Assembles one replay server: store, worker pool, compile pool, gRPC, metrics, health."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from mneme._proto import health_pb2_grpc, replay_pb2_grpc
+from mneme.errors import ConfigurationError
+from replay_server.auth import BearerTokenInterceptor, read_token_file
+from replay_server.compile_cache import CompileCache
+from replay_server.engine import load_engine_spec
+from replay_server.health import HealthService
+from replay_server.metrics import ServerMetrics
+from replay_server.names import is_local_store, local_store_root
+from replay_server.service import ReplayService
+from replay_server.worker_pool import PoolSettings, WorkerPool
+
+log = logging.getLogger("mneme.serve")
+
+# Requests and results are small; a cap keeps a hostile client from making the server buffer gigabytes.
+DEFAULT_MAX_MESSAGE_BYTES = 4 << 20
+
+
+@dataclass
+class ServerOptions:
+    gpu: int = 0
+    port: int = 50051
+    host: str = "[::]"
+    metrics_port: int | None = None
+    store: str = "."
+    workers: int = 1
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    token_file: str | None = None
+    watchdog: float = 30.0
+    engine: object = None  # None/"cuda": the CUDA engine; "module:factory" or an EngineSpec (tests)
+    compile_processes: int = 0  # 0: min(4, CPUs); -1: no compile pool
+    depth: int = 2
+    max_start_failures: int = 3
+    startup_timeout: float = 120.0
+    prepared_cache_bytes: int = 16 << 30
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    rpc_threads: int = 64
+
+    def validate(self) -> None:
+        if self.gpu < 0:
+            raise ConfigurationError(f"--gpu {self.gpu}: give a GPU index (0, 1, ...)")
+        if self.workers < 1:
+            raise ConfigurationError(f"--workers {self.workers}: at least one worker process is needed")
+        if self.watchdog <= 0:
+            raise ConfigurationError(f"--watchdog {self.watchdog}: give a positive number of seconds")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigurationError("--tls-cert and --tls-key go together; give both or neither")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigurationError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+        if is_local_store(self.store) and not local_store_root(self.store).is_dir():
+            raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
+
+
+def _read(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+class ReplayServer:
+    """One GPU's server. ``start()`` returns the bound port; ``stop()`` ends workers and pools."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        options.validate()
+        self.options = options
+        self.spec = load_engine_spec(options.engine)
+        self.metrics = ServerMetrics(options.gpu, self.spec.name)
+        self.health = HealthService()
+        settings = PoolSettings(
+            gpu=options.gpu, workers=options.workers, depth=options.depth,
+            startup_timeout=options.startup_timeout, max_start_failures=options.max_start_failures,
+            prepared_cache_bytes=options.prepared_cache_bytes,
+        )
+        self.pool = WorkerPool(self.spec, settings, self.metrics, on_health=self.health.set_serving)
+        self.compile_cache: CompileCache | None = None
+        compiler = self.spec.compiler() if options.compile_processes >= 0 else None
+        if compiler is not None:
+            processes = options.compile_processes or min(4, os.cpu_count() or 1)
+            self.compile_cache = CompileCache(compiler, processes, self.metrics)
+        self.service = ReplayService(
+            self.pool, options.store, self.metrics, options.watchdog, self.spec.name, self.compile_cache
+        )
+        self.port = 0
+        self._grpc: grpc.Server | None = None
+        self._stopped = threading.Event()
+
+    def _credentials(self) -> grpc.ServerCredentials | None:
+        o = self.options
+        if not o.tls_cert:
+            return None
+        pair = [(_read(o.tls_key, "--tls-key"), _read(o.tls_cert, "--tls-cert"))]
+        if o.tls_client_ca:
+            return grpc.ssl_server_credentials(
+                pair, root_certificates=_read(o.tls_client_ca, "--tls-client-ca"), require_client_auth=True
+            )
+        return grpc.ssl_server_credentials(pair)
+
+    def start(self) -> int:
+        o = self.options
+        interceptors = [BearerTokenInterceptor(read_token_file(o.token_file))] if o.token_file else []
+        credentials = self._credentials()
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=o.rpc_threads, thread_name_prefix="rpc"),
+            interceptors=interceptors,
+            options=[
+                ("grpc.max_receive_message_length", o.max_message_bytes),
+                ("grpc.max_send_message_length", o.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+            ],
+            # Beyond this, callers get RESOURCE_EXHAUSTED instead of waiting on a starved thread pool.
+            maximum_concurrent_rpcs=max(o.rpc_threads - 4, 1),
+        )
+        replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        address = f"{o.host}:{o.port}"
+        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        if port == 0:
+            raise ConfigurationError(f"cannot listen on {address}: the port is taken or the address is wrong")
+        if o.metrics_port is not None:
+            try:
+                self.metrics.serve_http(o.metrics_port)
+            except OSError as exc:
+                raise ConfigurationError(f"--metrics-port {o.metrics_port}: {exc.strerror}") from exc
+        self.pool.start()
+        server.start()
+        self._grpc, self.port = server, port
+        return port
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self._grpc is not None:
+            self._grpc.stop(grace)
+        self.pool.stop()
+        if self.compile_cache is not None:
+            self.compile_cache.close()
+
+    def wait(self) -> None:
+        self._stopped.wait()
+
+    def __enter__(self) -> "ReplayServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve_forever(options: ServerOptions, announce=print) -> int:
+    """Run until SIGTERM/SIGINT; announces the bound address (clients with --port 0 read it)."""
+    server = ReplayServer(options)
+    port = server.start()
+    host = "127.0.0.1" if options.host in ("127.0.0.1", "localhost") else options.host
+    announce(
+        f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
+        f"engine {server.spec.name}, store {options.store}"
+        + (f", metrics on :{options.metrics_port}/metrics" if options.metrics_port is not None else "")
+        + ")"
+    )
+
+    def stop(signum, frame):
+        threading.Thread(target=server.stop, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.wait()
+    return 0

@@ -1,0 +1,249 @@
+"""The mneme.v1.ReplayService servicer: thin over the worker pool.
+
+Requests are validated here (INVALID_ARGUMENT for malformed ones, NOT_FOUND
+for objects the store does not hold); a configuration that is well-formed but
+cannot launch is not an RPC error: it is answered with an ``invalid_config``
+result, as the tuner expects. A caller that cancels takes its queued jobs
+with it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import CancelledError, Future
+
+import grpc
+
+import mneme
+from mneme._proto import replay_pb2, replay_pb2_grpc
+from mneme._proto.convert import config_from_proto, result_to_proto
+from mneme.errors import MnemeError
+from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentResult
+from replay_server.compile_cache import CompileCache
+from replay_server.engine import InstanceKey
+from replay_server.jobs import Job, JobOutcome, RequestError
+from replay_server.metrics import ServerMetrics
+from replay_server.names import store_has, validate_record_id, validate_store_key
+from replay_server.worker_pool import WorkerPool
+
+MAX_ITERATIONS = 100_000
+MAX_WARMUP = 10_000
+MAX_TIMEOUT_SECONDS = 24 * 3600
+
+
+class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
+    def __init__(
+        self,
+        pool: WorkerPool,
+        store: str,
+        metrics: ServerMetrics,
+        watchdog: float,
+        engine_name: str,
+        compile_cache: CompileCache | None = None,
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.metrics = metrics
+        self.watchdog = watchdog
+        self.engine_name = engine_name
+        self.compile_cache = compile_cache
+        self._known_keys: set[str] = set()
+
+    # -- request checking ------------------------------------------------------------
+    def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
+        try:
+            key = validate_store_key(ref.record_db)
+            record_id = validate_record_id(ref.record_id)
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
+        if key not in self._known_keys:
+            try:
+                present = store_has(self.store, key)
+            except MnemeError as exc:
+                raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
+            except Exception as exc:  # the store itself failed (S3 down, ...)
+                raise RequestError("UNAVAILABLE", f"cannot reach the store {self.store}: {exc}") from exc
+            if not present:
+                raise RequestError(
+                    "NOT_FOUND",
+                    f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
+                )
+            self._known_keys.add(key)
+        return InstanceKey(self.store, key, record_id)
+
+    def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
+        """A queued job, or the immediate result of a configuration that cannot launch."""
+        if not request.HasField("instance"):
+            raise RequestError("INVALID_ARGUMENT", "the request names no instance (record_db, record_id)")
+        if not request.HasField("config"):
+            raise RequestError("INVALID_ARGUMENT", "the request carries no configuration")
+        if not 1 <= request.iterations <= MAX_ITERATIONS:
+            raise RequestError("INVALID_ARGUMENT", f"iterations must be 1..{MAX_ITERATIONS}, got {request.iterations}")
+        if request.warmup > MAX_WARMUP:
+            raise RequestError("INVALID_ARGUMENT", f"warmup must be 0..{MAX_WARMUP}, got {request.warmup}")
+        if not 0 <= request.timeout_seconds <= MAX_TIMEOUT_SECONDS:
+            raise RequestError("INVALID_ARGUMENT", f"timeout_seconds must be 0..{MAX_TIMEOUT_SECONDS}")
+        instance = self._instance(request.instance)
+        try:
+            config = config_from_proto(request.config)
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", f"unreadable configuration: {exc}") from exc
+        errors = config.validation_errors()
+        if errors:
+            self.metrics.count_result(STATUS_INVALID_CONFIG, True, False)
+            return ExperimentResult.failure(
+                STATUS_INVALID_CONFIG, "invalid configuration: " + "; ".join(errors),
+                warmup=request.warmup, gpu_id=self.pool.settings.gpu,
+            )
+        job = Job(
+            "run", instance, config, iterations=request.iterations, warmup=request.warmup,
+            timeout=request.timeout_seconds or self.watchdog,
+        )
+        if self.compile_cache is not None and self.pool.arch:
+            hits_before = self.compile_cache.hits
+            job.compiled = self.compile_cache.request(instance, config, self.pool.arch)
+            job.compile_hit = self.compile_cache.hits > hits_before
+        return self.pool.submit(job)
+
+    # -- RPCs --------------------------------------------------------------------------
+    def Replay(self, request, context):
+        try:
+            job = self._job(request)
+        except RequestError as exc:
+            _abort(context, exc)
+        if isinstance(job, ExperimentResult):
+            return replay_pb2.ReplayResponse(request_id=request.request_id, result=result_to_proto(job))
+        context.add_callback(job.future.cancel)  # a caller that hangs up drops its queued job
+        try:
+            outcome = job.future.result()
+        except CancelledError:
+            context.abort(grpc.StatusCode.CANCELLED, "cancelled by the caller")
+        except RequestError as exc:
+            _abort(context, exc)
+        return _response(request.request_id, outcome)
+
+    def ReplayStream(self, request_iterator, context):
+        responses: "queue.Queue[replay_pb2.ReplayResponse]" = queue.Queue()
+        pending: dict[int, Future] = {}
+        lock = threading.Lock()
+        reading_done = threading.Event()
+
+        def finished(request_id: str, job: Job, future: Future) -> None:
+            with lock:
+                pending.pop(job.id, None)
+            if future.cancelled():
+                return
+            error = future.exception()
+            if error is None:
+                responses.put(_response(request_id, future.result()))
+            else:
+                responses.put(_error_response(request_id, error, self.pool.settings.gpu))
+
+        def read_requests() -> None:
+            try:
+                for request in request_iterator:
+                    try:
+                        job = self._job(request)
+                    except RequestError as exc:
+                        responses.put(_error_response(request.request_id, exc, self.pool.settings.gpu))
+                        continue
+                    if isinstance(job, ExperimentResult):
+                        responses.put(replay_pb2.ReplayResponse(request_id=request.request_id,
+                                                                result=result_to_proto(job)))
+                        continue
+                    with lock:
+                        pending[job.id] = job.future
+                    job.future.add_done_callback(lambda f, rid=request.request_id, j=job: finished(rid, j, f))
+            except Exception:  # the caller went away mid-stream
+                pass
+            finally:
+                reading_done.set()
+
+        def cancel_all() -> None:
+            with lock:
+                futures = list(pending.values())
+            for future in futures:
+                future.cancel()
+
+        context.add_callback(cancel_all)
+        reader = threading.Thread(target=read_requests, name="stream-reader", daemon=True)
+        reader.start()
+        while context.is_active():
+            try:
+                yield responses.get(timeout=0.1)
+                continue
+            except queue.Empty:
+                pass
+            with lock:
+                idle = not pending
+            if reading_done.is_set() and idle and responses.empty():
+                return
+
+    def Prepare(self, request, context):
+        try:
+            if not request.HasField("instance"):
+                raise RequestError("INVALID_ARGUMENT", "the request names no instance (record_db, record_id)")
+            instance = self._instance(request.instance)
+            jobs = self.pool.prepare_everywhere(lambda: Job("prepare", instance))
+            outcomes: list[JobOutcome] = [job.future.result() for job in jobs]
+        except RequestError as exc:
+            _abort(context, exc)
+        return replay_pb2.PrepareResponse(
+            device_bytes=max(o.device_bytes for o in outcomes), workers_prepared=len(outcomes)
+        )
+
+    def GetServerInfo(self, request, context):
+        capabilities = ["replay", "stream", "prepare", "watchdog", "fault-isolation"]
+        cache = self.compile_cache
+        if cache is not None:
+            capabilities.append("compile-pool")
+        return replay_pb2.ServerInfo(
+            version=mneme.__version__,
+            gpu=self.pool.settings.gpu,
+            engine=self.engine_name,
+            workers=len(self.pool.slots),
+            workers_ready=self.pool.workers_ready,
+            queue_depth=len(self.pool.queue),
+            in_flight=max(self.pool.in_flight, 0),
+            replays_completed=self.pool.completed,
+            worker_restarts=self.pool.restarts,
+            compile_cache_entries=len(cache) if cache else 0,
+            compile_cache_hits=cache.hits if cache else 0,
+            compile_cache_misses=cache.misses if cache else 0,
+            prepared_instance_bytes=self.pool.held_bytes,
+            capabilities=capabilities,
+            store=_public_url(self.store),
+            watchdog_seconds=self.watchdog,
+        )
+
+
+def _response(request_id: str, outcome: JobOutcome) -> replay_pb2.ReplayResponse:
+    return replay_pb2.ReplayResponse(
+        request_id=request_id,
+        result=result_to_proto(outcome.result),
+        worker=outcome.worker,
+        queued_seconds=outcome.queued_seconds,
+        server_seconds=outcome.server_seconds,
+    )
+
+
+def _error_response(request_id: str, error: BaseException, gpu: int) -> replay_pb2.ReplayResponse:
+    """In a stream, one bad request must not end the others: it gets a failed result."""
+    code = getattr(error, "code", "INTERNAL")
+    result = ExperimentResult.failure(STATUS_INTERNAL_ERROR, f"{code}: {error}", gpu_id=gpu)
+    return replay_pb2.ReplayResponse(request_id=request_id, result=result_to_proto(result))
+
+
+def _abort(context: grpc.ServicerContext, error: RequestError) -> None:
+    context.abort(getattr(grpc.StatusCode, error.code, grpc.StatusCode.INTERNAL), str(error))
+
+
+def _public_url(url: str) -> str:
+    """The store URL without credentials (user:secret@host)."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "@" in rest.split("/", 1)[0]:
+        rest = rest.split("@", 1)[1]
+    return f"{scheme}{sep}{rest}"
+
+

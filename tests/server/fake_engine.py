@@ -1,0 +1,89 @@
+"""A test engine for the server's plumbing: real processes, no GPU.
+
+What a replay does is chosen by the configuration's ``passes``:
+  "crash"      the worker process dies (SIGSEGV), as when a driver fault kills it
+  "hang"       the replay never returns (the watchdog must act)
+  "slow:S"     sleeps S seconds, then verifies
+  "fault"      a failed result and an unusable context (healthy False), like a trap
+  "raise"      the engine raises (an engine bug: internal_error, worker keeps serving)
+  anything     verified; exec_time = block.x ns per launch
+Every replay appends "<passes> <block.x> <pid>" to ``log_dir``/runs.log, so tests
+can tell what ran and where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mneme.mneme_types import ExperimentResult
+
+
+@dataclass
+class FakePrepared:
+    log_dir: str
+    record_id: str
+    device_bytes: int = 1 << 20
+    healthy: bool = True
+
+    def run(self, config, iterations, warmup, compiled=None):
+        with open(Path(self.log_dir) / "runs.log", "a") as log:
+            log.write(f"{config.passes} {config.block.x} {os.getpid()}\n")
+        mode = config.passes
+        if mode == "crash":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        if mode == "hang":
+            time.sleep(3600)
+        if mode.startswith("slow:"):
+            time.sleep(float(mode.split(":", 1)[1]))
+        if mode == "fault":
+            self.healthy = False
+            return ExperimentResult.failure("runtime_error", "CUDA_ERROR_ILLEGAL_ADDRESS (simulated)", warmup=warmup)
+        if mode == "raise":
+            raise RuntimeError("simulated engine bug")
+        n = warmup + iterations
+        return ExperimentResult(
+            exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
+            gpu_id=0, obj_size=len(compiled) if compiled else -1,
+        )
+
+    def close(self):
+        pass
+
+
+def fake_compile(instance, config, arch):
+    time.sleep(0.01)
+    return f"code:{config['passes']}:{arch}".encode()
+
+
+@dataclass(frozen=True)
+class FakeEngineSpec:
+    log_dir: str
+    fail_starts: int = 0  # the first N self-tests fail
+    name: str = "fake"
+    with_compiler: bool = True
+
+    def self_test(self, device):
+        counter = Path(self.log_dir) / "starts"
+        starts = int(counter.read_text()) if counter.exists() else 0
+        counter.write_text(str(starts + 1))
+        if starts < self.fail_starts:
+            raise RuntimeError(f"simulated self-test failure {starts + 1}")
+        return {"arch": "sm_test", "name": "fake GPU"}
+
+    def open(self, instance, device):
+        if instance.record_id == "missing":
+            raise KeyError(instance.record_id)
+        return FakePrepared(self.log_dir, instance.record_id)
+
+    def compiler(self):
+        return fake_compile if self.with_compiler else None
+
+
+def spec_from_env() -> FakeEngineSpec:
+    """Factory for servers started as subprocesses: ``--engine fake_engine:spec_from_env``."""
+    return FakeEngineSpec(**json.loads(os.environ["MNEME_FAKE_ENGINE"]))
