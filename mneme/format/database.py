@@ -33,6 +33,7 @@ MAX_PARAM_BUFFER = 32764
 _U64 = 2**64
 _ARCH = re.compile(r"sm_[0-9]+[a-z]?")
 _U32 = 2**32 - 1
+_HEX = re.compile(r"(?:[0-9a-f]{2})*")
 
 #: Name kept for the lead's API sketch: a code file reference is an ObjectRef.
 CodeArtifact = ObjectRef
@@ -355,10 +356,9 @@ def _parse_instance(
     block = _parse_dim3(r, d["block"], f"{where}.block", MAX_BLOCK_DIM)
     shared_mem = r.int(d["shared_mem"], f"{where}.shared_mem", 0, _U32)
     args_hex = r.str(d["args"], f"{where}.args")
-    try:
-        args = bytes.fromhex(args_hex)
-    except ValueError:
-        raise r.error(f"{where}.args", "expected the parameter buffer as a hex string") from None
+    if not _HEX.fullmatch(args_hex):
+        raise r.error(f"{where}.args", "expected the parameter buffer as a string of lowercase hex digit pairs")
+    args = bytes.fromhex(args_hex)
     if len(args) != kernel.param_buffer_size:
         raise r.error(
             f"{where}.args",

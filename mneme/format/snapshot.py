@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
@@ -171,6 +171,8 @@ def decode_snapshot(data: bytes | memoryview, what: str = "snapshot") -> Snapsho
         header = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise ArtifactError(f"{what}: header is not valid UTF-8 JSON ({exc})") from None
+    except RecursionError:
+        raise ArtifactError(f"{what}: header JSON is nested too deeply; the file is corrupt") from None
     return parse_header(header, what)
 
 

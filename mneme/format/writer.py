@@ -149,7 +149,7 @@ class RecordingWriter:
         and saved; otherwise call :meth:`commit` after the last instance.
         Returns the updated database and the new instance.
         """
-        grid, block = Dim3.from_value(grid), Dim3.from_value(block)
+        grid, block = _dim3(grid), _dim3(block)
         args = bytes(args)
         dyn = dynamic_hash(db.static_hash, grid, block, shared_mem, args, occurrence)
         prologue_ref = self.write_snapshot(db.static_hash, dyn, "prologue", prologue)
@@ -183,6 +183,13 @@ class RecordingWriter:
             f"{db.name} in {self.store.url}: other writers kept replacing the database; "
             "record each process into its own directory"
         )
+
+
+def _dim3(value: Any) -> Dim3:
+    """A Dim3 from a Dim3, a dict, a sequence or a plain integer (x only)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Dim3(value)
+    return Dim3.from_value(value)
 
 
 def new_database(
