@@ -1,0 +1,254 @@
+"""The headline's GPU stages, each run in its own child process.
+
+``python bench/headline_stages.py STAGE --json-out FILE ...`` runs one stage
+and writes its measurements as JSON. bench/headline.py starts one process per
+stage with a time limit, so a replay that destroys its CUDA context, crashes
+the interpreter or hangs costs that stage and nothing else.
+
+Stages:
+
+* ``fidelity``: replay the recorded baseline in-process with
+  ``mneme.replay.Replayer`` and report its kernel times, to be set against the
+  application's own kernel time.
+* ``tune``: sweep a search space through
+  ``mneme.async_executor.AsyncReplayExecutor`` and report verified
+  configurations per second and the best speedup.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+# The reference tunes these five pipelines (LLVM tier, kernels with bitcode).
+PIPELINES = ("default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>")
+# Without bitcode the PTX tier's five JIT optimization levels are the compile variants.
+CODEGEN_LEVELS = (0, 1, 2, 3, 4)
+
+SPACES = {
+    # The reference's vector-add space: blockDim.x 64..1024 step 64, grid kept as recorded.
+    "reference_vecadd": {"blocks": list(range(64, 1025, 64)), "grid": "recorded"},
+    # The CG solver's SpMV: blockDim.x 32..1024 step 32, grid recomputed to cover the rows.
+    "spmv": {"blocks": list(range(32, 1025, 32)), "grid": "cover"},
+}
+
+
+def make_space(name: str, kernel: Any, has_bitcode: bool):
+    """A ``SearchSpace`` over block size x compile variant, built from the recorded launch."""
+    from mneme.mneme_types import ExperimentConfiguration
+    from mneme.tuning.search_space import CategoricalParam, SearchSpace
+
+    if name not in SPACES:
+        raise ValueError(f"unknown space {name!r}; known: {', '.join(SPACES)}")
+    spec = SPACES[name]
+    grid = kernel.grid_dim
+    block = kernel.block_dim
+    shared_mem = kernel.shared_mem
+    compile_key, variants = ("passes", list(PIPELINES)) if has_bitcode else ("codegen_opt", list(CODEGEN_LEVELS))
+
+    class BlockByCompileSpace(SearchSpace):
+        """blockDim.x x compile variant; y, z and shared memory as recorded."""
+
+        def dimensions(self):
+            return {
+                "block_dim_x": CategoricalParam("block_dim_x", spec["blocks"]),
+                compile_key: CategoricalParam(compile_key, variants),
+            }
+
+        def _grid_x(self, block_x: int) -> int:
+            if spec["grid"] == "recorded":
+                return grid.x
+            return -(-(grid.x * block.x) // block_x)
+
+        def derived(self, params: Mapping[str, Any]):
+            return ExperimentConfiguration.from_dict({
+                "grid": {"x": self._grid_x(params["block_dim_x"]), "y": grid.y, "z": grid.z},
+                "block": {"x": params["block_dim_x"], "y": block.y, "z": block.z},
+                "shared_mem": shared_mem,
+                compile_key: params[compile_key],
+            })
+
+        def baseline(self):
+            return ExperimentConfiguration.from_dict(
+                {"grid": grid.to_dict(), "block": block.to_dict(), "shared_mem": shared_mem}
+            )
+
+    return BlockByCompileSpace(), compile_key
+
+
+def baseline_configuration(kernel: Any):
+    """The recorded launch with every other knob at its default (the application's own kernel)."""
+    from mneme.mneme_types import ExperimentConfiguration
+
+    return ExperimentConfiguration.from_dict(
+        {"grid": kernel.grid_dim.to_dict(), "block": kernel.block_dim.to_dict(), "shared_mem": kernel.shared_mem}
+    )
+
+
+def time_summary(times_ns: Sequence[int]) -> dict[str, float]:
+    """Mean, median and minimum of kernel times, in microseconds."""
+    if not times_ns:
+        return {}
+    return {
+        "mean_us": statistics.mean(times_ns) / 1000.0,
+        "median_us": statistics.median(times_ns) / 1000.0,
+        "min_us": min(times_ns) / 1000.0,
+        "samples": len(times_ns),
+    }
+
+
+def _measured(result: Any) -> list[int]:
+    times = list(result.exec_time)
+    return times[result.warmup :] if result.warmup and len(times) > result.warmup else times
+
+
+def run_fidelity(database: str, record_id: str, iterations: int, warmup: int) -> dict[str, Any]:
+    """Replay the recorded baseline ``iterations`` times after ``warmup`` launches."""
+    from mneme.recorded_execution import RecordedExecution
+    from mneme.replay import Replayer
+
+    recording = RecordedExecution.from_json(database)
+    kernel = recording[record_id]
+    config = baseline_configuration(kernel)
+    start = time.perf_counter()
+    replayer = Replayer(recording, record_id)
+    prepare_s = time.perf_counter() - start
+    start = time.perf_counter()
+    result = replayer.run(config, iterations=iterations, warmup=warmup)
+    run_s = time.perf_counter() - start
+    close = getattr(replayer, "close", None)
+    if callable(close):
+        close()
+    return {
+        "config": config.to_dict(),
+        "verified": bool(result.verified),
+        "status": result.status,
+        "error": result.error,
+        "replay": time_summary(_measured(result)),
+        "prepare_s": prepare_s,
+        "run_s": run_s,
+        "result": result.to_dict(),
+    }
+
+
+def _executor(database: str, record_id: str, iterations: int, warmup: int, workers: int, results_dir: str):
+    """An ``AsyncReplayExecutor``, passing ``warmup`` where the executor accepts it."""
+    from mneme.async_executor import AsyncReplayExecutor
+
+    kwargs: dict[str, Any] = dict(
+        record_db=database, record_id=record_id, iterations=iterations, results_db_dir=results_dir,
+        num_workers=workers,
+    )
+    if "warmup" in inspect.signature(AsyncReplayExecutor).parameters:
+        kwargs["warmup"] = warmup
+    return AsyncReplayExecutor(**kwargs)
+
+
+def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool, iterations: int, warmup: int,
+               workers: int, results_dir: str) -> dict[str, Any]:
+    """Sweep the space exhaustively; time the sweep apart from start-up and the baseline.
+
+    Every configuration is submitted at once and the results are gathered as
+    they complete, so the executor may pipeline compilation and replay. The
+    throughput counts verified configurations over the sweep's wall time, as
+    the reference's 7.09 s for 80 configurations did.
+    """
+    from mneme.recorded_execution import RecordedExecution
+    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+
+    kernel = RecordedExecution.from_json(database)[record_id]
+    space, compile_key = make_space(space_name, kernel, has_bitcode)
+    configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
+
+    start = time.perf_counter()
+    executor = _executor(database, record_id, iterations, warmup, workers, results_dir)
+    try:
+        started_s = time.perf_counter() - start
+        start = time.perf_counter()
+        baseline = executor.evaluate(space.baseline())
+        baseline_s = time.perf_counter() - start
+        if not baseline.verified:
+            raise RuntimeError(
+                f"the baseline replay did not verify ({baseline.status}: {baseline.error}); "
+                "tuning against it would mean nothing"
+            )
+        baseline_mean = statistics.mean(_measured(baseline))
+
+        start = time.perf_counter()
+        futures = [executor.submit(c) for c in configs]
+        results = [f.result() for f in futures]
+        sweep_s = time.perf_counter() - start
+    finally:
+        executor.shutdown()
+
+    statuses = Counter((r.status or ("verified" if r.verified else "failed")) for r in results)
+    verified = [(c, r) for c, r in zip(configs, results) if r.verified and _measured(r)]
+    out: dict[str, Any] = {
+        "space": space_name,
+        "compile_dimension": compile_key,
+        "configurations": len(configs),
+        "verified": len(verified),
+        "statuses": dict(statuses),
+        "iterations": iterations,
+        "warmup": warmup,
+        "workers": workers,
+        "startup_s": started_s,
+        "baseline_s": baseline_s,
+        "sweep_s": sweep_s,
+        "configs_per_s": len(configs) / sweep_s if sweep_s > 0 else None,
+        "verified_per_s": len(verified) / sweep_s if sweep_s > 0 else None,
+        "baseline_mean_us": baseline_mean / 1000.0,
+        "first_errors": sorted({r.error for r in results if not r.verified and r.error})[:5],
+    }
+    if verified:
+        best_config, best = min(verified, key=lambda cr: statistics.mean(_measured(cr[1])))
+        best_mean = statistics.mean(_measured(best))
+        out["best"] = {
+            "block_dim_x": best_config.block.x,
+            "grid_dim_x": best_config.grid.x,
+            compile_key: getattr(best_config, compile_key),
+            "mean_us": best_mean / 1000.0,
+            "speedup": baseline_mean / best_mean,
+        }
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("stage", choices=("fidelity", "tune"))
+    parser.add_argument("--json-out", required=True)
+    parser.add_argument("--database", required=True)
+    parser.add_argument("--record-id", required=True)
+    parser.add_argument("--iterations", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--space", choices=sorted(SPACES))
+    parser.add_argument("--has-bitcode", action="store_true")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--results-dir", default="results")
+    args = parser.parse_args(argv)
+    try:
+        if args.stage == "fidelity":
+            payload = run_fidelity(args.database, args.record_id, args.iterations, args.warmup)
+        else:
+            if not args.space:
+                parser.error("tune needs --space")
+            payload = run_tuning(args.database, args.record_id, args.space, args.has_bitcode, args.iterations,
+                                 args.warmup, args.workers, args.results_dir)
+        status = 0
+    except Exception as exc:  # reported in the table: the parent shows the message
+        payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        status = 1
+    Path(args.json_out).write_text(json.dumps(payload, indent=2, default=str))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
