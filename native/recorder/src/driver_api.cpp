@@ -1,0 +1,89 @@
+#include "driver_api.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+
+namespace mneme::rec {
+
+DlsymFn real_dlsym_function() {
+  static DlsymFn fn = [] {
+    // glibc >= 2.34 versions dlsym as GLIBC_2.34, older ones as GLIBC_2.2.5.
+    auto f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
+    if (!f) f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+    return f;
+  }();
+  return fn;
+}
+
+void* real_dlsym(void* handle, const char* name) { return real_dlsym_function()(handle, name); }
+
+namespace {
+
+template <typename F>
+void bind(void* h, F& slot, const char* name) {
+  slot = reinterpret_cast<F>(real_dlsym(h, name));
+}
+
+thread_local bool t_loading = false;
+
+}  // namespace
+
+bool driver_loading() { return t_loading; }
+
+DriverApi& driver() {
+  static DriverApi api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    t_loading = true;
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    t_loading = false;
+    if (!h) return;
+    api.handle = h;
+#define MNEME_BIND(name) bind(h, api.name, #name)
+    MNEME_BIND(cuGetProcAddress_v2);
+    MNEME_BIND(cuMemAlloc_v2);
+    MNEME_BIND(cuMemAllocPitch_v2);
+    MNEME_BIND(cuMemFree_v2);
+    MNEME_BIND(cuMemAllocAsync);
+    MNEME_BIND(cuMemAllocFromPoolAsync);
+    MNEME_BIND(cuMemFreeAsync);
+    MNEME_BIND(cuStreamSynchronize);
+    MNEME_BIND(cuCtxGetDevice);
+    MNEME_BIND(cuCtxGetCurrent);
+    MNEME_BIND(cuCtxSynchronize);
+    MNEME_BIND(cuDeviceGetAttribute);
+    MNEME_BIND(cuDeviceGetName);
+    MNEME_BIND(cuMemAddressReserve);
+    MNEME_BIND(cuMemAddressFree);
+    MNEME_BIND(cuMemCreate);
+    MNEME_BIND(cuMemMap);
+    MNEME_BIND(cuMemRelease);
+    MNEME_BIND(cuMemSetAccess);
+    MNEME_BIND(cuMemGetAllocationGranularity);
+    MNEME_BIND(cuMemAllocHost_v2);
+    MNEME_BIND(cuMemFreeHost);
+    MNEME_BIND(cuMemcpyDtoHAsync_v2);
+    MNEME_BIND(cuStreamCreate);
+    MNEME_BIND(cuEventCreate);
+    MNEME_BIND(cuEventRecord);
+    MNEME_BIND(cuEventSynchronize);
+    MNEME_BIND(cuFuncGetParamInfo);
+    MNEME_BIND(cuFuncGetName);
+    MNEME_BIND(cuFuncGetModule);
+    MNEME_BIND(cuModuleGetGlobal_v2);
+    MNEME_BIND(cuGetErrorString);
+    MNEME_BIND(cuStreamIsCapturing);
+#undef MNEME_BIND
+    api.loaded = api.cuMemAlloc_v2 && api.cuMemAddressReserve && api.cuMemCreate;
+  });
+  return api;
+}
+
+const char* error_string(CUresult r) {
+  const char* s = nullptr;
+  if (driver().cuGetErrorString) driver().cuGetErrorString(r, &s);
+  return s ? s : "unknown CUDA error";
+}
+
+}  // namespace mneme::rec

@@ -1,0 +1,93 @@
+// Entry point the CUDA driver calls when CUDA_INJECTION64_PATH names this
+// library: loads CUPTI (dlopen: no link-time dependency) and subscribes to
+// the launch, module and resource callbacks the recorder needs.
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "launch_recorder.hpp"
+#include "settings.hpp"
+
+using namespace mneme::rec;
+
+namespace {
+
+using SubscribeFn = CUptiResult (*)(CUpti_SubscriberHandle*, CUpti_CallbackFunc, void*);
+using EnableCallbackFn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
+using EnableDomainFn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
+
+std::string g_cupti_path;
+
+void* open_cupti() {
+  std::vector<std::string> candidates;
+  if (const char* p = std::getenv("MNEME_CUPTI_PATH")) candidates.push_back(p);
+  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
+    if (const char* root = std::getenv(var)) {
+      candidates.push_back(std::string(root) + "/lib64/libcupti.so");
+      candidates.push_back(std::string(root) + "/extras/CUPTI/lib64/libcupti.so");
+    }
+  }
+  candidates.push_back("/usr/local/cuda/lib64/libcupti.so");
+  candidates.push_back("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so");
+  candidates.push_back("libcupti.so.13");
+  candidates.push_back("libcupti.so.12");
+  candidates.push_back("libcupti.so");
+  for (const auto& c : candidates) {
+    if (void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+      g_cupti_path = c;
+      return h;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  static bool done = false;
+  if (done) return 1;
+  done = true;
+  if (!settings().active) return 1;
+  void* h = open_cupti();
+  if (!h) {
+    std::fprintf(stderr, "mneme record: error: cannot load libcupti (set MNEME_CUPTI_PATH to libcupti.so of your CUDA"
+                         " toolkit); no kernel will be recorded\n");
+    return 0;
+  }
+  auto subscribe = reinterpret_cast<SubscribeFn>(dlsym(h, "cuptiSubscribe"));
+  auto enable_cb = reinterpret_cast<EnableCallbackFn>(dlsym(h, "cuptiEnableCallback"));
+  auto enable_domain = reinterpret_cast<EnableDomainFn>(dlsym(h, "cuptiEnableDomain"));
+  CUpti_SubscriberHandle sub;
+  if (!subscribe || !enable_cb || !enable_domain || subscribe(&sub, on_callback, nullptr) != CUPTI_SUCCESS) {
+    std::fprintf(stderr, "mneme record: error: cannot subscribe to CUPTI callbacks (another profiler attached?); no"
+                         " kernel will be recorded\n");
+    return 0;
+  }
+  const CUpti_CallbackId driver_ids[] = {
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
+      CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx,
+      CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
+      CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+      CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate,
+      CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy,
+      CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate,
+      CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy,
+      CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+  };
+  for (auto id : driver_ids) enable_cb(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  enable_cb(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+  write_recorder_info(g_cupti_path.c_str());
+  std::atexit(write_done_marker);
+  return 1;
+}

@@ -1,0 +1,628 @@
+#include "launch_recorder.hpp"
+
+#include <cxxabi.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "annotations.hpp"
+#include "driver_api.hpp"
+#include "elf_symbols.hpp"
+#include "memory_window.hpp"
+#include "settings.hpp"
+#include "spool.hpp"
+#include "usage_warnings.hpp"
+
+namespace mneme::rec {
+namespace {
+
+struct ModuleInfo {
+  uint32_t id = 0;
+  std::unordered_set<std::string> kernels;
+  std::vector<std::string> globals;
+};
+
+struct KernelState {
+  std::string name;
+  bool selected = false;
+  long launches = 0;
+  long recorded = 0;
+  std::unordered_set<uint64_t> seen;  // launch-identity hashes already recorded
+};
+
+struct FunctionInfo {
+  KernelState* kernel = nullptr;
+  bool layout_known = false;
+  std::vector<std::pair<size_t, size_t>> params;  // offset, size
+  size_t param_buffer_size = 0;
+};
+
+struct Launch {
+  CUfunction f = nullptr;
+  const char* api = "";
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block[3] = {1, 1, 1};
+  unsigned shared_mem = 0;
+  CUstream stream = nullptr;
+  void** kernel_params = nullptr;
+  void** extra = nullptr;
+  std::vector<std::string> attributes;  // JSON objects of launch attributes
+};
+
+struct Pending {
+  std::string tmp_dir, final_dir;
+  std::string launch_json_head;  // everything known before the launch
+  std::vector<DeviceRegion> regions;
+  KernelState* kernel = nullptr;
+  uint64_t identity = 0;
+  uint64_t prologue_bytes = 0;
+  double prologue_seconds = 0;
+  std::vector<std::string> warnings;
+};
+
+std::mutex g_mu;  // serializes recording and the tables below
+std::vector<ModuleInfo> g_modules;
+std::set<uint32_t> g_modules_written;
+std::unordered_map<std::string, std::unique_ptr<KernelState>> g_kernels;
+std::unordered_map<CUfunction, FunctionInfo> g_functions;
+std::map<CUcontext, std::unique_ptr<SnapshotWriter>> g_writers;
+std::vector<std::regex> g_regexes;
+bool g_regexes_ready = false;
+std::atomic<bool> g_disabled{false};
+std::atomic<long> g_seq{0}, g_launches_seen{0}, g_recorded{0};
+std::vector<std::pair<std::string, uint64_t>> g_committed;  // entry dir, bytes (back-pressure)
+std::string g_error;
+
+thread_local const void* t_loading_image = nullptr;
+thread_local std::unique_ptr<Pending> t_pending;
+
+std::string spool(const std::string& rel) { return settings().spool_dir + "/" + rel; }
+
+void stop_recording(const std::string& why) {
+  if (g_disabled.exchange(true)) return;
+  g_error = why;
+  std::fprintf(stderr, "mneme record: error: %s; recording stopped, the application continues unrecorded\n", why.c_str());
+  std::string body = "{\"error\": " + json_string(why) + "}\n", ignored;
+  write_file_atomic(spool("error.json"), body.data(), body.size(), &ignored);
+}
+
+std::string demangle(const std::string& name) {
+  int status = 0;
+  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+  std::string out = (status == 0 && d) ? d : name;
+  std::free(d);
+  return out;
+}
+
+bool name_selected(const std::string& name) {
+  if (!g_regexes_ready) {
+    for (const auto& r : settings().kernel_regexes) {
+      try {
+        g_regexes.emplace_back(r, std::regex::ECMAScript);
+      } catch (const std::regex_error&) {
+        std::fprintf(stderr, "mneme record: warning: ignoring invalid kernel regex '%s'\n", r.c_str());
+      }
+    }
+    g_regexes_ready = true;
+  }
+  if (settings().kernel_regexes.empty()) return true;
+  std::string pretty = demangle(name);
+  for (const auto& re : g_regexes)
+    if (std::regex_search(name, re) || std::regex_search(pretty, re)) return true;
+  return false;
+}
+
+bool index_selected(long index) {
+  const Settings& s = settings();
+  if (index < s.skip) return false;
+  if (s.instances.empty()) return true;
+  for (const auto& sl : s.instances) {
+    if (index < sl.start || (sl.stop >= 0 && index >= sl.stop)) continue;
+    if ((index - sl.start) % sl.step == 0) return true;
+  }
+  return false;
+}
+
+FunctionInfo& function_info(CUfunction f, const char* symbol_name) {
+  auto it = g_functions.find(f);
+  if (it != g_functions.end()) return it->second;
+  FunctionInfo info;
+  std::string name = symbol_name ? symbol_name : "";
+  if (name.empty() && driver().cuFuncGetName) {
+    const char* n = nullptr;
+    if (driver().cuFuncGetName(&n, f) == CUDA_SUCCESS && n) name = n;
+  }
+  auto& ks = g_kernels[name];
+  if (!ks) {
+    ks = std::make_unique<KernelState>();
+    ks->name = name;
+    ks->selected = name_selected(name);
+  }
+  info.kernel = ks.get();
+  return g_functions.emplace(f, std::move(info)).first->second;
+}
+
+void resolve_layout(CUfunction f, FunctionInfo& info) {
+  if (info.layout_known || !driver().cuFuncGetParamInfo) return;
+  info.params.clear();
+  info.param_buffer_size = 0;
+  for (size_t i = 0;; ++i) {
+    size_t off = 0, size = 0;
+    CUresult r = driver().cuFuncGetParamInfo(f, i, &off, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
+    if (r != CUDA_SUCCESS) return;               // layout not available (lazy loading)
+    info.params.emplace_back(off, size);
+    info.param_buffer_size = std::max(info.param_buffer_size, off + size);
+  }
+  info.layout_known = true;
+}
+
+bool param_bytes(const Launch& l, const FunctionInfo& info, std::vector<unsigned char>* out) {
+  out->assign(info.param_buffer_size, 0);
+  if (l.kernel_params) {
+    for (size_t i = 0; i < info.params.size(); ++i)
+      std::memcpy(out->data() + info.params[i].first, l.kernel_params[i], info.params[i].second);
+    return true;
+  }
+  if (l.extra) {
+    void* buffer = nullptr;
+    size_t size = 0;
+    for (void** e = l.extra; *e != CU_LAUNCH_PARAM_END; e += 2) {
+      if (*e == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = e[1];
+      else if (*e == CU_LAUNCH_PARAM_BUFFER_SIZE) size = *static_cast<size_t*>(e[1]);
+    }
+    if (!buffer) return false;
+    out->assign(static_cast<unsigned char*>(buffer), static_cast<unsigned char*>(buffer) + size);
+    return true;
+  }
+  return info.param_buffer_size == 0;
+}
+
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+const ModuleInfo* module_of(const std::string& kernel) {
+  for (auto it = g_modules.rbegin(); it != g_modules.rend(); ++it)
+    if (it->kernels.count(kernel)) return &*it;
+  return nullptr;
+}
+
+void wait_for_spool_room() {
+  // Back-pressure: the agent deletes entries it has converted.
+  for (;;) {
+    uint64_t total = 0;
+    std::vector<std::pair<std::string, uint64_t>> still;
+    for (auto& [dir, bytes] : g_committed) {
+      struct stat st;
+      if (stat(dir.c_str(), &st) == 0) {
+        still.emplace_back(dir, bytes);
+        total += bytes;
+      }
+    }
+    g_committed.swap(still);
+    if (total <= settings().spool_max_bytes || g_committed.empty()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+void add_region_once(std::vector<DeviceRegion>& regions, std::set<uint64_t>& bases, const Allocation& a) {
+  if (a.size == 0 || !bases.insert(a.base).second) return;
+  regions.push_back(DeviceRegion{a.base, a.size, "heap", ""});
+}
+
+std::string dims_json(const unsigned v[3]) {
+  return "[" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + "]";
+}
+
+std::string regions_json(const std::vector<DeviceRegion>& regions) {
+  std::string out = "[";
+  uint64_t offset = 0;
+  for (size_t i = 0; i < regions.size(); ++i) {
+    const auto& r = regions[i];
+    out += (i ? ", " : "") + std::string("{\"kind\": ") + json_string(r.kind) + ", \"name\": " + json_string(r.name) +
+           ", \"base\": " + std::to_string(r.base) + ", \"size\": " + std::to_string(r.size) +
+           ", \"offset\": " + std::to_string(offset);
+    std::string policy = r.kind == "heap" ? policy_json(r.base) : "";
+    out += policy.empty() ? "}" : ", \"policy\": " + policy + "}";
+    offset += r.size;
+  }
+  return out + "]";
+}
+
+std::string strings_json(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + json_string(v[i]);
+  return out + "]";
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+SnapshotWriter& writer_for_current_context() {
+  CUcontext ctx = nullptr;
+  driver().cuCtxGetCurrent(&ctx);
+  auto& w = g_writers[ctx];
+  if (!w) w = std::make_unique<SnapshotWriter>();
+  return *w;
+}
+
+// Called at API enter of a launch: decide, then capture the prologue.
+void before_launch(const Launch& l, const char* symbol_name) {
+  g_launches_seen++;
+  if (g_disabled) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  FunctionInfo& info = function_info(l.f, symbol_name);
+  KernelState& ks = *info.kernel;
+  long index = ks.launches++;
+  if (!ks.selected || !index_selected(index)) return;
+  if (settings().max_instances > 0 && ks.recorded >= settings().max_instances) return;
+  auto& d = driver();
+  CUdevice device = 0;
+  d.cuCtxGetDevice(&device);
+  if (!settings().devices.empty() &&
+      std::find(settings().devices.begin(), settings().devices.end(), int(device)) == settings().devices.end())
+    return;
+  resolve_layout(l.f, info);
+  if (!info.layout_known) {
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (the module was"
+                 " not loaded yet; run with CUDA_MODULE_LOADING=EAGER)\n", ks.name.c_str(), index);
+    return;
+  }
+  std::vector<unsigned char> args;
+  if (!param_bytes(l, info, &args)) {
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: cannot read its arguments\n",
+                 ks.name.c_str(), index);
+    return;
+  }
+  uint64_t identity = 1469598103934665603ull;
+  identity = fnv1a(identity, l.grid, sizeof l.grid);
+  identity = fnv1a(identity, l.block, sizeof l.block);
+  identity = fnv1a(identity, &l.shared_mem, sizeof l.shared_mem);
+  identity = fnv1a(identity, args.data(), args.size());
+  if (!settings().record_duplicates && ks.seen.count(identity)) return;
+  if (d.cuStreamIsCapturing) {
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (d.cuStreamIsCapturing(l.stream, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+      std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: it is captured into a CUDA graph\n",
+                   ks.name.c_str(), index);
+      return;
+    }
+  }
+  CUresult sr = d.cuCtxSynchronize();
+  if (sr != CUDA_SUCCESS) {
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: the context reports %s before it\n",
+                 ks.name.c_str(), index, error_string(sr));
+    return;
+  }
+
+  auto p = std::make_unique<Pending>();
+  p->kernel = &ks;
+  p->identity = identity;
+  p->warnings = active_usage_warnings();
+  if (l.extra && !l.kernel_params) p->warnings.push_back("arguments passed through the `extra` buffer");
+
+  // Regions: module globals first, then heap allocations.
+  std::set<uint64_t> bases;
+  const ModuleInfo* mod = module_of(ks.name);
+  CUmodule hmod = nullptr;
+  if (mod && d.cuFuncGetModule && d.cuFuncGetModule(&hmod, l.f) == CUDA_SUCCESS && hmod) {
+    for (const auto& g : mod->globals) {
+      CUdeviceptr gp = 0;
+      size_t gsize = 0;
+      if (d.cuModuleGetGlobal_v2(&gp, &gsize, hmod, g.c_str()) == CUDA_SUCCESS && gsize && bases.insert(gp).second)
+        p->regions.push_back(DeviceRegion{gp, gsize, "global", g});
+    }
+  }
+  const bool reachable = settings().reachable_scope;
+  auto allocations = MemoryWindow::instance().live_allocations(device);
+  if (!reachable) {
+    for (const auto& a : allocations) add_region_once(p->regions, bases, a);
+  } else {
+    for (size_t off = 0; off + 8 <= args.size(); off += 8) {  // pointer-sized, aligned argument words
+      uint64_t v;
+      std::memcpy(&v, args.data() + off, 8);
+      Allocation a;
+      if (MemoryWindow::instance().find(v, &a)) add_region_once(p->regions, bases, a);
+    }
+  }
+
+  long seq = g_seq++;
+  char name[32];
+  std::snprintf(name, sizeof name, "%08ld", seq);
+  p->final_dir = spool(std::string("entries/") + name);
+  p->tmp_dir = p->final_dir + ".tmp";
+  wait_for_spool_room();
+  if (!make_dirs(p->tmp_dir)) {
+    stop_recording("cannot create the spool directory " + p->tmp_dir + ": " + std::strerror(errno));
+    return;
+  }
+  auto scan = [&](const DeviceRegion&, const unsigned char* bytes, size_t n) {
+    for (size_t off = 0; off + 8 <= n; off += 8) {
+      uint64_t v;
+      std::memcpy(&v, bytes + off, 8);
+      if (v < 4096) continue;
+      Allocation a;
+      if (MemoryWindow::instance().find(v, &a)) add_region_once(p->regions, bases, a);
+    }
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::string error;
+  std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
+  if (reachable) scanner = scan;
+  if (!writer_for_current_context().write(p->tmp_dir + "/prologue.bin", p->regions, scanner,
+                                          settings().max_snapshot_bytes, &p->prologue_bytes, &error)) {
+    remove_tree(p->tmp_dir);
+    if (error == "snapshot exceeds the byte cap") {
+      std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: its snapshot exceeds"
+                   " --max-snapshot-bytes=%llu (try --snapshot-scope reachable)\n", ks.name.c_str(), index,
+                   (unsigned long long)settings().max_snapshot_bytes);
+      return;
+    }
+    stop_recording(error);
+    return;
+  }
+  p->prologue_seconds = seconds_since(t0);
+
+  // Metadata known before the launch.
+  char arch[16], dname[256] = "";
+  int major = 0, minor = 0;
+  d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  std::snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+  d.cuDeviceGetName(dname, sizeof dname, device);
+  std::vector<std::string> offsets, sizes;
+  std::ostringstream os;
+  os << "{\"format\": \"mneme-spool-entry/1\", \"seq\": " << seq << ", \"pid\": " << getpid()
+     << ", \"rank\": " << json_string(settings().rank) << ", \"kernel\": " << json_string(ks.name)
+     << ", \"demangled\": " << json_string(demangle(ks.name)) << ", \"api\": " << json_string(l.api)
+     << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
+     << ", \"device\": " << device << ", \"device_name\": " << json_string(dname) << ", \"arch\": \"" << arch << "\""
+     << ", \"grid\": " << dims_json(l.grid) << ", \"block\": " << dims_json(l.block)
+     << ", \"shared_mem\": " << l.shared_mem << ", \"module_id\": " << (mod ? long(mod->id) : -1)
+     << ", \"param_offsets\": [";
+  for (size_t i = 0; i < info.params.size(); ++i) os << (i ? ", " : "") << info.params[i].first;
+  os << "], \"param_sizes\": [";
+  for (size_t i = 0; i < info.params.size(); ++i) os << (i ? ", " : "") << info.params[i].second;
+  os << "], \"param_buffer_size\": " << args.size() << ", \"args\": \"" << hex(args.data(), args.size()) << "\"";
+  os << ", \"attributes\": " << "[";
+  for (size_t i = 0; i < l.attributes.size(); ++i) os << (i ? ", " : "") << l.attributes[i];
+  os << "], \"allocations\": [";
+  for (size_t i = 0; i < allocations.size(); ++i)
+    os << (i ? ", " : "") << "{\"base\": " << allocations[i].base << ", \"size\": " << allocations[i].size
+       << ", \"in_window\": " << (allocations[i].in_window ? "true" : "false") << "}";
+  os << "], \"windows\": [";
+  auto windows = MemoryWindow::instance().windows();
+  bool first = true;
+  for (const auto& w : windows) {
+    if (w.device != device) continue;
+    os << (first ? "" : ", ") << "{\"device\": " << w.device << ", \"base\": " << w.base << ", \"size\": " << w.size
+       << ", \"reserved\": " << (w.reserved ? "true" : "false") << "}";
+    first = false;
+  }
+  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\"";
+  p->launch_json_head = os.str();
+  t_pending = std::move(p);
+}
+
+// Called at API exit of the same launch: wait for it, capture the epilogue, commit.
+void after_launch(CUresult launch_result) {
+  std::unique_ptr<Pending> p = std::move(t_pending);
+  if (!p) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (launch_result != CUDA_SUCCESS) {
+    remove_tree(p->tmp_dir);
+    return;  // the application sees the launch error itself
+  }
+  CUresult r = driver().cuCtxSynchronize();
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "mneme record: warning: %s failed while recording (%s); this launch is not recorded\n",
+                 p->kernel->name.c_str(), error_string(r));
+    remove_tree(p->tmp_dir);
+    return;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  uint64_t epilogue_bytes = 0;
+  std::string error;
+  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue.bin", p->regions, {}, 0, &epilogue_bytes, &error)) {
+    remove_tree(p->tmp_dir);
+    stop_recording(error);
+    return;
+  }
+  double epilogue_seconds = seconds_since(t0);
+  std::ostringstream os;
+  os << p->launch_json_head << ", \"regions\": " << regions_json(p->regions)
+     << ", \"prologue_bytes\": " << p->prologue_bytes << ", \"epilogue_bytes\": " << epilogue_bytes
+     << ", \"prologue_seconds\": " << p->prologue_seconds << ", \"epilogue_seconds\": " << epilogue_seconds
+     << ", \"warnings\": " << strings_json(p->warnings) << "}\n";
+  std::string body = os.str();
+  if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {
+    remove_tree(p->tmp_dir);
+    stop_recording(error);
+    return;
+  }
+  if (rename(p->tmp_dir.c_str(), p->final_dir.c_str()) != 0) {
+    remove_tree(p->tmp_dir);
+    stop_recording("cannot commit " + p->final_dir + ": " + std::strerror(errno));
+    return;
+  }
+  for (const auto& w : p->warnings)
+    std::fprintf(stderr, "mneme record: warning: %s: %s\n", p->kernel->name.c_str(), w.c_str());
+  g_committed.emplace_back(p->final_dir, p->prologue_bytes + epilogue_bytes);
+  p->kernel->recorded++;
+  p->kernel->seen.insert(p->identity);
+  g_recorded++;
+}
+
+void on_module_loaded(const CUpti_ResourceData* rd) {
+  auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
+  if (!md || !md->pCubin || !md->cubinSize || g_disabled) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  CubinSymbols syms = read_cubin_symbols(md->pCubin, md->cubinSize);
+  ModuleInfo info;
+  info.id = md->moduleId;
+  info.kernels.insert(syms.kernels.begin(), syms.kernels.end());
+  info.globals = syms.globals;
+  g_modules.push_back(info);
+  if (!g_modules_written.insert(md->moduleId).second) return;
+  std::string base = spool("modules/" + std::to_string(md->moduleId));
+  std::string error;
+  if (!make_dirs(spool("modules"))) return stop_recording("cannot create " + spool("modules"));
+  if (!write_file_atomic(base + ".cubin", md->pCubin, md->cubinSize, &error)) return stop_recording(error);
+  const char* source_kind = "";
+  const void* source = nullptr;
+  size_t source_size = t_loading_image ? image_size(t_loading_image, &source_kind, &source) : 0;
+  if (source_size && !write_file_atomic(base + ".src", source, source_size, &error)) return stop_recording(error);
+  std::ostringstream os;
+  os << "{\"module_id\": " << md->moduleId << ", \"cubin_size\": " << md->cubinSize
+     << ", \"source_kind\": " << json_string(source_size ? source_kind : "") << ", \"source_size\": " << source_size
+     << ", \"kernels\": " << strings_json(syms.kernels) << ", \"globals\": " << strings_json(syms.globals) << "}\n";
+  std::string body = os.str();
+  if (!write_file_atomic(base + ".json", body.data(), body.size(), &error)) stop_recording(error);
+}
+
+Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  Launch l;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz: {
+      // cuLaunchCooperativeKernel's parameters are cuLaunchKernel's minus `extra`.
+      auto* a = static_cast<const cuLaunchKernel_params*>(cb->functionParams);
+      bool coop = cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel ||
+                  cbid == CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz;
+      l.api = coop ? "cuLaunchCooperativeKernel" : "cuLaunchKernel";
+      l.f = a->f;
+      l.grid[0] = a->gridDimX, l.grid[1] = a->gridDimY, l.grid[2] = a->gridDimZ;
+      l.block[0] = a->blockDimX, l.block[1] = a->blockDimY, l.block[2] = a->blockDimZ;
+      l.shared_mem = a->sharedMemBytes;
+      l.stream = a->hStream;
+      l.kernel_params = a->kernelParams;
+      l.extra = coop ? nullptr : a->extra;
+      if (coop) l.attributes.push_back("{\"id\": " + std::to_string(CU_LAUNCH_ATTRIBUTE_COOPERATIVE) + ", \"name\": \"cooperative\", \"value\": [1]}");
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz: {
+      auto* a = static_cast<const cuLaunchKernelEx_params*>(cb->functionParams);
+      l.api = "cuLaunchKernelEx";
+      l.f = a->f;
+      const CUlaunchConfig* c = a->config;
+      l.grid[0] = c->gridDimX, l.grid[1] = c->gridDimY, l.grid[2] = c->gridDimZ;
+      l.block[0] = c->blockDimX, l.block[1] = c->blockDimY, l.block[2] = c->blockDimZ;
+      l.shared_mem = c->sharedMemBytes;
+      l.stream = c->hStream;
+      l.kernel_params = a->kernelParams;
+      l.extra = a->extra;
+      for (unsigned i = 0; i < c->numAttrs; ++i) {
+        const CUlaunchAttribute& at = c->attrs[i];
+        std::string v;
+        if (at.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+          v = "\"name\": \"cluster_dim\", \"value\": [" + std::to_string(at.value.clusterDim.x) + ", " +
+              std::to_string(at.value.clusterDim.y) + ", " + std::to_string(at.value.clusterDim.z) + "]";
+        else
+          v = "\"name\": \"raw\", \"value_hex\": \"" + hex(&at.value, sizeof at.value) + "\"";
+        l.attributes.push_back("{\"id\": " + std::to_string(int(at.id)) + ", " + v + "}");
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  return l;
+}
+
+thread_local bool t_inside = false;  // our own driver calls re-enter the callback
+
+}  // namespace
+
+void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
+  if (t_inside) return;
+  t_inside = true;
+  if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) on_module_loaded(static_cast<const CUpti_ResourceData*>(cbdata));
+    t_inside = false;
+    return;
+  }
+  auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
+  bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary:
+      // Both param structs start with (CUmodule*, const void* image).
+      t_loading_image = enter ? static_cast<const cuModuleLoadData_params*>(cb->functionParams)->image : nullptr;
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
+      t_loading_image = enter ? static_cast<const cuLibraryLoadData_params*>(cb->functionParams)->code : nullptr;
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      if (enter) note_graph_launch();
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
+      if (!enter && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        note_texture_object(cbid == CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate ? 1 : -1);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy:
+      if (!enter && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        note_surface_object(cbid == CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate ? 1 : -1);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
+      if (!enter) note_managed_allocation();
+      break;
+    default: {
+      if (enter) {
+        Launch l = launch_of(cbid, cb);
+        if (l.f) before_launch(l, cb->symbolName);
+      } else if (t_pending) {
+        after_launch(static_cast<CUresult>(*static_cast<const CUresult*>(cb->functionReturnValue)));
+      }
+    }
+  }
+  t_inside = false;
+}
+
+void write_recorder_info(const char* cupti_path) {
+  const Settings& s = settings();
+  make_dirs(spool("entries"));
+  make_dirs(spool("modules"));
+  std::ostringstream os;
+  os << "{\"format\": \"mneme-spool/1\", \"pid\": " << getpid() << ", \"rank\": " << json_string(s.rank)
+     << ", \"va_base\": " << s.va_base << ", \"va_size\": " << s.va_size << ", \"cupti\": " << json_string(cupti_path)
+     << "}\n";
+  std::string body = os.str(), error;
+  if (!write_file_atomic(spool("recorder.json"), body.data(), body.size(), &error)) stop_recording(error);
+}
+
+void write_done_marker() {
+  std::ostringstream os;
+  os << "{\"launches_seen\": " << g_launches_seen.load() << ", \"recorded\": " << g_recorded.load()
+     << ", \"graph_launches\": " << graph_launches() << ", \"error\": " << json_string(g_error) << "}\n";
+  std::string body = os.str(), error;
+  write_file_atomic(spool("done.json"), body.data(), body.size(), &error);
+}
+
+}  // namespace mneme::rec

@@ -1,0 +1,13 @@
+// Observes module loads and kernel launches through CUPTI callbacks and, for
+// each launch the selection admits, writes a spool entry: prologue snapshot,
+// launch, epilogue snapshot, launch metadata (record_agent/README.md).
+#pragma once
+#include <cupti.h>
+
+namespace mneme::rec {
+
+void CUPTIAPI on_callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata);
+void write_recorder_info(const char* cupti_path);
+void write_done_marker();
+
+}  // namespace mneme::rec

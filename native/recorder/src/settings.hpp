@@ -1,0 +1,34 @@
+// Settings the record agent passes to the recorder through MNEME_* environment
+// variables (documented in record_agent/README.md). Read once, at load time.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mneme::rec {
+
+struct InstanceSlice {
+  long start = 0, stop = -1, step = 1;  // stop < 0: open-ended
+};
+
+struct Settings {
+  bool active = false;            // MNEME_SPOOL_DIR set: record; otherwise pass through
+  std::string spool_dir;
+  uint64_t va_base = 0x7f0000000000ull;
+  uint64_t va_size = 4ull << 30;  // per device
+  std::vector<std::string> kernel_regexes;   // MNEME_KERNEL_REGEX, newline-separated
+  long skip = 0;                  // MNEME_SKIP: launches of each kernel skipped first
+  long max_instances = 4;         // MNEME_MAX: distinct instances recorded per kernel (<=0: no cap)
+  std::vector<InstanceSlice> instances;  // MNEME_INSTANCES: "start:stop:step,..."
+  bool reachable_scope = false;   // MNEME_SNAPSHOT_SCOPE=reachable
+  uint64_t max_snapshot_bytes = 0;  // 0: unlimited
+  uint64_t spool_max_bytes = 8ull << 30;
+  std::vector<int> devices;       // empty: all
+  bool record_duplicates = false;
+  std::string rank;               // only used in names/metadata
+  bool verbose = false;
+};
+
+const Settings& settings();
+
+}  // namespace mneme::rec

@@ -1,0 +1,51 @@
+// The recorder's side of the spool contract (record_agent/README.md): files
+// are written under a temporary name and renamed into place, so the agent
+// never sees half a file, and a crash leaves only `.tmp` leftovers it ignores.
+#pragma once
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace mneme::rec {
+
+// Minimal JSON text builder: the recorder writes only flat metadata.
+std::string json_string(const std::string& s);
+std::string hex(const void* data, size_t n);
+
+bool make_dirs(const std::string& path);
+// Writes `data` to `path` through `path.tmp` + fsync-less rename. On failure
+// returns false with `*error` naming the file and the OS reason.
+bool write_file_atomic(const std::string& path, const void* data, size_t n, std::string* error);
+void remove_tree(const std::string& path);
+uint64_t tree_bytes(const std::string& path);
+
+struct DeviceRegion {
+  uint64_t base = 0;
+  uint64_t size = 0;
+  std::string kind;   // "heap" | "global"
+  std::string name;
+};
+
+// Copies device regions into one file, region after region, through pinned
+// staging buffers: the device-to-host copy of one chunk overlaps the file
+// writes of the chunks before it (two writer threads, positional writes).
+class SnapshotWriter {
+ public:
+  SnapshotWriter();
+  ~SnapshotWriter();
+  // `scan` (may be empty) sees every chunk's host bytes before they are
+  // written, in region order; it may append regions to `regions`
+  // (reachable-scope discovery). Stops with an error past `byte_cap` (0: none).
+  bool write(const std::string& path, std::vector<DeviceRegion>& regions,
+             const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
+             uint64_t byte_cap, uint64_t* bytes_written, std::string* error);
+
+ private:
+  struct Impl;
+  Impl* impl_;
+};
+
+}  // namespace mneme::rec
