@@ -1,14 +1,40 @@
-"""`mneme tune`: tune a recorded kernel instance"""
+"""`mneme tune`: tune a recorded kernel instance; `mneme tune report DIR`: plot a run."""
 
 from __future__ import annotations
 
 import argparse
 
-from mneme.cli.command import Command, not_landed
+from mneme.cli.command import Command
+from mneme.errors import ConfigurationError
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    from tuner.cli_args import add_arguments
+
+    add_arguments(parser)
 
 
-COMMANDS = [Command("tune", "tune a recorded kernel instance", configure, not_landed("mneme tune", 6))]
+def run(args: argparse.Namespace) -> int:
+    given = {k: v for k, v in vars(args).items() if not k.startswith("_")}
+    action = given.pop("action", []) or []
+    if action:
+        if action[0] != "report" or len(action) != 2:
+            raise ConfigurationError(
+                f"unexpected arguments {' '.join(action)!r}; did you mean `mneme tune report DIR`?"
+            )
+        from tuner.report import write_report
+
+        summary = write_report(action[1])
+        for path in summary["written"]:
+            print(f"wrote {path}")
+        for note in summary["skipped"]:
+            print(f"skipped {note}")
+        return 0
+    from tuner.options import resolve_options
+    from tuner.run import run_tune
+
+    config_file = given.pop("config", None)
+    return run_tune(resolve_options(given, config_file))
+
+
+COMMANDS = [Command("tune", "tune a recorded kernel instance (or `tune report DIR`: plot a run)", configure, run)]

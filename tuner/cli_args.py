@@ -1,0 +1,104 @@
+"""The flags of ``mneme tune`` (the reference's names, plus mneme's few additions).
+
+Every flag defaults to "not given" (``argparse.SUPPRESS``) so that
+:func:`tuner.options.resolve_options` can tell a flag from a default and let
+the command line override ``--config`` only where the user said so.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
+from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
+from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
+
+S = argparse.SUPPRESS
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = "Plots of a finished run: mneme tune report DIR"
+    parser.add_argument("action", nargs="*", metavar="report DIR",
+                        help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning")
+    parser.add_argument("--config", metavar="FILE.yml", default=S,
+                        help="read settings from a YAML file; command-line flags override it")
+
+    g = parser.add_argument_group("recording")
+    g.add_argument("-rdb", "--record-database", "--record-db", dest="record_database", metavar="FILE.json",
+                   default=S, help="the recording database (<static-hash>.json)")
+    g.add_argument("-rid", "--record-id", dest="record_id", metavar="ID", default=S,
+                   help="the kernel instance (dynamic hash) to tune")
+
+    g = parser.add_argument_group("search space")
+    g.add_argument("--space-module", metavar="MODULE_OR_PATH:CLASS", default=S,
+                   help="a SearchSpace class, constructed with the recorded kernel instance")
+    g.add_argument("--space-arg", dest="space_args", action="append", metavar="KEY=VALUE", default=S,
+                   help="extra constructor argument of --space-module (repeatable; VALUE is JSON when it parses)")
+    g.add_argument("--space-preset", choices=PRESETS, default=S, help="built-in space scope (default: standard)")
+    g.add_argument("--launch-dim", choices=LAUNCH_DIMS, default=S,
+                   help="block axes to tune; auto = the axes with more than one thread (preset default)")
+    g.add_argument("--launch-safety", choices=LAUNCH_SAFETIES, default=S,
+                   help="threads per block: conservative <= recorded, balanced <= 2x, aggressive <= 1024")
+    g.add_argument("--adaptive-invalid-ban", dest="adaptive_invalid_ban", action="store_true", default=S,
+                   help="skip a block shape after it failed to launch (default)")
+    g.add_argument("--no-adaptive-invalid-ban", dest="adaptive_invalid_ban", action="store_false", default=S)
+    g.add_argument("--passes", nargs="+", metavar="PIPELINE", default=S, help="pass pipelines to try")
+    g.add_argument("--fixed-passes", metavar="PIPELINE", default=S, help="use this one pipeline")
+    g.add_argument("--pipeline-file", metavar="FILE", default=S, help="pipelines to try, one per line")
+    g.add_argument("--codegen-opt-range", nargs=2, type=int, metavar=("LOW", "HIGH"), default=S,
+                   help="codegen optimization levels to try (0..4)")
+    g.add_argument("--fixed-codegen-opt", type=int, metavar="N", default=S, help="use this codegen level")
+    for flag, what in (("--specialize-space", "argument specialization"),
+                       ("--specialize-dims-space", "launch-dimension specialization"),
+                       ("--launch-bounds-space", "launch bounds")):
+        g.add_argument(flag, choices=BOOL_MODES, default=S, help=f"{what}: fixed, on, off or on-off (both)")
+    g.add_argument("--max-threads-range", nargs=2, type=int, metavar=("LOW", "HIGH"), default=S,
+                   help="launch-bound max threads (with --max-threads-policy powers-of-two)")
+    g.add_argument("--max-threads-policy", choices=MAX_THREADS_POLICIES, default=S,
+                   help="how launch bounds pick max threads (default block-threads)")
+    g.add_argument("--min-blocks-per-sm-range", nargs=2, type=int, metavar=("LOW", "HIGH"), default=S,
+                   help="launch-bound min blocks per SM to try")
+    g.add_argument("--fixed-min-blocks-per-sm", type=int, metavar="N", default=S)
+
+    g = parser.add_argument_group("sampling and evaluation")
+    g.add_argument("--sampler", choices=SAMPLERS, default=S,
+                   help="exhaustive (default) or grid enumerate; random, tpe and nsga2 need --trials")
+    g.add_argument("--secondary-objective", choices=SECONDARY_OBJECTIVES, default=S,
+                   help="second objective of --sampler nsga2 (default registers)")
+    g.add_argument("--trials", type=int, metavar="N", default=S, help="configurations to evaluate (random, tpe)")
+    g.add_argument("--seed", type=int, default=S, help="sampler seed, for reproducible runs")
+    g.add_argument("--timeout", type=float, metavar="SECONDS", default=S,
+                   help="stop submitting new candidates after this long")
+    g.add_argument("--warmup", type=int, default=S, help="warm-up launches per replay (default 2)")
+    g.add_argument("--iterations", type=int, default=S, help="measured launches per replay (default 5)")
+    g.add_argument("--workers", type=int, default=S, help="concurrent replay workers (default 1)")
+    g.add_argument("--metric", choices=METRICS, default=S, help="statistic of the measured launches (default mean)")
+    g.add_argument("--objective", choices=OBJECTIVES, default=S,
+                   help="time: minimize the metric; speedup: maximize baseline / metric")
+    g.add_argument("--fail-fast", dest="fail_fast", action="store_true", default=S,
+                   help="stop at the first candidate that fails")
+    g.add_argument("--keep-going", dest="fail_fast", action="store_false", default=S,
+                   help="record failures and go on (default)")
+    g.add_argument("--servers", nargs="+", metavar="HOST:PORT", default=S,
+                   help="replay on these replay servers instead of local workers")
+
+    g = parser.add_argument_group("optuna")
+    g.add_argument("--study-name", default=S, help="Optuna study name (with --optuna-storage: continue it)")
+    g.add_argument("--optuna-storage", metavar="URL", default=S, help="Optuna storage, e.g. sqlite:///study.db")
+    g.add_argument("--pruner", choices=PRUNERS, default=S, help="Optuna pruner over per-launch values")
+
+    g = parser.add_argument_group("outputs and run modes")
+    g.add_argument("--results-dir", metavar="DIR", default=S,
+                   help="where results go (default: a timestamped directory under mneme-tune-results/)")
+    g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
+    g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
+    g.add_argument("--print-space", action="store_true", default=S, help="print the search space and exit")
+    g.add_argument("--dry-run", action="store_true", default=S,
+                   help="print the baseline and the search space, replay nothing")
+    g.add_argument("--baseline-only", action="store_true", default=S, help="replay only the baseline")
+    g.add_argument("--dump-config", metavar="PATH", default=S, help="write the resolved configuration and exit")
+    g.add_argument("--quiet", action="store_true", default=S, help="no progress output")
+    g.add_argument("--proteus-output", metavar="PATH", default=S,
+                   help="tuned-kernels export (default: proteus_tuned_kernels.json in the results directory)")
+    g.add_argument("--no-proteus-output", dest="proteus_output", action="store_const", const=False, default=S,
+                   help="do not write the tuned-kernels export")

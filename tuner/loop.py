@@ -1,0 +1,257 @@
+"""The tuning loop: ask the strategy, replay through the executor, record, tell.
+
+Up to ``in_flight`` candidates are replaying at once; each result is scored
+(:mod:`tuner.objective`), appended to ``trials.jsonl`` and told to the
+strategy as soon as it arrives. A failed candidate is recorded with its
+reason and the run goes on (unless ``fail_fast``). The executor is anything
+with ``submit(config) -> Future[ExperimentResult]``, ``evaluate(config)`` and
+``shutdown()``: :class:`mneme.async_executor.AsyncReplayExecutor` in real
+runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from mneme.mneme_types import (
+    STATUS_INVALID_CONFIG,
+    STATUS_INVALID_LAUNCH,
+    STATUS_VERIFIED,
+    ExperimentConfiguration,
+    ExperimentResult,
+)
+from mneme.tuning.sample_strategy import SamplingStrategy
+from mneme.tuning.search_space import Candidate
+from tuner.errors import TuningError
+from tuner.objective import Objective, Outcome
+from tuner.progress import Reporter, format_ns
+from tuner.results_dir import ResultsDirectory
+
+# Executor calls that raise (rather than return a failed result) this many times in a
+# row mean the executor itself is broken (servers gone): stop instead of burning the space.
+MAX_CONSECUTIVE_EXECUTOR_ERRORS = 5
+
+
+class Executor(Protocol):
+    """What the tuner needs of an executor."""
+
+    def submit(self, config: ExperimentConfiguration) -> cf.Future: ...
+
+    def evaluate(self, config: ExperimentConfiguration) -> ExperimentResult: ...
+
+    def shutdown(self) -> None: ...
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass
+class LoopState:
+    """What the loop has seen, earlier runs (``--resume``) included."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    done_hashes: set[str] = field(default_factory=set)
+    banned_blocks: dict[tuple[int, int, int], int] = field(default_factory=dict)  # block -> trial that failed
+    evaluated_now: int = 0
+    resumed_skipped: int = 0
+    banned_skipped: int = 0
+    executor_errors: int = 0
+    stopped: str = ""
+    best: dict[str, Any] | None = None
+
+    def counts(self) -> Counter:
+        return Counter(r["status"] for r in self.records)
+
+
+class TuningLoop:
+    """One run of candidates through the executor."""
+
+    def __init__(
+        self,
+        *,
+        strategy: SamplingStrategy,
+        executor: Executor,
+        results: ResultsDirectory,
+        objective: Objective,
+        reporter: Reporter,
+        log: logging.Logger,
+        state: LoopState,
+        budget: int | None = None,
+        timeout: float | None = None,
+        in_flight: int = 1,
+        fail_fast: bool = False,
+        adaptive_invalid_ban: bool = True,
+    ) -> None:
+        self.strategy = strategy
+        self.executor = executor
+        self.results = results
+        self.objective = objective
+        self.reporter = reporter
+        self.log = log
+        self.state = state
+        self.budget = budget
+        self.timeout = timeout
+        self.in_flight = max(1, in_flight)
+        self.fail_fast = fail_fast
+        self.adaptive_invalid_ban = adaptive_invalid_ban
+        self._consecutive_executor_errors = 0
+        for record in state.records:
+            self._update_best(record)
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self) -> LoopState:
+        """Run until the space, the budget or the time is used up; Ctrl-C propagates after cleanup."""
+        start = time.monotonic()
+        pending: dict[cf.Future, tuple[Candidate, float]] = {}
+        try:
+            while True:
+                while not self.state.stopped and len(pending) < self.in_flight:
+                    if self.timeout is not None and time.monotonic() - start >= self.timeout:
+                        self.state.stopped = "timeout"
+                    elif self.budget is not None and self.state.evaluated_now + len(pending) >= self.budget:
+                        self.state.stopped = "budget"
+                    else:
+                        candidate = self.strategy.ask()
+                        if candidate is None:  # nothing new until a pending result is told
+                            break
+                        self._dispatch(candidate, pending)
+                if not pending:
+                    break
+                finished, _ = cf.wait(list(pending), timeout=1.0, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    candidate, started = pending.pop(future)
+                    self._finish(candidate, self._result_of(future), time.monotonic() - started)
+        except KeyboardInterrupt:
+            for future in pending:
+                future.cancel()
+            self.state.stopped = "interrupted"
+            raise
+        if not self.state.stopped:
+            self.state.stopped = "exhausted"
+        return self.state
+
+    def _dispatch(self, candidate: Candidate, pending: dict) -> None:
+        """Submit a candidate, or settle it at once when no replay is needed."""
+        key = candidate.hash
+        config = candidate.configuration
+        if key in self.state.done_hashes:
+            self.state.resumed_skipped += 1
+            prior = next((r for r in self.state.records if r.get("hash") == key), None)
+            values = prior.get("objective_values") if prior else None
+            self.strategy.tell(candidate, values)
+            return
+        banned_by = self.state.banned_blocks.get(config.block.as_tuple())
+        if banned_by is not None:
+            self.state.banned_skipped += 1
+            self.log.info("skip %s: block %s was banned after the invalid launch of trial %d",
+                          key, config.block.as_tuple(), banned_by)
+            self.strategy.tell(candidate, None)
+            return
+        errors = config.validation_errors()
+        if errors:
+            result = ExperimentResult.failure(STATUS_INVALID_CONFIG, "; ".join(errors))
+            self._finish(candidate, result, 0.0)
+            return
+        try:
+            future = self.executor.submit(config)
+        except Exception as exc:  # noqa: BLE001 - the executor refused: count it, keep going
+            self._executor_failed(candidate, exc)
+            return
+        pending[future] = (candidate, time.monotonic())
+
+    def _result_of(self, future: cf.Future) -> ExperimentResult | Exception:
+        try:
+            result = future.result()
+        except Exception as exc:  # noqa: BLE001 - an executor bug or lost server, not the candidate's fault
+            return exc
+        if not isinstance(result, ExperimentResult):
+            return TypeError(f"the executor returned {type(result).__name__}, not an ExperimentResult")
+        return result
+
+    def _executor_failed(self, candidate: Candidate, exc: Exception) -> None:
+        """The executor raised instead of returning a result: log, count, give up after a streak.
+
+        Not written to ``trials.jsonl``: the candidate was never evaluated, so
+        ``--resume`` tries it again.
+        """
+        self.state.executor_errors += 1
+        self._consecutive_executor_errors += 1
+        self.strategy.tell(candidate, None)
+        self.log.error("executor error on %s: %s: %s", candidate.hash, type(exc).__name__, exc)
+        self.reporter.message(f"executor error: {type(exc).__name__}: {exc}")
+        if self._consecutive_executor_errors >= MAX_CONSECUTIVE_EXECUTOR_ERRORS:
+            self.state.stopped = "executor-failed"
+            raise TuningError(
+                f"the replay executor failed {self._consecutive_executor_errors} times in a row "
+                f"(last: {type(exc).__name__}: {exc}); check the replay servers (--servers) or the GPU, "
+                f"then continue with --resume --results-dir {self.results.path}"
+            )
+
+    def _finish(self, candidate: Candidate, result: ExperimentResult | Exception, elapsed: float) -> None:
+        if isinstance(result, Exception):
+            self._executor_failed(candidate, result)
+            return
+        self._consecutive_executor_errors = 0
+        outcome = self.objective.evaluate(result)
+        pruned = self.strategy.tell(candidate, outcome.values, outcome.running)
+        record = self._record(candidate, result, outcome, pruned, elapsed)
+        self.results.append_trial(record)
+        self.state.records.append(record)
+        self.state.done_hashes.add(record["hash"])
+        self.state.evaluated_now += 1
+        self._update_best(record)
+        self.log.info("trial %d %s %s metric=%s speedup=%s %s", record["trial"], record["status"],
+                      record["params"], record["metric"], record["speedup"], record["error"])
+        self.reporter.trial(record, self.best_text())
+        if outcome.status == STATUS_INVALID_LAUNCH and self.adaptive_invalid_ban:
+            block = candidate.configuration.block.as_tuple()
+            self.state.banned_blocks.setdefault(block, record["trial"])
+            self.log.info("ban block %s after the invalid launch of trial %d", block, record["trial"])
+        if outcome.status != STATUS_VERIFIED and self.fail_fast:
+            self.state.stopped = "fail-fast"
+            self.reporter.message(
+                f"--fail-fast: trial {record['trial']} ended with {outcome.status}: {outcome.reason}"
+            )
+
+    def _record(self, candidate: Candidate, result: ExperimentResult, outcome: Outcome,
+                pruned: bool, elapsed: float) -> dict[str, Any]:
+        return {
+            "trial": len(self.state.records),
+            "sampler_trial": candidate.number,
+            "status": outcome.status,
+            "verified": outcome.status == STATUS_VERIFIED,
+            "params": candidate.params,
+            "configuration": candidate.configuration.to_dict(),
+            "hash": candidate.hash,
+            "metric": outcome.metric,
+            "speedup": outcome.speedup,
+            "objective_values": list(outcome.values) if outcome.values is not None else None,
+            "pruned": pruned,
+            "error": outcome.reason,
+            "result": result.to_dict(),
+            "elapsed_s": round(elapsed, 6),
+            "timestamp": now_iso(),
+        }
+
+    # -- best ------------------------------------------------------------------
+    def _update_best(self, record: dict[str, Any]) -> None:
+        if record.get("status") != STATUS_VERIFIED or record.get("metric") is None:
+            return
+        best = self.state.best
+        if best is None or record["metric"] < best["metric"]:
+            self.state.best = record
+
+    def best_text(self) -> str:
+        best = self.state.best
+        if best is None:
+            return "-"
+        speed = f" (x{best['speedup']:.3f})" if best.get("speedup") else ""
+        return f"{format_ns(best['metric'])}{speed}"
+

@@ -1,0 +1,292 @@
+"""The resolved settings of one ``mneme tune`` run.
+
+Settings come from three layers, later ones winning: the defaults here, a
+YAML file (``--config FILE.yml``, keys are the long flag names with
+underscores), and the command line. :func:`resolve_options` merges and
+validates them; ``config.json`` and ``--dump-config`` write the result, which
+``--config`` reads back unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from mneme.errors import ConfigurationError
+from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
+from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
+
+SAMPLERS = ("exhaustive", "grid", "random", "tpe", "nsga2")
+BUDGETED_SAMPLERS = ("random", "tpe", "nsga2")
+METRICS = ("mean", "median", "min", "max")
+OBJECTIVES = ("time", "speedup")
+SECONDARY_OBJECTIVES = ("registers", "binary-size")
+PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
+PROTEUS_FILE = "proteus_tuned_kernels.json"
+
+# Built-in-space settings: meaningless with --space-module.
+BUILTIN_KEYS = (
+    "space_preset", "launch_dim", "launch_safety", "passes", "fixed_passes", "pipeline_file",
+    "codegen_opt_range", "fixed_codegen_opt", "specialize_space", "specialize_dims_space",
+    "launch_bounds_space", "max_threads_range", "max_threads_policy", "min_blocks_per_sm_range",
+    "fixed_min_blocks_per_sm",
+)
+
+
+@dataclass
+class TuneOptions:
+    """Every setting of a tuning run; field names are the YAML keys."""
+
+    record_database: str | None = None
+    record_id: str | None = None
+    # search space
+    space_module: str | None = None
+    space_args: dict[str, Any] = field(default_factory=dict)
+    space_preset: str = "standard"
+    launch_dim: str | None = None
+    launch_safety: str | None = None
+    adaptive_invalid_ban: bool = True
+    passes: list[str] | None = None
+    fixed_passes: str | None = None
+    pipeline_file: str | None = None
+    codegen_opt_range: list[int] | None = None
+    fixed_codegen_opt: int | None = None
+    specialize_space: str | None = None
+    specialize_dims_space: str | None = None
+    launch_bounds_space: str | None = None
+    max_threads_range: list[int] | None = None
+    max_threads_policy: str | None = None
+    min_blocks_per_sm_range: list[int] | None = None
+    fixed_min_blocks_per_sm: int | None = None
+    # sampling and evaluation
+    sampler: str = "exhaustive"
+    secondary_objective: str = "registers"
+    trials: int | None = None
+    seed: int | None = None
+    timeout: float | None = None
+    warmup: int = 2
+    iterations: int = 5
+    workers: int = 1
+    metric: str = "mean"
+    objective: str = "time"
+    fail_fast: bool = False
+    servers: list[str] | None = None
+    # optuna
+    study_name: str | None = None
+    optuna_storage: str | None = None
+    pruner: str = "none"
+    # outputs and run modes
+    results_dir: str | None = None
+    resume: bool = False
+    rerun_baseline: bool = False
+    print_space: bool = False
+    dry_run: bool = False
+    baseline_only: bool = False
+    dump_config: str | None = None
+    quiet: bool = False
+    proteus_output: str | bool | None = None  # None: <results>/proteus_tuned_kernels.json; False: off
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        first = "minimize" if self.objective == "time" else "maximize"
+        return (first, "minimize") if self.sampler == "nsga2" else (first,)
+
+    def proteus_path(self, results_dir: Path) -> Path | None:
+        if self.proteus_output is False:
+            return None
+        if self.proteus_output in (None, True):
+            return results_dir / PROTEUS_FILE
+        return Path(str(self.proteus_output))
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a ``--config`` file (YAML; JSON is YAML too) into a dict of known keys."""
+    import yaml
+
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read --config {p}: {exc.strerror}; check the path") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigurationError(f"--config {p} is not valid YAML: {exc}") from None
+    if not isinstance(data, Mapping):
+        raise ConfigurationError(f"--config {p} must hold a mapping of settings, e.g. 'sampler: tpe'")
+    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise ConfigurationError(
+            f"--config {p}: unknown settings {unknown}; valid keys are the long flag names with "
+            f"underscores: {', '.join(sorted(FIELDS))}"
+        )
+    return data
+
+
+def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None) -> TuneOptions:
+    """Defaults, then the config file, then the command line; normalized and validated."""
+    merged: dict[str, Any] = {}
+    if config_file:
+        merged.update(load_config_file(config_file))
+    merged.update({k: v for k, v in cli.items() if k in FIELDS})
+    options = TuneOptions(**{k: _normalize(k, v) for k, v in merged.items()})
+    validate(options, explicit=set(merged))
+    return options
+
+
+_RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:\.\.|:|-|,)\s*(-?\d+)\s*$")
+
+
+def parse_int_range(value: Any, flag: str) -> list[int]:
+    """``[LOW, HIGH]`` from a pair, an int, or a string ``LOW..HIGH`` (also ``:`` ``-`` ``,``)."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{flag}: expected LOW HIGH, got {value!r}")
+    if isinstance(value, int):
+        return [value, value]
+    if isinstance(value, str):
+        m = _RANGE_RE.match(value)
+        if m:
+            value = [int(m.group(1)), int(m.group(2))]
+        elif value.strip().lstrip("-").isdigit():
+            return [int(value), int(value)]
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        low, high = value
+        if low > high:
+            raise ConfigurationError(f"{flag} {low} {high}: LOW is above HIGH")
+        return [low, high]
+    raise ConfigurationError(f"{flag}: expected two integers LOW HIGH (or 'LOW..HIGH'), got {value!r}")
+
+
+def parse_space_args(items: Any) -> dict[str, Any]:
+    """``--space-arg KEY=VALUE`` items (or a YAML mapping) as a dict; values JSON-decoded when they parse."""
+    if items is None:
+        return {}
+    if isinstance(items, Mapping):
+        return dict(items)
+    out: dict[str, Any] = {}
+    for item in items:
+        if not isinstance(item, str) or "=" not in item:
+            raise ConfigurationError(f"--space-arg {item!r}: expected KEY=VALUE, e.g. --space-arg tile=32")
+        key, raw = item.split("=", 1)
+        if not key.isidentifier():
+            raise ConfigurationError(f"--space-arg {item!r}: {key!r} is not a valid argument name")
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _normalize(key: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if key in ("codegen_opt_range", "max_threads_range", "min_blocks_per_sm_range"):
+        return parse_int_range(value, "--" + key.replace("_", "-"))
+    if key == "space_args":
+        return parse_space_args(value)
+    if key == "passes":
+        if isinstance(value, str):
+            return [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ConfigurationError(f"passes must be a list of pipelines, got {value!r}")
+        return list(value)
+    if key == "servers":
+        if isinstance(value, str):
+            value = [s for s in value.split(",") if s]
+        return [str(s) for s in value]
+    if key in ("record_id", "record_database", "space_module", "results_dir", "pipeline_file",
+               "fixed_passes", "study_name", "optuna_storage", "dump_config"):
+        return str(value)
+    if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
+               "fixed_min_blocks_per_sm"):
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise ConfigurationError(f"{key} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except ValueError:
+            raise ConfigurationError(f"{key} must be an integer, got {value!r}") from None
+    if key == "timeout":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"timeout must be a number of seconds, got {value!r}") from None
+    if FIELDS[key].type in ("bool",) and not isinstance(value, bool):
+        raise ConfigurationError(f"{key} must be true or false, got {value!r}")
+    return value
+
+
+def _choice(value: Any, choices: tuple[str, ...], flag: str) -> None:
+    if value is not None and value not in choices:
+        raise ConfigurationError(f"{flag} {value!r}: choose one of {', '.join(choices)}")
+
+
+def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
+    """Refuse contradictory or out-of-range settings with a message that says what to change."""
+    _choice(o.sampler, SAMPLERS, "--sampler")
+    _choice(o.metric, METRICS, "--metric")
+    _choice(o.objective, OBJECTIVES, "--objective")
+    _choice(o.secondary_objective, SECONDARY_OBJECTIVES, "--secondary-objective")
+    _choice(o.pruner, PRUNERS, "--pruner")
+    _choice(o.space_preset, PRESETS, "--space-preset")
+    _choice(o.launch_dim, LAUNCH_DIMS, "--launch-dim")
+    _choice(o.launch_safety, LAUNCH_SAFETIES, "--launch-safety")
+    _choice(o.max_threads_policy, MAX_THREADS_POLICIES, "--max-threads-policy")
+    for key in ("specialize_space", "specialize_dims_space", "launch_bounds_space"):
+        _choice(getattr(o, key), BOOL_MODES, "--" + key.replace("_", "-"))
+    if o.sampler in BUDGETED_SAMPLERS and o.trials is None:
+        raise ConfigurationError(f"--sampler {o.sampler} needs --trials N (how many configurations to evaluate)")
+    if o.sampler not in BUDGETED_SAMPLERS and o.trials is not None:
+        raise ConfigurationError(
+            f"--sampler {o.sampler} enumerates the whole space and takes no --trials; "
+            "drop --trials, or use --sampler random or tpe"
+        )
+    if "secondary_objective" in explicit and o.sampler != "nsga2":
+        raise ConfigurationError("--secondary-objective is for the multi-objective --sampler nsga2")
+    for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1)):
+        value = getattr(o, key)
+        if value is not None and value < low:
+            raise ConfigurationError(f"--{key} must be at least {low}, got {value}")
+    if o.timeout is not None and o.timeout <= 0:
+        raise ConfigurationError(f"--timeout must be a positive number of seconds, got {o.timeout}")
+    exclusive = (("passes", "fixed_passes", "pipeline_file"), ("codegen_opt_range", "fixed_codegen_opt"),
+                 ("min_blocks_per_sm_range", "fixed_min_blocks_per_sm"))
+    for group in exclusive:
+        given = [k for k in group if getattr(o, k) is not None]
+        if len(given) > 1:
+            flags = " and ".join("--" + k.replace("_", "-") for k in given)
+            raise ConfigurationError(f"{flags} contradict each other; give one of them")
+    if o.space_module:
+        builtin_given = [k for k in BUILTIN_KEYS if k in explicit and getattr(o, k) is not None]
+        if builtin_given:
+            flags = ", ".join("--" + k.replace("_", "-") for k in builtin_given)
+            raise ConfigurationError(
+                f"{flags} configure the built-in space, which --space-module replaces; drop one or the other"
+            )
+    elif o.space_args:
+        raise ConfigurationError("--space-arg passes arguments to a --space-module class; give --space-module too")
+    if o.resume and not o.results_dir:
+        raise ConfigurationError("--resume continues an earlier run: give its --results-dir DIR")
+    if o.rerun_baseline and not o.resume:
+        raise ConfigurationError("--rerun-baseline only makes sense with --resume")
+    if o.optuna_storage and o.sampler in ("exhaustive",):
+        raise ConfigurationError("--optuna-storage needs an Optuna sampler (random, tpe, grid, nsga2)")
+    if not o.dump_config:
+        for key in ("record_database", "record_id"):
+            if not getattr(o, key):
+                raise ConfigurationError(
+                    f"--{key.replace('_', '-')} is required (the recording database JSON and the instance id "
+                    "to tune; `mneme ls` lists them)"
+                )

@@ -1,0 +1,58 @@
+"""Find the recorded kernel instance a run tunes, and the identity it is exported under."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mneme.errors import ArtifactError, ConfigurationError, MnemeError, NotAvailableError
+
+
+@dataclass(frozen=True)
+class KernelIdentity:
+    """What names a tuned kernel in the export: its symbol, static hash and instance."""
+
+    name: str
+    static_hash: str
+    record_id: str
+
+
+def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
+    for name in names:
+        value = getattr(obj, name, None)
+        if value not in (None, ""):
+            return value
+    return None
+
+
+def load_instance(record_database: str, record_id: str) -> tuple[Any, KernelIdentity]:
+    """The ``KernelInstance`` of ``record_id`` in the database, and its identity."""
+    try:
+        from mneme.recorded_execution import RecordedExecution
+    except ImportError as exc:
+        raise NotAvailableError(
+            f"mneme.recorded_execution is not available in this installation ({exc}); reinstall mneme"
+        ) from exc
+    if "://" not in record_database and not Path(record_database).exists():
+        raise ConfigurationError(
+            f"--record-database {record_database}: no such file; give the <static-hash>.json a recording wrote"
+        )
+    try:
+        recording = RecordedExecution.from_json(record_database)
+    except MnemeError:
+        raise
+    except Exception as exc:  # a reader bug or an unexpected format: name the file
+        raise ArtifactError(f"cannot read the recording database {record_database}: {exc}") from exc
+    try:
+        kernel = recording[record_id]
+    except (KeyError, IndexError):
+        raise ConfigurationError(
+            f"--record-id {record_id}: no such instance in {record_database}; the ids are the keys of its "
+            "'instances' map"
+        ) from None
+    name = _first_attr(kernel, ("kernel_name", "name", "function_name")) or _first_attr(
+        recording, ("kernel_name", "name", "function_name")) or "unknown"
+    static = _first_attr(recording, ("static_hash",)) or _first_attr(kernel, ("static_hash",)) \
+        or Path(record_database).stem
+    return kernel, KernelIdentity(str(name), str(static), str(record_id))

@@ -1,0 +1,245 @@
+"""One ``mneme tune`` run, from resolved options to a complete results directory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, TextIO
+
+from mneme import __version__
+from mneme.errors import ConfigurationError, NotAvailableError
+from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
+from mneme.tuning.sample_strategy import make_strategy
+from mneme.tuning.search_space import SearchSpace, describe_space, space_size
+from tuner.errors import TuningError
+from tuner.export import write_export
+from tuner.loop import Executor, LoopState, TuningLoop, now_iso
+from tuner.objective import Objective, effective_status, metric_value
+from tuner.options import TuneOptions
+from tuner.progress import Reporter, format_ns, make_reporter
+from tuner.recording import KernelIdentity, load_instance
+from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
+from tuner.space_factory import build_space
+from tuner.summary import best_document, summary_document
+
+ExecutorFactory = Callable[[TuneOptions, Path], Executor]
+InstanceLoader = Callable[[str, str], "tuple[Any, KernelIdentity]"]
+
+
+def default_executor(options: TuneOptions, results_dir: Path) -> Executor:
+    """The real executor: local replay workers, or the replay servers of ``--servers``."""
+    try:
+        from mneme.async_executor import AsyncReplayExecutor
+    except ImportError as exc:
+        raise NotAvailableError(f"mneme.async_executor is not available ({exc}); reinstall mneme") from exc
+    return AsyncReplayExecutor(
+        record_db=options.record_database,
+        record_id=options.record_id,
+        iterations=options.iterations,
+        warmup=options.warmup,
+        results_db_dir=str(results_dir / "replays"),
+        num_workers=options.workers,
+        servers=options.servers,
+    )
+
+
+def dump_options(options: TuneOptions, path: str) -> None:
+    """``--dump-config PATH``: YAML for .yml/.yaml, JSON otherwise; ``--config`` reads either back."""
+    data = {k: v for k, v in options.to_dict().items() if k not in ("dump_config",)}
+    target = Path(path)
+    if target.suffix in (".yml", ".yaml"):
+        import yaml
+
+        text = yaml.safe_dump(data, sort_keys=False)
+    else:
+        text = dumps(data, indent=2) + "\n"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(text)
+
+
+def _print_json(data: Any, out: TextIO) -> None:
+    print(dumps(data, indent=2), file=out)
+
+
+def baseline_document(config: ExperimentConfiguration, result: ExperimentResult, metric: str) -> dict[str, Any]:
+    status = effective_status(result)
+    times = result.measured_times
+    return {
+        "configuration": config.to_dict(),
+        "hash": config.ground().hash(),
+        "status": status,
+        "verified": status == STATUS_VERIFIED,
+        "metric": metric_value(times, metric) if status == STATUS_VERIFIED and times else None,
+        "metric_name": metric,
+        "result": result.to_dict(),
+        "timestamp": now_iso(),
+    }
+
+
+class TuneRun:
+    """The pieces of one run, wired together."""
+
+    def __init__(self, options: TuneOptions, *, executor_factory: ExecutorFactory | None = None,
+                 instance_loader: InstanceLoader | None = None, out: TextIO | None = None,
+                 is_tty: bool | None = None) -> None:
+        self.options = options
+        self.executor_factory = executor_factory or default_executor
+        self.instance_loader = instance_loader or load_instance
+        self.out = out or sys.stdout
+        self.is_tty = is_tty
+        self.log = logging.getLogger(f"mneme.tune.{id(self)}")
+        self.log.propagate = False
+
+    # -- entry ---------------------------------------------------------------------------
+    def run(self) -> int:
+        o = self.options
+        if o.dump_config:
+            dump_options(o, o.dump_config)
+            print(f"wrote the resolved configuration to {o.dump_config}", file=self.out)
+            return 0
+        kernel, identity = self.instance_loader(o.record_database, o.record_id)
+        space = build_space(o, kernel)
+        baseline_config = space.baseline()
+        problems = baseline_config.validation_errors()
+        if problems:
+            raise ConfigurationError(f"the space's baseline() configuration is invalid: {'; '.join(problems)}")
+        description = describe_space(space)
+        if o.print_space:
+            _print_json(description, self.out)
+            return 0
+        if o.dry_run:
+            _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
+                         "sampler": o.sampler, "trials": o.trials}, self.out)
+            return 0
+        return self._tune(space, description, identity)
+
+    # -- a real run -----------------------------------------------------------------------
+    def _tune(self, space: SearchSpace, description: dict[str, Any], identity: KernelIdentity) -> int:
+        o = self.options
+        results = ResultsDirectory(o.results_dir or default_results_dir(o.record_id))
+        results.prepare(resume=o.resume)
+        previous = self._check_resumable(results, identity) if o.resume else []
+        handler = results.open_log(self.log)
+        reporter = make_reporter(o.quiet, self.out, self.is_tty)
+        config_doc = {**o.to_dict(), "results_dir": str(results.path), "kernel": vars(identity),
+                      "mneme_version": __version__, "written": now_iso()}
+        results.write_json("config.json", config_doc)
+        results.write_json("search_space.json", description)
+        self.log.info("tuning %s (%s) instance %s into %s", identity.name, identity.static_hash,
+                      identity.record_id, results.path)
+        state = LoopState(records=list(previous), done_hashes={r["hash"] for r in previous if r.get("hash")})
+        baseline: dict[str, Any] | None = None
+        started = time.monotonic()
+        executor = None
+        complete = False
+        try:
+            executor = self.executor_factory(o, results.path)
+            baseline = self._baseline(space, executor, results, reporter)
+            if o.baseline_only:
+                complete = True
+                state.stopped = "baseline-only"
+                return 0
+            objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
+                                  baseline["metric"])
+            strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
+                                     study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner)
+            if previous:
+                strategy.seed_history(previous)
+                reporter.message(f"resuming: {len(previous)} trials already in {results.path}")
+            budget = max(0, o.trials - len(previous)) if o.trials is not None else None
+            loop = TuningLoop(strategy=strategy, executor=executor, results=results, objective=objective,
+                              reporter=reporter, log=self.log, state=state, budget=budget, timeout=o.timeout,
+                              in_flight=o.workers if o.sampler in ("tpe", "nsga2") else 2 * o.workers,
+                              fail_fast=o.fail_fast, adaptive_invalid_ban=o.adaptive_invalid_ban)
+            total = o.trials if o.trials is not None else description.get("size")
+            reporter.start(total)
+            reporter.done = len(previous)
+            try:
+                loop.run()
+            finally:
+                reporter.finish()
+            complete = state.stopped in ("exhausted", "budget")
+            return self._conclude(state, baseline, results, identity, reporter)
+        except KeyboardInterrupt:
+            state.stopped = "interrupted"
+            self.log.warning("interrupted; continue with --resume --results-dir %s", results.path)
+            print(f"interrupted: {len(state.records)} trials are in {results.path}; continue with "
+                  f"--resume --results-dir {results.path}", file=sys.stderr)
+            raise
+        finally:
+            if executor is not None:
+                executor.shutdown()
+            results.close()
+            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
+            results.write_json("summary.json", summary_document(
+                state.records, baseline, state=state, options=o.to_dict(),
+                elapsed_s=time.monotonic() - started, space_size=description.get("size"), complete=complete))
+            self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
+            self.log.removeHandler(handler)
+            handler.close()
+
+    def _check_resumable(self, results: ResultsDirectory, identity: KernelIdentity) -> list[dict[str, Any]]:
+        earlier = results.read_json("config.json") or {}
+        if str(earlier.get("record_id")) != str(identity.record_id):
+            raise ConfigurationError(
+                f"--resume: {results.path} tuned instance {earlier.get('record_id')}, not {identity.record_id}; "
+                "give the matching --record-id or another --results-dir"
+            )
+        return results.load_trials()
+
+    def _baseline(self, space: SearchSpace, executor: Executor, results: ResultsDirectory,
+                  reporter: Reporter) -> dict[str, Any]:
+        o = self.options
+        config = space.baseline()
+        if o.resume and not o.rerun_baseline:
+            earlier = results.read_json("baseline.json")
+            if earlier and earlier.get("verified") and earlier.get("hash") == config.ground().hash() \
+                    and earlier.get("metric_name") == o.metric:
+                reporter.message(f"baseline (from the earlier run): {format_ns(earlier['metric'])}")
+                return earlier
+        try:
+            result = executor.evaluate(config)
+        except Exception as exc:  # noqa: BLE001 - name the executor failure, keep the directory usable
+            raise TuningError(
+                f"the baseline replay failed in the executor: {type(exc).__name__}: {exc}; check the "
+                "recording with `mneme replay` and the replay servers"
+            ) from exc
+        doc = baseline_document(config, result, o.metric)
+        results.write_json("baseline.json", doc)
+        self.log.info("baseline %s metric=%s", doc["status"], doc["metric"])
+        if not doc["verified"]:
+            raise TuningError(
+                f"the baseline (recorded launch) did not verify: status {doc['status']}"
+                f"{': ' + result.error if result.error else ''}; the replay itself is broken, so no "
+                "candidate could be trusted. Check it with `mneme replay` (see baseline.json)"
+            )
+        reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)")
+        return doc
+
+    def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
+                  identity: KernelIdentity, reporter: Reporter) -> int:
+        o = self.options
+        best = best_document(state.records, baseline, o.sampler == "nsga2").get("best")
+        counts = state.counts()
+        reporter.message(
+            f"{len(state.records)} trials ({counts.get('verified', 0)} verified), stopped: {state.stopped}"
+        )
+        if best is None:
+            reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")
+            return 1
+        reporter.message(
+            f"BEST: {json.dumps(best['params'])} {o.metric}={format_ns(best['metric'])} "
+            f"speedup={best['speedup']:.3f}"
+        )
+        export = o.proteus_path(results.path)
+        if export is not None:
+            write_export(export, identity, best, o.to_dict())
+            self.log.info("wrote the tuned-kernels export %s", export)
+        return 1 if state.stopped == "fail-fast" else 0
+
+
+def run_tune(options: TuneOptions, **kwargs: Any) -> int:
+    return TuneRun(options, **kwargs).run()

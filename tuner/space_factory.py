@@ -1,0 +1,112 @@
+"""Build the search space a run tunes: a user's ``--space-module`` class or the built-in one."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from mneme.errors import ConfigurationError
+from mneme.tuning.search_space import SearchSpace, dimensions_of
+from tuner.builtin_space import BuiltinSearchSpace, BuiltinSpaceSettings, preset_settings
+from tuner.options import TuneOptions
+
+
+def load_space_class(spec: str) -> type[SearchSpace]:
+    """Import ``MODULE_OR_PATH:CLASS`` (a dotted module name, or a path to a .py file)."""
+    target, sep, class_name = spec.rpartition(":")
+    if not sep or not target or not class_name:
+        raise ConfigurationError(
+            f"--space-module {spec!r}: expected MODULE_OR_PATH:CLASS, e.g. examples/tuning_vecadd_exhaustive.py:EntireSpace"
+        )
+    if target.endswith(".py") or "/" in target or Path(target).is_file():
+        path = Path(target)
+        if not path.is_file():
+            raise ConfigurationError(f"--space-module: no file {path}; check the path")
+        module_name = f"mneme_space_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            sys.modules.pop(module_name, None)
+            raise ConfigurationError(
+                f"--space-module: importing {path} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    else:
+        try:
+            module = importlib.import_module(target)
+        except Exception as exc:
+            raise ConfigurationError(
+                f"--space-module: cannot import module {target!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ConfigurationError(f"--space-module: {target} has no class {class_name!r}")
+    if not (inspect.isclass(cls) and issubclass(cls, SearchSpace)):
+        raise ConfigurationError(
+            f"--space-module: {class_name} in {target} is not a mneme.tuning.search_space.SearchSpace subclass"
+        )
+    return cls
+
+
+def builtin_settings(options: TuneOptions) -> BuiltinSpaceSettings:
+    """The built-in space's settings: the preset, overridden by the given flags."""
+    passes = options.passes
+    if options.fixed_passes is not None:
+        passes = [options.fixed_passes]
+    elif options.pipeline_file is not None:
+        passes = read_pipeline_file(options.pipeline_file)
+
+    def span(rng: list[int] | None, fixed: int | None) -> list[int] | None:
+        if fixed is not None:
+            return [fixed]
+        return list(range(rng[0], rng[1] + 1)) if rng is not None else None
+
+    overrides: dict[str, Any] = {
+        "launch_dim": options.launch_dim,
+        "launch_safety": options.launch_safety,
+        "passes": passes,
+        "codegen_opt": span(options.codegen_opt_range, options.fixed_codegen_opt),
+        "specialize": options.specialize_space,
+        "specialize_dims": options.specialize_dims_space,
+        "launch_bounds": options.launch_bounds_space,
+        "max_threads_policy": options.max_threads_policy,
+        "max_threads_range": tuple(options.max_threads_range) if options.max_threads_range else None,
+        "min_blocks_per_sm": span(options.min_blocks_per_sm_range, options.fixed_min_blocks_per_sm),
+    }
+    return preset_settings(options.space_preset, overrides)
+
+
+def read_pipeline_file(path: str) -> list[str]:
+    """One pipeline per line; blank lines and ``#`` comments are ignored."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read --pipeline-file {path}: {exc.strerror}") from None
+    pipelines = [ln.split("#", 1)[0].strip() for ln in lines]
+    pipelines = [p for p in pipelines if p]
+    if not pipelines:
+        raise ConfigurationError(f"--pipeline-file {path} lists no pipeline (one per line, e.g. default<O3>)")
+    return list(dict.fromkeys(pipelines))
+
+
+def build_space(options: TuneOptions, kernel: Any) -> SearchSpace:
+    """The run's search space, constructed for the recorded kernel instance and checked."""
+    if options.space_module:
+        cls = load_space_class(options.space_module)
+        try:
+            space = cls(kernel, **options.space_args)
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"--space-module: constructing {cls.__name__}(kernel, **{options.space_args}) failed: {exc}; "
+                "check the --space-arg names"
+            ) from exc
+    else:
+        space = BuiltinSearchSpace(kernel, builtin_settings(options))
+    dimensions_of(space)  # fail early on a malformed dimensions()
+    return space
