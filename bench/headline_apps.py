@@ -53,7 +53,10 @@ class Workload:
             elif part.startswith("{example}/"):
                 out.append(str(EXAMPLES / self.folder / part[len("{example}/") :]))
             elif part.startswith("./"):
-                out.append(str(build_dir / self.folder / part[2:]))
+                built = build_dir / self.folder / part[2:]
+                # an example whose Makefile ignores BUILD leaves its program beside its sources
+                in_tree = EXAMPLES / self.folder / part[2:]
+                out.append(str(built if built.exists() or not in_tree.exists() else in_tree))
             else:
                 out.append(part)
         return out

@@ -113,10 +113,10 @@ def _measured(result: Any) -> list[int]:
 def run_fidelity(database: str, record_id: str, iterations: int, warmup: int) -> dict[str, Any]:
     """Replay the recorded baseline ``iterations`` times after ``warmup`` launches."""
     from mneme.recorded_execution import RecordedExecution
-    from mneme.replay import Replayer
 
     recording = RecordedExecution.from_json(database)
     kernel = recording[record_id]
+    from mneme.replay import Replayer  # after the recording: a bad database is the first thing to report
     config = baseline_configuration(kernel)
     start = time.perf_counter()
     replayer = Replayer(recording, record_id)

@@ -1,0 +1,222 @@
+"""CPU tests of the headline benchmark's plumbing: parsing the examples' output,
+finding a recorded instance, the search spaces, stage isolation, the table,
+the JSON and the chart. The GPU measurements themselves run on the GPU machine
+(`python bench/headline.py --out DIR`).
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import headline  # noqa: E402
+import headline_apps as apps  # noqa: E402
+import headline_report as report  # noqa: E402
+import headline_stages as stages  # noqa: E402
+from mneme.mneme_types import Dim3  # noqa: E402
+
+CG_OUTPUT = """minife_cg: grid 80x80x80, 512000 rows, 13481272 nonzeros, 50 iterations
+KERNEL_TIME kernel=spmv_csr launches=51 mean_us=151.250 median_us=150.125 min_us=149.000
+KERNEL_TIME kernel=dot launches=151 mean_us=10.000 median_us=9.500 min_us=9.000
+residual: true 2.765e-08, recurrence 2.765e-08, bound 1.620e-05
+PASS
+"""
+
+
+def test_parse_kernel_times_reads_every_line():
+    times = apps.parse_kernel_times(CG_OUTPUT)
+    assert times["spmv_csr"] == {"launches": 51, "mean_us": 151.25, "median_us": 150.125, "min_us": 149.0}
+    assert times["dot"]["launches"] == 151
+    assert apps.parse_kernel_times("no timing here\nPASS\n") == {}
+
+
+def test_verdict_is_the_last_pass_or_fail_line():
+    assert apps.verdict(CG_OUTPUT) == "PASS"
+    assert apps.verdict("x\nFAIL: 3 points differ\n") == "FAIL: 3 points differ"
+    assert apps.verdict("nothing\n") is None
+
+
+def test_workload_commands_point_into_the_build_folder(tmp_path):
+    cg = apps.workload("minife_cg")
+    assert cg.command(tmp_path) == [str(tmp_path / "minife_cg" / "cg")]
+    cupy = apps.workload("cupy_nvrtc")
+    assert cupy.command(tmp_path) == [sys.executable, str(REPO / "examples" / "cupy_nvrtc" / "cupy_kernels.py")]
+    with pytest.raises(apps.StepError, match="known: vecadd"):
+        apps.workload("nope")
+
+
+def _fake_app(tmp_path: Path, body: str) -> Path:
+    script = tmp_path / "app.sh"
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return script
+
+
+def test_run_app_times_and_parses(tmp_path):
+    app = _fake_app(tmp_path, f"cat <<'EOF'\n{CG_OUTPUT}EOF\n")
+    run = apps.run_app([str(app)], timeout_s=30, cwd=tmp_path)
+    assert run.passed and run.wall_s > 0
+    assert run.kernel_times["spmv_csr"]["median_us"] == 150.125
+
+
+def test_run_app_reports_failures_and_hangs(tmp_path):
+    failing = _fake_app(tmp_path, "echo 'FAIL: wrong answer'\necho oops >&2\nexit 1\n")
+    run = apps.run_app([str(failing)], timeout_s=30, cwd=tmp_path)
+    assert not run.passed and "oops" in run.explain() and "FAIL: wrong answer" in run.explain()
+    hanging = _fake_app(tmp_path, "sleep 30\n")
+    with pytest.raises(apps.StepError, match="ran past 1 s"):
+        apps.run_app([str(hanging)], timeout_s=1, cwd=tmp_path)
+
+
+def test_measure_recording_refuses_an_app_that_does_not_pass(tmp_path):
+    w = apps.Workload("fake", "fake", (str(_fake_app(tmp_path, "echo 'FAIL: no'\nexit 1\n")),), "k", "k")
+    with pytest.raises(apps.StepError, match="did not pass without recording"):
+        apps.measure_recording(w, tmp_path, tmp_path, repeats=1, timeout_s=30)
+
+
+def test_measure_recording_reports_a_skip(tmp_path):
+    w = apps.Workload("fake", "fake", (str(_fake_app(tmp_path, "echo 'SKIP: no CuPy' >&2\nexit 77\n")),), "k", "k")
+    with pytest.raises(apps.StepError, match="skipped: SKIP: no CuPy"):
+        apps.measure_recording(w, tmp_path, tmp_path, repeats=1, timeout_s=30)
+
+
+def _database(path: Path, name: str, instances: dict, bitcode: bool = False) -> None:
+    path.write_text(json.dumps({
+        "kernel": {"name": name, "demangled": name.replace("_Z8", "") + "(...)"},
+        "code": {"ptx": {"name": "k.ptx"}, "bitcode": {"name": "k.bc"} if bitcode else None},
+        "instances": instances,
+    }))
+
+
+def test_find_instance_picks_the_last_launch_of_the_matching_kernel(tmp_path):
+    _database(tmp_path / "1.json", "_Z3dotiPKdS0_Pd", {"5": {"launch_index": 3}})
+    _database(tmp_path / "2.json", "_Z8spmv_csriPKiS0_PKdS2_Pd", {
+        "11": {"launch_index": 0, "grid": {"x": 2000, "y": 1, "z": 1}, "block": {"x": 256, "y": 1, "z": 1},
+               "shared_mem": 0, "app_kernel_time_ns": None},
+        "22": {"launch_index": 7, "grid": {"x": 2000, "y": 1, "z": 1}, "block": {"x": 256, "y": 1, "z": 1},
+               "shared_mem": 0, "app_kernel_time_ns": 150000},
+    }, bitcode=True)
+    (tmp_path / "junk.json").write_text("{not json")
+    found = apps.find_instance(tmp_path, r"spmv_csr")
+    assert found.record_id == "22" and found.database.endswith("2.json")
+    assert found.app_kernel_time_ns == 150000 and found.has_bitcode
+    with pytest.raises(apps.StepError, match=r"kernels recorded: .*dot"):
+        apps.find_instance(tmp_path, r"jacobi7")
+
+
+def _kernel(grid: Dim3, block: Dim3, shared_mem: int = 0):
+    return SimpleNamespace(grid_dim=grid, block_dim=block, shared_mem=shared_mem)
+
+
+def test_reference_vecadd_space_is_the_references_80_configurations():
+    space, key = stages.make_space("reference_vecadd", _kernel(Dim3(40000), Dim3(256)), has_bitcode=True)
+    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+
+    configs = list(ExhaustiveSamplingStrategy(space))
+    assert key == "passes" and len(configs) == 80
+    assert {c.block.x for c in configs} == set(range(64, 1025, 64))
+    assert {c.grid.x for c in configs} == {40000}  # the reference keeps the recorded grid
+    assert {c.passes for c in configs} == set(stages.PIPELINES)
+    assert space.baseline().block.x == 256
+
+
+def test_spmv_space_covers_the_rows_with_every_block_size():
+    space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
+    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+
+    configs = list(ExhaustiveSamplingStrategy(space))
+    assert key == "codegen_opt" and len(configs) == 32 * len(stages.CODEGEN_LEVELS)
+    for c in configs:
+        assert c.grid.x * c.block.x >= 2000 * 256 > (c.grid.x - 1) * c.block.x
+        assert c.is_valid()
+
+
+def test_time_summary_in_microseconds():
+    assert stages.time_summary([1000, 3000, 2000]) == {"mean_us": 2.0, "median_us": 2.0, "min_us": 1.0,
+                                                       "samples": 3}
+    assert stages.time_summary([]) == {}
+
+
+def test_a_failing_stage_reports_its_error_without_stopping_the_run(tmp_path):
+    result = headline.run_stage("fidelity", tmp_path, "missing", 120,
+                                ["--database", str(tmp_path / "nope.json"), "--record-id", "1"])
+    assert "error" in result
+    assert "nope.json" in result["error"]
+    assert (tmp_path / "stages" / "fidelity-missing.json").is_file()
+
+
+def test_a_hanging_stage_is_killed(tmp_path, monkeypatch):
+    sleeper = tmp_path / "sleeper.py"
+    sleeper.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(headline, "STAGES_SCRIPT", sleeper)
+    result = headline.run_stage("tune", tmp_path, "hang", 1, [])
+    assert "ran past 1 s" in result["error"]
+
+
+def _full_results() -> dict:
+    return {
+        "meta": {"date": "2026-11-23 03:00 UTC", "gpu": "NVIDIA H100 80GB HBM3", "commit": "abc123"},
+        "build": {"ok": True},
+        "workloads": {
+            "minife_cg": {
+                "recording": {"plain_median_s": 1.5, "recorded_median_s": 3.0, "overhead_ratio": 2.0},
+                "fidelity": {"replay_median_us": 151.5, "app_median_us": 150.0, "ratio": 1.01, "verified": True,
+                             "recorder_app_kernel_time_us": 152.0},
+            },
+            "stencil3d": {
+                "recording": {"error": "stencil3d did not pass under mneme record: " + "x" * 300},
+                "fidelity": {"error": "no recording (see the recording row)"},
+            },
+        },
+        "tuning": {
+            "vecadd": {"verified_per_s": 120.0, "verified": 75, "configurations": 80, "sweep_s": 0.625,
+                       "iterations": 5, "warmup": 2, "compile_dimension": "passes", "baseline_mean_us": 80.0,
+                       "best": {"speedup": 1.2, "block_dim_x": 128, "passes": "default<O1>", "mean_us": 66.7}},
+            "minife_cg": {"error": "RuntimeError: the baseline replay did not verify"},
+        },
+    }
+
+
+def test_table_shows_numbers_reference_figures_and_errors_in_place():
+    rows = report.table_rows(_full_results())
+    text = report.format_table(rows)
+    lines = text.splitlines()
+    assert lines[0].startswith("| measurement") and set(lines[1]) <= {"|", "-", " "}
+    assert len({len(line) for line in lines}) == 1  # aligned columns
+    assert "1.50 s -> 3.00 s (x2.00)" in text and "36 s -> 38 s" in text
+    assert "151.5 us / 150.0 us = 1.010" in text and "recorder's in-app time 152.0 us" in text
+    assert "120.0 (75/80 verified in 0.62 s, 5+2 launches each)" in text and "11.3 configs/s" in text
+    assert "x1.20 (blockDim.x=128, passes=default<O1>" in text and "x1.12" in text
+    assert "error: RuntimeError: the baseline replay did not verify" in text
+    assert "1.26 observations/s" in text
+    stencil = next(r for r in rows if r[1] == "stencil3d" and r[0].startswith("recording"))
+    assert stencil[2].endswith("...") and len(stencil[2]) == report.MAX_ERROR_CELL
+
+
+def test_unverified_replay_is_flagged_in_the_table():
+    fid = {"replay_median_us": 10.0, "app_median_us": 10.0, "verified": False, "status": "failed_verification",
+           "error": "buffer 0 differs"}
+    assert "NOT VERIFIED (failed_verification: buffer 0 differs)" in report.fidelity_text(fid)
+
+
+def test_json_and_chart_outputs(tmp_path):
+    results = _full_results()
+    report.write_json(results, tmp_path / "h.json")
+    assert json.loads((tmp_path / "h.json").read_text())["tuning"]["vecadd"]["verified"] == 75
+    note = report.write_chart(results, tmp_path / "h.png")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "matplotlib is not installed" in note
+        assert not (tmp_path / "h.png").exists()
+    else:
+        assert note is None
+        assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
