@@ -51,6 +51,10 @@ class Region:
     chunks: tuple[ChunkRef, ...] = ()
     policy: VerifyPolicy | None = None
 
+    def __post_init__(self) -> None:
+        # Accept any sequence of (sha256, length) pairs; keep an immutable tuple of ChunkRef.
+        object.__setattr__(self, "chunks", tuple(ChunkRef(*c) for c in self.chunks))
+
     @property
     def end(self) -> int:
         return self.base + self.size
@@ -91,6 +95,9 @@ class Snapshot:
     phase: str
     regions: tuple[Region, ...] = ()
     chunk_size: int = DEFAULT_CHUNK_SIZE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "regions", tuple(self.regions))
 
     @property
     def name(self) -> str:
