@@ -76,7 +76,8 @@ class CudaEngineSpec:
         from mneme.replay import Replayer
 
         recording = _load_recording(instance.store, instance.record_db)
-        recording[instance.record_id]  # KeyError (-> NOT_FOUND) before any device work
+        if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
+            raise KeyError(instance.record_id)
         return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device))
 
     def compiler(self) -> CompileFunction | None:

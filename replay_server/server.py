@@ -93,6 +93,7 @@ class ReplayServer:
         if compiler is not None:
             processes = options.compile_processes or min(4, os.cpu_count() or 1)
             self.compile_cache = CompileCache(compiler, processes, self.metrics)
+            self.pool.compile_cache = self.compile_cache
         self.service = ReplayService(
             self.pool, options.store, self.metrics, options.watchdog, self.spec.name, self.compile_cache
         )

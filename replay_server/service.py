@@ -100,10 +100,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
             timeout=request.timeout_seconds or self.watchdog,
         )
-        if self.compile_cache is not None and self.pool.arch:
-            hits_before = self.compile_cache.hits
-            job.compiled = self.compile_cache.request(instance, config, self.pool.arch)
-            job.compile_hit = self.compile_cache.hits > hits_before
+        self.pool.request_compile(job)  # ahead of the GPU, while the job waits in the queue
         return self.pool.submit(job)
 
     # -- RPCs --------------------------------------------------------------------------

@@ -163,8 +163,7 @@ class WorkerSlot:
             job = self._next_job(0.0 if self.inflight else 0.1)
             if job is None:
                 return
-            if not job.claim():
-                self.pool.metrics.cancelled.inc()
+            if not job.claim():  # cancelled by its caller (counted when it was cancelled)
                 continue
             try:
                 self._send(job)
@@ -182,6 +181,7 @@ class WorkerSlot:
             self.conn.send(("prepare", job.id, job.instance))
             return
         compiled = None
+        self.pool.request_compile(job, self.info.get("arch", ""))  # when the arch was unknown at submission
         if job.compiled is not None:
             try:
                 compiled = job.compiled.result(timeout=self.pool.settings.prepare_timeout)
@@ -330,6 +330,7 @@ class WorkerPool:
         self.in_flight = 0
         self.arch = ""
         self._on_health = on_health
+        self.compile_cache: Any = None  # replay_server.compile_cache.CompileCache, set by the server
         self._lock = threading.Lock()
         self.slots = [WorkerSlot(self, i) for i in range(settings.workers)]
 
@@ -388,8 +389,23 @@ class WorkerPool:
     def submit(self, job: Job) -> Job:
         if not self.serving or self.stopping:
             raise self._unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
+        job.future.add_done_callback(self._on_job_done)
         self.queue.put(job)
         return job
+
+    def _on_job_done(self, future: Any) -> None:
+        if future.cancelled():  # the caller hung up: its job leaves the queue now
+            self.metrics.cancelled.inc()
+            self.queue.discard_cancelled()
+
+    def request_compile(self, job: Job, arch: str = "") -> None:
+        """Start the job's compile in the CPU pool (once; needs the GPU arch a worker reported)."""
+        arch = arch or self.arch
+        if self.compile_cache is None or job.kind != "run" or job.compiled is not None or not arch:
+            return
+        hits_before = self.compile_cache.hits
+        job.compiled = self.compile_cache.request(job.instance, job.config, arch)
+        job.compile_hit = self.compile_cache.hits > hits_before
 
     def prepare_everywhere(self, job_factory: Callable[[], Job]) -> list[Job]:
         """One prepare job per live worker (each holds its own prepared instances)."""

@@ -1,0 +1,454 @@
+"""``AsyncReplayExecutor``: replays configurations of one recorded instance on replay servers.
+
+The tuning loop stays simple and synchronous (``evaluate``) or fans out
+(``submit`` -> future) while the work runs on one gRPC replay server per GPU
+(``mneme serve``), local or remote:
+
+* ``servers=None`` (the embedded default) starts one server per visible GPU on
+  a free loopback port, reachable only with a per-executor random token, and
+  stops them with the executor. ``num_workers`` worker processes are spread
+  over the GPUs (more workers than GPUs puts several on a GPU).
+* ``servers=["host:port", ...]`` spreads the work over running servers.
+
+Every result stays attached to its configuration (a request id per
+submission); a server that goes away has its outstanding work retried on
+another (or on itself once it is back), and a result is never counted twice.
+A configuration that crashes or hangs a worker comes back as a result with
+``failed=True`` and the reason, as in the reference; so does one that cannot be
+delivered because no server is reachable. A request the server refuses
+(unknown record, bad token) raises ``ReplayServerError`` from
+``future.result()``: that is a setup problem, not a tuning outcome.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import queue
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import grpc
+
+from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
+from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
+
+RESULTS_FILE = "results.jsonl"
+# Transport-level failures: the server (or the way to it) went away; the work is retried elsewhere.
+_RETRYABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.ABORTED,
+}
+
+
+class ReplayServerError(MnemeError):
+    """A replay server refused a request (unknown recording, bad token, malformed request)."""
+
+
+@dataclass
+class _Task:
+    config: ExperimentConfiguration
+    future: "Future[ExperimentResult]"
+    request_id: str
+    attempts: int = 0
+    stranded_since: float | None = None  # since when no server could take it
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Server:
+    address: str
+    channel: grpc.Channel
+    stub: Any
+    capacity: int = 4
+    outstanding: int = 0
+    down_until: float = 0.0
+    failures: int = 0
+
+    def available(self, now: float) -> bool:
+        return now >= self.down_until and self.outstanding < self.capacity
+
+
+class AsyncReplayExecutor:
+    """Evaluate configurations of ``record_id`` in ``record_db`` asynchronously, on replay servers."""
+
+    def __init__(
+        self,
+        record_db: str | os.PathLike[str],
+        record_id: str,
+        iterations: int = 3,
+        results_db_dir: str | os.PathLike[str] | None = None,
+        num_workers: int = 1,
+        servers: Sequence[str] | None = None,
+        warmup: int = 2,
+        *,
+        record_key: str | None = None,
+        timeout_seconds: float = 0.0,
+        token: str | None = None,
+        token_file: str | None = None,
+        tls_ca: str | None = None,
+        tls_cert: str | None = None,
+        tls_key: str | None = None,
+        tls_server_name: str | None = None,
+        max_attempts: int = 3,
+        retry_window: float = 60.0,
+        local_gpus: Sequence[int] | None = None,
+        server_args: Sequence[str] = (),
+        server_env: Mapping[str, str] | None = None,
+        server_startup_timeout: float = 120.0,
+    ) -> None:
+        if iterations < 1:
+            raise ConfigurationError(f"iterations={iterations}: at least one measured launch is needed")
+        if warmup < 0:
+            raise ConfigurationError(f"warmup={warmup} must not be negative")
+        if num_workers < 1:
+            raise ConfigurationError(f"num_workers={num_workers}: at least one worker is needed")
+        self.record_db = os.fspath(record_db)
+        self.record_id = str(record_id)
+        self.iterations = iterations
+        self.warmup = warmup
+        self.num_workers = num_workers
+        self.timeout_seconds = timeout_seconds
+        self.max_attempts = max_attempts
+        self.retry_window = retry_window
+        store, key = _split_database(self.record_db)
+        self.record_key = record_key or key
+        self._results_path: Path | None = None
+        if results_db_dir is not None:
+            directory = Path(results_db_dir)
+            directory.mkdir(parents=True, exist_ok=True)
+            self._results_path = directory / RESULTS_FILE
+        self._results_lock = threading.Lock()
+        self._local: list[_LocalServer] = []
+        self._events: "queue.Queue[tuple]" = queue.Queue()
+        self._backlog: list[_Task] = []
+        self._ids = itertools.count(1)
+        self._closed = False
+        self._token = token or (_read_token(token_file) if token_file else None)
+        self._credentials = _channel_credentials(tls_ca, tls_cert, tls_key)
+        self._server_name = tls_server_name
+        if servers is None:
+            if self._credentials is not None:
+                raise ConfigurationError("TLS settings apply to remote servers; local servers run on loopback")
+            self._token = secrets.token_urlsafe(32)
+            servers = self._start_local_servers(store, local_gpus, server_args, server_env, server_startup_timeout)
+        if not servers:
+            raise ConfigurationError("servers is empty: give at least one 'host:port', or None for local GPUs")
+        self._servers = [self._connect(address) for address in servers]
+        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="replay-dispatch", daemon=True)
+        self._dispatcher.start()
+
+    # -- public API ----------------------------------------------------------------------
+    def submit(self, config: ExperimentConfiguration | Mapping[str, Any]) -> "Future[ExperimentResult]":
+        """Queue one configuration; the future's ``result()`` is its ExperimentResult."""
+        if self._closed:
+            raise MnemeError("this AsyncReplayExecutor was shut down; create a new one")
+        if not isinstance(config, ExperimentConfiguration):
+            config = ExperimentConfiguration.from_dict(config)
+        task = _Task(config, Future(), f"{os.getpid()}-{next(self._ids)}-{secrets.token_hex(4)}")
+        task.future.set_running_or_notify_cancel()
+        self._events.put(("submit", task))
+        return task.future
+
+    def evaluate(self, config: ExperimentConfiguration | Mapping[str, Any]) -> ExperimentResult:
+        """Replay one configuration and wait for its result."""
+        return self.submit(config).result()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Finish (``wait``) or fail the outstanding work, close connections, stop local servers."""
+        if self._closed:
+            return
+        self._closed = True
+        if not wait:
+            self._events.put(("abandon", None))
+        self._events.put(("stop", None))
+        self._dispatcher.join()
+        for server in self._servers:
+            server.channel.close()
+        for local in self._local:
+            local.stop()
+
+    def __enter__(self) -> "AsyncReplayExecutor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    @property
+    def servers(self) -> list[str]:
+        return [s.address for s in self._servers]
+
+    # -- servers -------------------------------------------------------------------------
+    def _start_local_servers(
+        self, store: str, local_gpus: Sequence[int] | None, server_args: Sequence[str],
+        server_env: Mapping[str, str] | None, startup_timeout: float,
+    ) -> list[str]:
+        if local_gpus is None:
+            from replay_server.device_info import visible_gpu_count
+
+            local_gpus = list(range(visible_gpu_count()))
+        if not local_gpus:
+            raise NotAvailableError(
+                "no GPU is visible here to start local replay servers; run `mneme serve --gpu N` on a GPU "
+                "machine and pass servers=['host:port', ...]"
+            )
+        gpus = list(local_gpus)[: self.num_workers]
+        per_gpu = [self.num_workers // len(gpus) + (1 if i < self.num_workers % len(gpus) else 0)
+                   for i in range(len(gpus))]
+        self._server_dir = tempfile.TemporaryDirectory(prefix="mneme-servers-")
+        token_path = Path(self._server_dir.name) / "token"
+        token_path.write_text(self._token)
+        token_path.chmod(0o600)
+        try:
+            for gpu, workers in zip(gpus, per_gpu):
+                self._local.append(_LocalServer.start(
+                    gpu, workers, store, str(token_path), Path(self._server_dir.name), server_args, server_env,
+                    self.timeout_seconds,
+                ))
+            return [local.wait_address(startup_timeout) for local in self._local]
+        except BaseException:
+            for local in self._local:
+                local.stop()
+            raise
+
+    def _connect(self, address: str) -> _Server:
+        from mneme._proto import replay_pb2, replay_pb2_grpc
+
+        options = [("grpc.max_receive_message_length", 4 << 20)]
+        if self._server_name:
+            options.append(("grpc.ssl_target_name_override", self._server_name))
+        if self._credentials is not None:
+            channel = grpc.secure_channel(address, self._credentials, options=options)
+        else:
+            channel = grpc.insecure_channel(address, options=options)
+        server = _Server(address, channel, replay_pb2_grpc.ReplayServiceStub(channel))
+        try:
+            info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
+            server.capacity = max(2, int(info.workers) * 2 + 2)
+        except grpc.RpcError as exc:
+            if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise ReplayServerError(f"replay server {address} refused us: {exc.details()}") from None
+            server.down_until = time.monotonic() + 1.0  # not up yet: retried by the dispatcher
+        return server
+
+    def _metadata(self) -> tuple:
+        return (("authorization", f"Bearer {self._token}"),) if self._token else ()
+
+    # -- dispatching (one thread owns all scheduling state) -----------------------------
+    def _dispatch_loop(self) -> None:
+        stopping = False
+        while True:
+            try:
+                event = self._events.get(timeout=0.1)
+            except queue.Empty:
+                event = None
+            if event is not None:
+                kind, payload = event[0], event[1]
+                if kind == "submit":
+                    self._backlog.append(payload)
+                elif kind == "done":
+                    self._on_done(*event[1:])
+                elif kind == "abandon":
+                    for task in self._backlog:
+                        self._finish(task, ExperimentResult.failure(
+                            STATUS_INTERNAL_ERROR, "the executor was shut down before this configuration ran"))
+                    self._backlog.clear()
+                elif kind == "stop":
+                    stopping = True
+            self._pump()
+            if stopping and not self._backlog and all(s.outstanding == 0 for s in self._servers) \
+                    and self._events.empty():
+                return
+
+    def _pump(self) -> None:
+        now = time.monotonic()
+        still_waiting = []
+        for task in self._backlog:
+            if task.future.done():
+                continue
+            server = self._pick(now)
+            if server is None:
+                task.stranded_since = task.stranded_since or now
+                if now - task.stranded_since > self.retry_window:
+                    self._give_up(task, f"no replay server reachable for {self.retry_window:g}s")
+                else:
+                    still_waiting.append(task)
+                continue
+            self._send(task, server)
+        self._backlog = still_waiting
+
+    def _pick(self, now: float) -> _Server | None:
+        candidates = [s for s in self._servers if s.available(now)]
+        if not candidates:
+            return None
+        return min(candidates, key=lambda s: s.outstanding / s.capacity)
+
+    def _send(self, task: _Task, server: _Server) -> None:
+        from mneme._proto import replay_pb2
+        from mneme._proto.convert import config_to_proto
+
+        request = replay_pb2.ReplayRequest(
+            request_id=task.request_id,
+            instance=replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id),
+            config=config_to_proto(task.config),
+            iterations=self.iterations,
+            warmup=self.warmup,
+            timeout_seconds=self.timeout_seconds,
+        )
+        task.attempts += 1
+        task.stranded_since = None
+        server.outstanding += 1
+        call = server.stub.Replay.future(request, metadata=self._metadata())
+        call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
+
+    def _on_done(self, task: _Task, server: _Server, call: Any) -> None:
+        from mneme._proto.convert import result_from_proto
+
+        server.outstanding -= 1
+        code = call.code()
+        if code == grpc.StatusCode.OK:
+            server.failures = 0
+            response = call.result()
+            if response.request_id == task.request_id:
+                self._finish(task, result_from_proto(response.result), server.address, response.worker)
+                return
+            code, details = grpc.StatusCode.INTERNAL, f"response for {response.request_id!r} on our call"
+        else:
+            details = call.details() or code.name
+        if code not in _RETRYABLE:
+            if not task.future.done():
+                task.future.set_exception(ReplayServerError(f"replay server {server.address}: {code.name}: {details}"))
+            return
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
+            server.failures += 1
+            server.down_until = time.monotonic() + min(0.5 * 2 ** (server.failures - 1), 10.0)
+        task.errors.append(f"{server.address}: {code.name}: {details}")
+        if task.attempts >= self.max_attempts:
+            self._give_up(task, f"{task.attempts} attempts failed")
+        else:
+            self._backlog.insert(0, task)
+
+    def _give_up(self, task: _Task, why: str) -> None:
+        detail = "; ".join(task.errors[-3:]) or "no server answered"
+        self._finish(task, ExperimentResult.failure(
+            STATUS_INTERNAL_ERROR,
+            f"replay server lost: {why} ({detail}); check that the servers are running (mneme serve)",
+            warmup=self.warmup,
+        ))
+
+    def _finish(self, task: _Task, result: ExperimentResult, server: str = "", worker: str = "") -> None:
+        if task.future.done():  # a late duplicate: a result is counted once
+            return
+        if self._results_path is not None:
+            line = json.dumps({
+                "record_db": self.record_db, "record_id": self.record_id, "config_hash": task.config.hash(),
+                "config": task.config.to_dict(), "result": result.to_dict(), "server": server, "worker": worker,
+                "attempts": task.attempts, "time": time.time(),
+            })
+            with self._results_lock, open(self._results_path, "a") as out:
+                out.write(line + "\n")
+        task.future.set_result(result)
+
+
+class _LocalServer:
+    """A ``mneme serve`` subprocess on one local GPU, on a free loopback port."""
+
+    def __init__(self, gpu: int, process: subprocess.Popen, log_path: Path) -> None:
+        self.gpu = gpu
+        self.process = process
+        self.log_path = log_path
+        self._address: "queue.Queue[str | None]" = queue.Queue()
+        threading.Thread(target=self._read_stdout, daemon=True).start()
+
+    @classmethod
+    def start(
+        cls, gpu: int, workers: int, store: str, token_file: str, log_dir: Path, extra_args: Sequence[str],
+        env: Mapping[str, str] | None, watchdog: float,
+    ) -> "_LocalServer":
+        command = [
+            sys.executable, "-m", "mneme", "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
+            "--store", store, "--workers", str(workers), "--token-file", token_file, "--log-level", "WARNING",
+            *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
+        ]
+        log_path = log_dir / f"server-gpu{gpu}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=log, text=True,
+                env={**os.environ, **(env or {})}, start_new_session=True,
+            )
+        return cls(gpu, process, log_path)
+
+    def _read_stdout(self) -> None:
+        for line in self.process.stdout:
+            if "listening on " in line:
+                self._address.put(line.split("listening on ", 1)[1].split()[0])
+        self._address.put(None)
+
+    def wait_address(self, timeout: float) -> str:
+        try:
+            address = self._address.get(timeout=timeout)
+        except queue.Empty:
+            address = None
+        if address is None:
+            self.stop()
+            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            raise NotAvailableError(
+                f"the local replay server for GPU {self.gpu} did not start (log {self.log_path}):\n{tail}"
+            )
+        return address
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+
+
+def _split_database(record_db: str) -> tuple[str, str]:
+    """(store, key): the database's directory (or URL prefix) and its name there."""
+    trimmed = record_db.rstrip("/")
+    head, sep, name = trimmed.rpartition("/")
+    if "://" not in trimmed:
+        return str(Path(head or ".").resolve()), name
+    return head, name
+
+
+def _read_token(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read token file {path}: {exc.strerror}") from exc
+
+
+def _channel_credentials(ca: str | None, cert: str | None, key: str | None) -> grpc.ChannelCredentials | None:
+    if not (ca or cert or key):
+        return None
+    if bool(cert) != bool(key):
+        raise ConfigurationError("tls_cert and tls_key go together (client certificate for mutual TLS)")
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read {path}: {exc.strerror}") from exc
+
+    return grpc.ssl_channel_credentials(read(ca), read(key), read(cert))

@@ -1,0 +1,69 @@
+"""Fixtures of the server tests: real servers (in-process supervisor, spawned
+worker processes) running the test engine, and requests over real gRPC."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+if str(HERE) not in sys.path:  # fake_engine must import in spawned workers too (they inherit sys.path)
+    sys.path.insert(0, str(HERE))
+
+from fake_engine import FakeEngineSpec  # noqa: E402
+
+from mneme._proto import replay_pb2, replay_pb2_grpc  # noqa: E402
+from mneme._proto.convert import config_to_proto  # noqa: E402
+from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
+from replay_server.server import ReplayServer, ServerOptions  # noqa: E402
+
+RECORD_DB = "123.json"
+RECORD_ID = "456"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path):
+    root = tmp_path / "store"
+    root.mkdir()
+    (root / RECORD_DB).write_text("{}")
+    (tmp_path / "outside.json").write_text("{}")
+    return root
+
+
+def make_server(store: Path, log_dir: Path, **options) -> ReplayServer:
+    log_dir.mkdir(exist_ok=True)
+    engine = options.pop("engine", None) or FakeEngineSpec(str(log_dir), fail_starts=options.pop("fail_starts", 0))
+    defaults = dict(port=0, host="127.0.0.1", store=str(store), workers=1, watchdog=1.0, engine=engine,
+                    compile_processes=1, startup_timeout=20.0)
+    defaults.update(options)
+    return ReplayServer(ServerOptions(**defaults))
+
+
+def request(passes: str = "default<O3>", block_x: int = 64, request_id: str = "r", record_db: str = RECORD_DB,
+            record_id: str = RECORD_ID, **config) -> replay_pb2.ReplayRequest:
+    cfg = ExperimentConfiguration.from_dict({"block": {"x": block_x}, "passes": passes, **config})
+    return replay_pb2.ReplayRequest(
+        request_id=request_id,
+        instance=replay_pb2.InstanceRef(record_db=record_db, record_id=record_id),
+        config=config_to_proto(cfg), iterations=3, warmup=2,
+    )
+
+
+def stub_for(port: int) -> replay_pb2_grpc.ReplayServiceStub:
+    return replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+
+def runs(log_dir: Path) -> list[str]:
+    path = log_dir / "runs.log"
+    return path.read_text().splitlines() if path.exists() else []

@@ -1,0 +1,177 @@
+"""The replay server over real gRPC, with real worker processes running the test engine."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import grpc
+import pytest
+from conftest import RECORD_DB, free_port, make_server, request, runs, stub_for
+from prometheus_client.parser import text_string_to_metric_families
+
+from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2
+from mneme._proto.convert import result_from_proto
+
+
+@pytest.fixture
+def served(store, tmp_path):
+    """A server with two workers and metrics on HTTP."""
+    metrics_port = free_port()
+    server = make_server(store, tmp_path / "log", workers=2, metrics_port=metrics_port)
+    port = server.start()
+    yield stub_for(port), server, tmp_path / "log", metrics_port
+    server.stop()
+
+
+def _metrics(port: int) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = ",".join(f"{k}={v}" for k, v in sorted(sample.labels.items()))
+            values[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
+    return values
+
+
+def test_faults_and_hangs_fail_only_their_configuration(served):
+    stub, server, log, metrics_port = served
+    outcomes = {}
+    for passes in ["default<O3>", "crash", "default<O2>", "hang", "fault", "raise", "default<O1>"]:
+        outcomes[passes] = result_from_proto(stub.Replay(request(passes), timeout=30).result)
+    for good in ["default<O3>", "default<O2>", "default<O1>"]:
+        assert outcomes[good].verified and outcomes[good].exec_time == [64] * 5
+    assert outcomes["crash"].failed and outcomes["crash"].status == "runtime_error"
+    assert "SIGSEGV" in outcomes["crash"].error and "replaced" in outcomes["crash"].error
+    assert outcomes["hang"].failed and outcomes["hang"].status == "timeout" and "watchdog" in outcomes["hang"].error
+    assert outcomes["fault"].failed and "ILLEGAL_ADDRESS" in outcomes["fault"].error
+    assert outcomes["raise"].status == "internal_error" and "simulated engine bug" in outcomes["raise"].error
+    info = stub.GetServerInfo(replay_pb2.ServerInfoRequest())
+    assert info.worker_restarts == 3 and info.replays_completed == 7 and info.engine == "fake"
+    deadline = time.monotonic() + 10
+    while stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready < 2:  # respawned workers come back
+        assert time.monotonic() < deadline, "replaced workers did not pass their self-test"
+        time.sleep(0.05)
+
+    m = _metrics(metrics_port)
+    assert m["mneme_replays_total{outcome=verified}"] == 3
+    assert m["mneme_replays_total{outcome=timeout}"] == 1
+    assert m["mneme_replays_total{outcome=failed}"] == 3
+    assert m["mneme_worker_restarts_total"] == 3
+    assert m["mneme_replay_latency_seconds_count"] == 7
+    assert m["mneme_kernel_time_seconds_count"] == 3
+    assert m["mneme_compile_cache_misses_total"] >= 1
+    assert m["mneme_build_info{engine=fake,gpu=0,version=0.1.0}"] == 1
+    assert m["mneme_workers_ready"] == 2 and m["mneme_queue_depth"] == 0
+
+
+def test_stream_answers_every_request_and_keeps_order_free(served):
+    stub, server, log, _ = served
+    requests = [request("default<O3>", 32 * i, request_id=f"id{i}") for i in range(1, 11)]
+    requests.insert(3, request("crash", request_id="bad"))
+    requests.insert(6, request(request_id="traversal", record_db="../outside.json"))
+    requests.insert(8, request(request_id="invalid", block_x=4096))
+    responses = {r.request_id: result_from_proto(r.result) for r in stub.ReplayStream(iter(requests), timeout=30)}
+    assert set(responses) == {r.request_id for r in requests}
+    for i in range(1, 11):  # each result is attached to its own configuration
+        assert responses[f"id{i}"].verified and responses[f"id{i}"].exec_time[0] == 32 * i
+    assert responses["bad"].failed and "SIGSEGV" in responses["bad"].error
+    assert responses["traversal"].failed and "INVALID_ARGUMENT" in responses["traversal"].error
+    assert responses["invalid"].status == "invalid_config" and "1024" in responses["invalid"].error
+
+
+def test_compile_cache_serves_repeated_code(served):
+    stub, server, log, metrics_port = served
+    first = result_from_proto(stub.Replay(request("default<O2>", 64), timeout=30).result)
+    again = result_from_proto(stub.Replay(request("default<O2>", 128), timeout=30).result)  # same code, new shape
+    assert first.obj_size == len(b"code:default<O2>:sm_test") and not first.compile_cached
+    assert again.compile_cached
+    m = _metrics(metrics_port)
+    assert m["mneme_compile_cache_hits_total"] >= 1 and m["mneme_compile_seconds_count"] >= 1
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda r: r.ClearField("instance"), "names no instance"),
+    (lambda r: r.ClearField("config"), "no configuration"),
+    (lambda r: setattr(r, "iterations", 0), "iterations"),
+    (lambda r: setattr(r.instance, "record_db", "../outside.json"), "not a valid store key"),
+    (lambda r: setattr(r.instance, "record_db", "/etc/passwd"), "relative"),
+    (lambda r: setattr(r.instance, "record_id", "../../x"), "record_id"),
+    (lambda r: setattr(r.config, "codegen_method", 7), None),
+])
+def test_malformed_requests_are_invalid_argument(served, mutate, fragment):
+    stub = served[0]
+    req = request()
+    try:
+        mutate(req)
+    except TypeError:  # protobuf itself refuses the value: nothing to send
+        return
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Replay(req, timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert fragment in err.value.details()
+
+
+def test_unknown_objects_are_not_found(served):
+    stub = served[0]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Replay(request(record_db="999.json"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "999.json" in err.value.details()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Replay(request(record_id="missing"), timeout=10)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "missing" in err.value.details()
+    assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # and it keeps serving
+
+
+def test_prepare_restores_on_every_worker(served):
+    stub, server = served[0], served[1]
+    response = stub.Prepare(replay_pb2.PrepareRequest(instance=request().instance), timeout=20)
+    assert response.workers_prepared == 2 and response.device_bytes == 1 << 20
+    assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).prepared_instance_bytes == 2 << 20
+
+
+def test_health_reports_serving(served):
+    stub, server = served[0], served[1]
+    health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
+    for service in ("", "mneme.v1.ReplayService"):
+        assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == \
+            health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as err:
+        health.Check(health_pb2.HealthCheckRequest(service="nope"))
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_queued_work_waits_and_a_cancelled_call_never_runs(store, tmp_path):
+    server = make_server(store, tmp_path / "log", workers=1, depth=1)
+    port = server.start()
+    try:
+        stub = stub_for(port)
+        busy = stub.Replay.future(request("slow:0.6", 1), timeout=30)
+        time.sleep(0.2)
+        queued = stub.Replay.future(request("default<O3>", 2), timeout=30)
+        doomed = stub.Replay.future(request("default<O3>", 3), timeout=30)
+        time.sleep(0.1)
+        assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).queue_depth == 2
+        doomed.cancel()
+        assert result_from_proto(busy.result().result).verified
+        assert result_from_proto(queued.result().result).exec_time[0] == 2
+        time.sleep(0.2)
+        ran = [line.split()[1] for line in runs(tmp_path / "log")]
+        assert ran == ["1", "2"], "the cancelled configuration must not run"
+        assert server.metrics.cancelled._value.get() == 1
+    finally:
+        server.stop()
+
+
+def test_innocent_work_queued_behind_a_crash_is_not_lost(store, tmp_path):
+    server = make_server(store, tmp_path / "log", workers=1, depth=3)
+    port = server.start()
+    try:
+        stub = stub_for(port)
+        crash = stub.Replay.future(request("crash"), timeout=30)
+        after = [stub.Replay.future(request("default<O3>", 10 + i), timeout=30) for i in range(4)]
+        assert result_from_proto(crash.result().result).status == "runtime_error"
+        results = [result_from_proto(f.result().result) for f in after]
+        assert [r.exec_time[0] for r in results] == [10, 11, 12, 13] and all(r.verified for r in results)
+    finally:
+        server.stop()
