@@ -143,6 +143,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--app-timeout", type=float, default=300.0, help="seconds per application run")
     p.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per replay or tuning stage")
     p.add_argument("--skip-build", action="store_true", help="reuse DIR/build from an earlier run")
+    p.add_argument("--nvcc", help='compiler for the examples, e.g. "$(mneme config cxx)" for the LLVM tier')
     opts = p.parse_args(argv)
     if opts.repeats < 1:
         p.error("--repeats must be at least 1")
@@ -177,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results["build"] = {"skipped": True}
     else:
         try:
-            apps.build_examples(build_dir, arch, out_dir / "build.log")
+            apps.build_examples(build_dir, arch, out_dir / "build.log", opts.nvcc)
             results["build"] = {"ok": True}
         except (apps.StepError, subprocess.TimeoutExpired) as exc:
             results["build"] = {"error": str(exc)}

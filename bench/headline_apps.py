@@ -114,12 +114,17 @@ def vecadd_available() -> bool:
     return (EXAMPLES / "vecadd" / "Makefile").is_file()
 
 
-def build_examples(build_dir: Path, arch: str, log: Path) -> None:
-    """``make -C examples`` out of tree; raises StepError with the log's tail on failure."""
+def build_examples(build_dir: Path, arch: str, log: Path, nvcc: str | None = None) -> None:
+    """``make -C examples`` out of tree; raises StepError with the log's tail on failure.
+
+    ``nvcc`` replaces the compiler (e.g. mneme's LLVM-tier wrapper).
+    """
     if shutil.which("nvcc") is None:
         raise StepError("nvcc is not on PATH; install the CUDA toolkit or put its bin/ on PATH")
     build_dir.mkdir(parents=True, exist_ok=True)
-    cmd = ["make", "-C", str(EXAMPLES), f"ARCH={arch}", f"BUILD={build_dir}", "-j4"]
+    cmd = ["make", "-B", "-C", str(EXAMPLES), f"ARCH={arch}", f"BUILD={build_dir}", "-j4"]
+    if nvcc:
+        cmd.append(f"NVCC={nvcc}")
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     log.write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
