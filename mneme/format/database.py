@@ -405,12 +405,23 @@ def parse_database_bytes(data: bytes, what: str) -> RecordingDatabase:
     return RecordingDatabase.from_dict(value, what)
 
 
+DATABASE_NAME = re.compile(r"[0-9]{1,20}\.json")
+
+
+def find_databases(store: Store) -> list[str]:
+    """The recording databases (``<static>.json``) at the top of ``store``, sorted.
+
+    Lists by leading digit so that the ``chunks/`` tree is never walked.
+    """
+    return sorted(n for digit in "0123456789" for n in store.list(digit) if DATABASE_NAME.fullmatch(n))
+
+
 def load_database(store: Store, name: str) -> RecordingDatabase:
     """Read and validate database ``name`` (``<static>.json``) from ``store``."""
     what = f"{name} in {store.url}"
     db = parse_database_bytes(store.get(name), what)
     basename = name.rpartition("/")[2]
-    if re.fullmatch(r"[0-9]+\.json", basename) and basename != db.name:
+    if DATABASE_NAME.fullmatch(basename) and basename != db.name:
         raise ArtifactError(f"{what}: holds kernel {db.static_hash}, but its name says {basename[:-5]}; it was renamed")
     return db
 

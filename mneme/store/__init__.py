@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 from urllib.parse import unquote, urlparse
 
 from mneme.errors import ArtifactError, NotAvailableError
@@ -34,9 +33,6 @@ __all__ = [
     "validate_name",
     "validate_prefix",
 ]
-
-_DATABASE_NAME = re.compile(r"[0-9]+\.json")
-
 
 def open_store(url: str | os.PathLike[str]) -> Store:
     """The store at ``url``: a directory path, a ``file://`` URL, or ``s3://bucket/prefix``."""
@@ -90,10 +86,9 @@ def split_recording_url(path_or_url: str | os.PathLike[str]) -> tuple[Store, str
             raise ArtifactError(f"{text}: {exc}") from None
         return open_store(head), name
     store = open_store(text)
-    # Database names start with a digit: listing by digit skips the chunks/ tree.
-    databases = [
-        n for digit in "0123456789" for n in store.list(digit) if _DATABASE_NAME.fullmatch(n)
-    ]
+    from mneme.format.database import find_databases  # the format builds on the store, not the reverse
+
+    databases = find_databases(store)
     if len(databases) == 1:
         return store, databases[0]
     if not databases:
