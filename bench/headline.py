@@ -103,17 +103,20 @@ def measure_fidelity(w: apps.Workload, instance: apps.RecordedInstance, app_time
     ])
     if "error" in result:
         return result
-    app = app_times.get(w.main_kernel, {})
+    app_median = app_times.get(w.main_kernel, {}).get("median_us")
+    recorder_us = instance.app_kernel_time_ns / 1000.0 if instance.app_kernel_time_ns else None
     replay_median = result.get("replay", {}).get("median_us")
-    app_median = app.get("median_us")
+    # The application's own CUDA-event median where it prints one, else the recorder's in-app time.
+    in_app = app_median or recorder_us
     result.update({
         "record_id": instance.record_id,
         "database": instance.database,
         "replay_median_us": replay_median,
         "app_median_us": app_median,
-        "ratio": replay_median / app_median if replay_median and app_median else None,
-        "recorder_app_kernel_time_us": (instance.app_kernel_time_ns / 1000.0
-                                        if instance.app_kernel_time_ns else None),
+        "recorder_app_kernel_time_us": recorder_us,
+        "ratio": replay_median / in_app if replay_median and in_app else None,
+        "ratio_basis": "application CUDA events" if app_median else ("recorder app_kernel_time_ns" if recorder_us
+                                                                     else None),
     })
     result.pop("result", None)  # the full ExperimentResult stays in the stage's own JSON
     return result

@@ -108,14 +108,16 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
 def fidelity_text(fid: Mapping[str, Any]) -> str:
     replay = fid.get("replay_median_us")
     app = fid.get("app_median_us")
+    recorder = fid.get("recorder_app_kernel_time_us")
     parts = []
     if replay is not None and app:
         parts.append(f"{_us(replay)} / {_us(app)} = {replay / app:.3f}")
+        if recorder:
+            parts.append(f"recorder's in-app time {_us(recorder)}")
+    elif replay is not None and recorder:
+        parts.append(f"{_us(replay)} / {_us(recorder)} (recorder's in-app time) = {replay / recorder:.3f}")
     elif replay is not None:
-        parts.append(f"{_us(replay)} (no in-app time printed)")
-    recorder = fid.get("recorder_app_kernel_time_us")
-    if recorder:
-        parts.append(f"recorder's in-app time {_us(recorder)}")
+        parts.append(f"{_us(replay)} (no in-app time to compare)")
     if not fid.get("verified", False):
         parts.append(f"NOT VERIFIED ({fid.get('status')}: {fid.get('error')})")
     return "; ".join(parts) or "no kernel time measured"

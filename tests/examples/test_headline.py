@@ -201,6 +201,18 @@ def test_table_shows_numbers_reference_figures_and_errors_in_place():
     assert stencil[2].endswith("...") and len(stencil[2]) == report.MAX_ERROR_CELL
 
 
+def test_fidelity_falls_back_to_the_recorders_in_app_time():
+    fid = {"replay_median_us": 50.0, "app_median_us": None, "recorder_app_kernel_time_us": 49.0, "verified": True}
+    assert report.fidelity_text(fid) == "50.0 us / 49.0 us (recorder's in-app time) = 1.020"
+
+
+def test_verdict_of_a_program_with_its_own_success_line():
+    vecadd = apps.workload("vecadd")
+    out = "vecadd n=10240000 iterations=1: ok (a=0x7f0000000000 b=0x7f0002800000 c=0x7f0005000000)\n"
+    assert apps.verdict(out, vecadd.pass_pattern) == "PASS"
+    assert apps.verdict(out.replace(": ok", ": WRONG"), vecadd.pass_pattern) is None
+
+
 def test_unverified_replay_is_flagged_in_the_table():
     fid = {"replay_median_us": 10.0, "app_median_us": 10.0, "verified": False, "status": "failed_verification",
            "error": "buffer 0 differs"}
