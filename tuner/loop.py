@@ -102,8 +102,11 @@ class TuningLoop:
         self.fail_fast = fail_fast
         self.adaptive_invalid_ban = adaptive_invalid_ban
         self._consecutive_executor_errors = 0
-        for record in state.records:
+        for record in state.records:  # an earlier run's (--resume): its best and its bans hold
             self._update_best(record)
+            if record.get("status") == STATUS_INVALID_LAUNCH and adaptive_invalid_ban:
+                block = record["configuration"]["block"]
+                state.banned_blocks.setdefault((block["x"], block["y"], block["z"]), record["trial"])
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> LoopState:

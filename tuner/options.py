@@ -253,7 +253,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
             f"--sampler {o.sampler} enumerates the whole space and takes no --trials; "
             "drop --trials, or use --sampler random or tpe"
         )
-    if "secondary_objective" in explicit and o.sampler != "nsga2":
+    if o.secondary_objective != FIELDS["secondary_objective"].default and o.sampler != "nsga2":
         raise ConfigurationError("--secondary-objective is for the multi-objective --sampler nsga2")
     for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1)):
         value = getattr(o, key)

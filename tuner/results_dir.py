@@ -73,6 +73,7 @@ class ResultsDirectory:
                 f"{self.path} already holds a tuning run; continue it with --resume, or give another --results-dir"
             )
         (self.path / "logs").mkdir(parents=True, exist_ok=True)
+        trials.touch()
 
     def open_log(self, logger: logging.Logger) -> logging.Handler:
         handler = logging.FileHandler(self.path / LOG, encoding="utf-8")

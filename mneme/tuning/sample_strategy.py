@@ -19,6 +19,7 @@ answered from the values already told.
 from __future__ import annotations
 
 import math
+import random
 from typing import Any, Iterator, Mapping, Sequence
 
 from mneme.errors import ConfigurationError
@@ -36,6 +37,8 @@ OPTUNA_SAMPLERS = ("random", "tpe", "grid", "nsga2")
 PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
 # How many duplicate draws ask() tolerates before saying "nothing new right now".
 MAX_REDRAWS = 256
+# After this many duplicate draws in one ask(), a finite space is searched for an unseen point.
+ENQUEUE_AFTER = 32
 
 
 class SamplingStrategy:
@@ -124,6 +127,26 @@ def make_pruner(name: str | None):
     return factories[name]()
 
 
+def _grid_sampler_class():
+    import optuna
+
+    class AskTellGridSampler(optuna.samplers.GridSampler):
+        """Optuna's grid sampler without its ``study.stop()`` when the grid is used up.
+
+        That call only works inside ``study.optimize``; an ask/tell loop stops
+        on the space size instead.
+        """
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return AskTellGridSampler
+
+
+def _AskTellGridSampler(search_space, seed):
+    return _grid_sampler_class()(search_space, seed=seed)
+
+
 def make_sampler(name: str, space: SearchSpace, seed: int | None, n_objectives: int):
     """The Optuna sampler for ``--sampler NAME``."""
     import optuna
@@ -133,14 +156,14 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None, n_objectives: 
     if name == "tpe":
         if n_objectives > 1:
             return optuna.samplers.TPESampler(seed=seed)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, warn_independent_sampling=False)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
     if name == "grid":
         dims = dimensions_of(space)
         if space_size(space) is None:
             raise ConfigurationError("grid search needs finite dimensions (give RealParam a step)")
-        return optuna.samplers.GridSampler({n: p.values() for n, p in dims.items()}, seed=seed)
+        return _AskTellGridSampler({n: p.values() for n, p in dims.items()}, seed=seed)
     raise ConfigurationError(
         f"unknown sampler {name!r}; choose one of random, tpe, grid, exhaustive, nsga2"
     )
@@ -194,6 +217,8 @@ class OptunaSamplingStrategy(SamplingStrategy):
         self._values: dict[str, tuple[float, ...]] = {}  # hash -> told values
         self._in_flight: dict[str, list[Any]] = {}  # hash -> duplicate trials waiting for its values
         self._trials: dict[int, Any] = {}  # candidate number -> optuna trial
+        self._rng = random.Random(seed)
+        self._exhausted = False
         self.skipped_by_constraints = 0
         self.skipped_duplicates = 0
 
@@ -202,8 +227,11 @@ class OptunaSamplingStrategy(SamplingStrategy):
         return len(self._values) + len(self._in_flight)
 
     def ask(self) -> Candidate | None:
-        for _ in range(MAX_REDRAWS):
-            if self.size is not None and self._distinct_seen() >= self.size:
+        for draw in range(MAX_REDRAWS):
+            if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
+                return None
+            if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
+                self._exhausted = True
                 return None
             trial = self.study.ask()
             params = {name: param.suggest(trial) for name, param in self._dims.items()}
@@ -226,6 +254,23 @@ class OptunaSamplingStrategy(SamplingStrategy):
             self._trials[trial.number] = trial
             return candidate
         return None
+
+    def _enqueue_unseen_point(self) -> bool:
+        """The sampler keeps proposing known points (a nearly used-up space): hand it an unseen one.
+
+        Returns False when every point of the space is known or in flight.
+        """
+        unseen = []
+        for params in iterate_points(self.space):
+            if not self.space.constraints(params):
+                continue
+            key = Candidate(params, derive_checked(self.space, params)).hash
+            if key not in self._values and key not in self._in_flight:
+                unseen.append(params)
+        if not unseen:
+            return False
+        self.study.enqueue_trial(self._rng.choice(unseen))
+        return True
 
     def tell(self, candidate: Candidate, values: Sequence[float] | None,
              intermediate: Sequence[float] = ()) -> bool:

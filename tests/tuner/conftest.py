@@ -49,6 +49,7 @@ class FakeExecutor:
         self.interrupt_after = interrupt_after
         self.raise_on = raise_on or (lambda config: False)
         self.shut = False
+        self.evaluated = 0
         self._lock = threading.Lock()
 
     def _run(self, config: ExperimentConfiguration) -> ExperimentResult:
@@ -81,6 +82,7 @@ class FakeExecutor:
         return self.pool.submit(self._run, config)
 
     def evaluate(self, config):
+        self.evaluated += 1
         return self._run(config)
 
     def shutdown(self):
@@ -99,3 +101,38 @@ def loader(kernel):
         return kernel, KernelIdentity("vecAdd", "15941914485064662553", str(record_id))
 
     return load
+
+
+CUSTOM_SPACE = """
+from mneme.mneme_types import ExperimentConfiguration
+from mneme.tuning.search_space import CategoricalParam, IntRangeParam, SearchSpace
+
+
+class BlockSpace(SearchSpace):
+    def __init__(self, kernel, step=32, high=512, passes=("default<O3>", "default<Oz>")):
+        self.kernel = kernel
+        self.dims = {
+            "block_dim_x": IntRangeParam("block_dim_x", low=step, high=high, step=step),
+            "passes": CategoricalParam("passes", list(passes)),
+        }
+
+    def dimensions(self):
+        return self.dims
+
+    def derived(self, params):
+        total = self.kernel.grid_dim.x * self.kernel.block_dim.x
+        x = params["block_dim_x"]
+        return ExperimentConfiguration.from_dict(
+            {"grid": {"x": -(-total // x)}, "block": {"x": x}, "passes": params["passes"], "codegen_opt": 1})
+
+    def baseline(self):
+        return ExperimentConfiguration.from_dict(
+            {"grid": {"x": self.kernel.grid_dim.x}, "block": {"x": self.kernel.block_dim.x}})
+"""
+
+
+@pytest.fixture
+def space_module(tmp_path):
+    path = tmp_path / "block_space.py"
+    path.write_text(CUSTOM_SPACE)
+    return f"{path}:BlockSpace"

@@ -1,0 +1,147 @@
+"""Exhaustive and Optuna-backed strategies: order, constraints, duplicates, budgets, penalties."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mneme.errors import ConfigurationError
+from mneme.mneme_types import ExperimentConfiguration
+from mneme.tuning.sample_strategy import (
+    ExhaustiveSamplingStrategy,
+    OptunaSamplingStrategy,
+    make_strategy,
+)
+from mneme.tuning.search_space import BoolParam, IntRangeParam, PipelineParam, RealParam, SearchSpace
+
+
+class BlockAndPasses(SearchSpace):
+    """The reference example's space: 16 block sizes x 5 pipelines."""
+
+    def dimensions(self):
+        return {"block_dim_x": IntRangeParam("block_dim_x", 64, 1024, 64), "passes": PipelineParam("passes")}
+
+    def derived(self, params):
+        return ExperimentConfiguration.from_dict(
+            {"grid": {"x": -(-10240000 // params["block_dim_x"])}, "block": {"x": params["block_dim_x"]},
+             "passes": params["passes"]})
+
+    def baseline(self):
+        return ExperimentConfiguration.from_dict({"grid": {"x": 40000}, "block": {"x": 256}})
+
+
+def cost(config):
+    return abs(config.block.x - 320) + (0 if config.passes == "default<O2>" else 50)
+
+
+def test_exhaustive_iterates_configurations_like_the_reference():
+    configs = list(ExhaustiveSamplingStrategy(BlockAndPasses()))
+    assert len(configs) == 80
+    assert [c.passes for c in configs[:5]] == ["default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>"]
+    assert configs[0].block.x == 64 and configs[5].block.x == 128
+    assert all(c.is_valid() for c in configs)
+
+
+def test_exhaustive_applies_constraints_and_skips_duplicate_configurations():
+    class WithSwitch(BlockAndPasses):
+        def dimensions(self):
+            return {**super().dimensions(), "unused": BoolParam("unused")}
+
+        def constraints(self, params):
+            return params["block_dim_x"] <= 512
+
+    strategy = ExhaustiveSamplingStrategy(WithSwitch())
+    configs = list(strategy)
+    assert len(configs) == 8 * 5  # the switch does not change the configuration
+    assert strategy.skipped_duplicates == 40 and strategy.skipped_by_constraints == 80
+
+
+def test_exhaustive_refuses_continuous_dimensions():
+    class Continuous(BlockAndPasses):
+        def dimensions(self):
+            return {"f": RealParam("f", 0.0, 1.0)}
+
+    with pytest.raises(ConfigurationError, match="continuous"):
+        ExhaustiveSamplingStrategy(Continuous())
+
+
+def drive(strategy, budget, fail=lambda c: False):
+    seen = []
+    for _ in range(budget):
+        cand = strategy.ask()
+        if cand is None:
+            break
+        seen.append(cand)
+        strategy.tell(cand, None if fail(cand.configuration) else [float(cost(cand.configuration))])
+    return seen
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_optuna_strategies_give_distinct_configurations(sampler):
+    strategy = make_strategy(BlockAndPasses(), sampler, seed=3)
+    seen = drive(strategy, 40)
+    assert len(seen) == 40
+    assert len({c.hash for c in seen}) == 40
+
+
+def test_seed_makes_runs_reproducible():
+    a = [c.params for c in drive(make_strategy(BlockAndPasses(), "tpe", seed=7), 20)]
+    b = [c.params for c in drive(make_strategy(BlockAndPasses(), "tpe", seed=7), 20)]
+    assert a == b
+
+
+def test_grid_covers_the_space_then_stops():
+    seen = drive(make_strategy(BlockAndPasses(), "grid", seed=0), 500)
+    assert len(seen) == 80 and len({c.hash for c in seen}) == 80
+
+
+def test_failures_are_told_as_the_worst_value():
+    strategy = make_strategy(BlockAndPasses(), "random", seed=1)
+    drive(strategy, 20, fail=lambda c: c.block.x == 64)
+    values = [t.value for t in strategy.study.trials if t.params.get("block_dim_x") == 64]
+    assert values and all(v == math.inf for v in values)
+    assert strategy.study.best_value < math.inf
+
+
+def test_nsga2_is_multi_objective():
+    strategy = OptunaSamplingStrategy(BlockAndPasses(), "nsga2", seed=0, directions=("minimize", "minimize"))
+    for _ in range(20):
+        cand = strategy.ask()
+        strategy.tell(cand, [float(cost(cand.configuration)), float(cand.configuration.block.x)])
+    assert len(strategy.study.directions) == 2 and strategy.study.best_trials
+    with pytest.raises(ConfigurationError, match="two directions"):
+        OptunaSamplingStrategy(BlockAndPasses(), "nsga2")
+
+
+def test_seed_history_teaches_earlier_trials_and_blocks_repeats():
+    first = make_strategy(BlockAndPasses(), "random", seed=5)
+    earlier = drive(first, 78)
+    records = [{"hash": c.hash, "params": c.params, "objective_values": [float(cost(c.configuration))]}
+               for c in earlier]
+    second = make_strategy(BlockAndPasses(), "random", seed=5)
+    assert second.seed_history(records) == 78
+    rest = drive(second, 10)
+    assert len(rest) == 2 and not ({c.hash for c in rest} & {r["hash"] for r in records})
+
+
+def test_duplicate_of_an_in_flight_candidate_waits_for_its_value():
+    class Tiny(BlockAndPasses):
+        def dimensions(self):
+            return {"block_dim_x": IntRangeParam("block_dim_x", 64, 128, 64)}
+
+        def derived(self, params):
+            return ExperimentConfiguration.from_dict({"block": {"x": params["block_dim_x"]}})
+
+    strategy = make_strategy(Tiny(), "random", seed=0)
+    a, b = strategy.ask(), strategy.ask()
+    assert a.hash != b.hash and strategy.ask() is None  # both in flight, nothing new
+    strategy.tell(a, [1.0])
+    strategy.tell(b, [2.0])
+    assert strategy.ask() is None
+    assert all(t.state.name == "COMPLETE" for t in strategy.study.trials)
+
+
+def test_unknown_sampler_is_refused():
+    with pytest.raises(ConfigurationError, match="unknown sampler"):
+        make_strategy(BlockAndPasses(), "annealing")

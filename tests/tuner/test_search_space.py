@@ -1,0 +1,103 @@
+"""Parameter types and SearchSpace helpers."""
+
+from __future__ import annotations
+
+import pytest
+
+from mneme.errors import ConfigurationError
+from mneme.mneme_types import ExperimentConfiguration
+from mneme.tuning.search_space import (
+    BoolParam,
+    CategoricalParam,
+    FixedParam,
+    IntRangeParam,
+    PipelineParam,
+    RealParam,
+    SearchSpace,
+    describe_space,
+    dimensions_of,
+    iterate_points,
+    space_size,
+)
+
+
+def test_int_range_includes_both_ends_and_steps():
+    p = IntRangeParam("block_dim_x", low=64, high=1024, step=64)
+    assert p.values()[:3] == [64, 128, 192] and p.values()[-1] == 1024 and p.size() == 16
+    assert p.contains(128) and not p.contains(100) and not p.contains(True)
+    assert p.distribution().high == 1024
+
+
+def test_int_range_rejects_bad_bounds():
+    with pytest.raises(ConfigurationError, match="below low"):
+        IntRangeParam("x", 10, 1)
+    with pytest.raises(ConfigurationError, match="step"):
+        IntRangeParam("x", 1, 10, step=0)
+
+
+def test_categorical_bool_pipeline_fixed():
+    assert CategoricalParam("c", ["a", "b"]).values() == ["a", "b"]
+    assert BoolParam("flag").values() == [False, True]
+    assert PipelineParam("passes").size() == 5
+    assert FixedParam("k", 3).values() == [3]
+    with pytest.raises(ConfigurationError, match="at least one"):
+        CategoricalParam("c", [])
+    with pytest.raises(ConfigurationError, match="repeat"):
+        CategoricalParam("c", ["a", "a"])
+    with pytest.raises(ConfigurationError, match="non-empty"):
+        PipelineParam("passes", ["default<O3>", " "])
+
+
+def test_real_param_enumerates_only_with_step():
+    stepped = RealParam("f", 0.0, 1.0, step=0.25)
+    assert stepped.values() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    continuous = RealParam("f", 0.0, 1.0)
+    assert continuous.size() is None
+    with pytest.raises(ConfigurationError, match="random or tpe"):
+        continuous.values()
+
+
+class TwoDims(SearchSpace):
+    def dimensions(self):
+        return {"block_dim_x": IntRangeParam("block_dim_x", 64, 192, 64), "passes": PipelineParam("passes")}
+
+    def derived(self, params):
+        return ExperimentConfiguration.from_dict({"block": {"x": params["block_dim_x"]}, "passes": params["passes"]})
+
+    def baseline(self):
+        return ExperimentConfiguration()
+
+
+def test_iteration_order_last_dimension_fastest():
+    points = list(iterate_points(TwoDims()))
+    assert len(points) == space_size(TwoDims()) == 15
+    assert [p["passes"] for p in points[:5]] == list(PipelineParam("passes").values())
+    assert {p["block_dim_x"] for p in points[:5]} == {64}
+
+
+def test_describe_space_is_json_ready():
+    doc = describe_space(TwoDims())
+    assert doc["size"] == 15 and doc["dimensions"]["passes"]["type"] == "pipeline"
+    assert doc["baseline"]["passes"] == "default<O3>"
+
+
+def test_dimensions_are_checked():
+    class Bad(TwoDims):
+        def dimensions(self):
+            return {"a": IntRangeParam("b", 1, 2)}
+
+    with pytest.raises(ConfigurationError, match="differs"):
+        dimensions_of(Bad())
+
+    class NotAParam(TwoDims):
+        def dimensions(self):
+            return {"a": [1, 2]}
+
+    with pytest.raises(ConfigurationError, match="not a parameter type"):
+        dimensions_of(NotAParam())
+
+    class AsList(TwoDims):
+        def dimensions(self):
+            return [IntRangeParam("a", 1, 2), BoolParam("b")]
+
+    assert list(dimensions_of(AsList())) == ["a", "b"]

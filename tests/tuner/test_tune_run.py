@@ -1,0 +1,242 @@
+"""End-to-end runs of the tuner against the test executor: outputs, penalties, resume, modes."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from conftest import FakeExecutor
+from mneme.errors import ConfigurationError
+from tuner.errors import TuningError
+from tuner.options import resolve_options
+from tuner.run import run_tune
+
+TRIAL_KEYS = {"trial", "status", "params", "configuration", "hash", "result", "metric", "speedup", "error"}
+
+
+def tune(tmp_path, loader, executor=None, out=None, **settings):
+    settings.setdefault("results_dir", str(tmp_path / "run"))
+    settings.setdefault("record_database", "rec/159.json")
+    settings.setdefault("record_id", "163")
+    options = resolve_options(settings)
+    executor = executor or FakeExecutor()
+    out = out if out is not None else io.StringIO()
+    rc = run_tune(options, executor_factory=lambda o, d: executor, instance_loader=loader, out=out, is_tty=False)
+    return rc, executor, out
+
+
+def trials(tmp_path, name="run"):
+    return [json.loads(line) for line in (tmp_path / name / "trials.jsonl").read_text().splitlines()]
+
+
+def read(tmp_path, file, name="run"):
+    return json.loads((tmp_path / name / file).read_text())
+
+
+def test_builtin_launch_preset_writes_every_output(tmp_path, loader):
+    rc, ex, out = tune(tmp_path, loader, space_preset="launch", launch_dim="x", launch_safety="aggressive",
+                       passes=["default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>"],
+                       fixed_codegen_opt=3)
+    assert rc == 0 and ex.shut
+    run = tmp_path / "run"
+    for name in ("config.json", "search_space.json", "baseline.json", "trials.jsonl", "best.json",
+                 "summary.json", "logs/tune.log", "proteus_tuned_kernels.json"):
+        assert (run / name).is_file(), name
+    records = trials(tmp_path)
+    space = read(tmp_path, "search_space.json")
+    assert len(records) == space["size"] == len(ex.submitted)
+    assert all(TRIAL_KEYS <= set(r) for r in records)
+    assert len({r["hash"] for r in records}) == len(records)
+    config = read(tmp_path, "config.json")
+    assert config["space_preset"] == "launch" and config["launch_safety"] == "aggressive"
+    assert config["kernel"]["name"] == "vecAdd"
+    baseline = read(tmp_path, "baseline.json")
+    assert baseline["verified"] and baseline["configuration"]["block"]["x"] == 256
+    best = read(tmp_path, "best.json")["best"]
+    verified = [r for r in records if r["status"] == "verified"]
+    assert best["metric"] == min(r["metric"] for r in verified)
+    assert best["speedup"] == pytest.approx(baseline["metric"] / best["metric"])
+    summary = read(tmp_path, "summary.json")
+    assert summary["trials"] == len(records) and summary["verified"] == len(verified)
+    assert summary["complete"] and summary["stopped"] == "exhausted"
+    assert summary["best_speedup"] == pytest.approx(best["speedup"])
+    export = read(tmp_path, "proteus_tuned_kernels.json")
+    (kernel,) = export["kernels"]
+    assert kernel["name"] == "vecAdd" and kernel["static_hash"] == "15941914485064662553"
+    assert kernel["configuration"] == best["configuration"]
+    assert kernel["knobs"]["launch"]["block"] == best["configuration"]["block"]
+    assert "BEST:" in out.getvalue() and "[1/" in out.getvalue()
+    assert "trial 0" in (run / "logs/tune.log").read_text()
+
+
+def test_failures_are_recorded_with_reasons_and_never_best(tmp_path, loader, space_module):
+    rc, ex, _ = tune(tmp_path, loader, space_module=space_module, space_args=["high=512"],
+                     adaptive_invalid_ban=False)
+    records = trials(tmp_path)
+    by_status = {}
+    for r in records:
+        by_status.setdefault(r["status"], []).append(r)
+    assert set(by_status) == {"verified", "invalid_launch", "compile_error", "runtime_error", "failed_verification"}
+    for status, rs in by_status.items():
+        if status != "verified":
+            assert all(r["error"] and r["metric"] is None and r["speedup"] is None for r in rs)
+    # the wrong-answer configuration is by far the fastest, and must not win
+    assert all(r["result"]["exec_time"][-1] == 1000 for r in by_status["failed_verification"])
+    best = read(tmp_path, "best.json")["best"]
+    assert best["configuration"]["block"]["x"] != FakeExecutor.UNVERIFIED_X
+    assert read(tmp_path, "summary.json")["by_status"]["invalid_launch"] == 2
+
+
+def test_adaptive_invalid_ban_skips_a_shape_after_it_fails(tmp_path, loader, space_module):
+    # one worker keeps two replays in flight: the third pipeline of block 96 is asked for after
+    # the first one's invalid launch came back, so it is skipped; the second was already running
+    tune(tmp_path, loader, space_module=space_module, workers=1,
+         space_args=['passes=["default<O3>", "default<O2>", "default<Os>"]'])
+    records = trials(tmp_path)
+    assert sum(r["status"] == "invalid_launch" for r in records) == 2
+    summary = read(tmp_path, "summary.json")
+    assert summary["skipped_banned"] == 1 and summary["banned_blocks"] == [[96, 1, 1]]
+
+
+def test_fail_fast_stops_at_the_first_failure(tmp_path, loader, space_module):
+    rc, ex, out = tune(tmp_path, loader, space_module=space_module, fail_fast=True, workers=1)
+    records = trials(tmp_path)
+    assert rc == 1
+    assert records[-1]["status"] != "verified" or records[-2]["status"] != "verified"
+    assert len(records) < 32 and "--fail-fast" in out.getvalue()
+    assert read(tmp_path, "summary.json")["stopped"] == "fail-fast"
+
+
+def test_interrupted_run_resumes_where_it_stopped(tmp_path, loader, space_module):
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path, loader, FakeExecutor(interrupt_after=9), space_module=space_module, workers=1)
+    first = trials(tmp_path)
+    assert 0 < len(first) <= 9
+    summary = read(tmp_path, "summary.json")
+    assert summary["stopped"] == "interrupted" and not summary["complete"]
+    # a run killed mid-write leaves half a line: resume cuts it off
+    with open(tmp_path / "run" / "trials.jsonl", "a") as fh:
+        fh.write('{"trial": 99, "status": "verif')
+    ex = FakeExecutor()
+    rc, ex, out = tune(tmp_path, loader, ex, space_module=space_module, resume=True)
+    records = trials(tmp_path)
+    assert rc == 0 and ex.evaluated == 0  # the baseline came from baseline.json
+    banned = read(tmp_path, "summary.json")["skipped_banned"]
+    assert len({r["hash"] for r in records}) == len(records) == 32 - banned
+    assert not {c.ground().hash() for c in ex.submitted} & {r["hash"] for r in first}
+    assert read(tmp_path, "summary.json")["skipped_resumed"] == len(first)
+    assert {r["trial"] for r in records} == set(range(len(records)))
+    assert "resuming" in out.getvalue()
+
+
+def test_rerun_baseline_replays_it_again(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module)
+    rc, ex, _ = tune(tmp_path, loader, space_module=space_module, resume=True, rerun_baseline=True)
+    assert ex.evaluated == 1 and ex.submitted == []
+
+
+def test_a_new_run_refuses_a_used_directory(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module)
+    with pytest.raises(ConfigurationError, match="--resume"):
+        tune(tmp_path, loader, space_module=space_module)
+
+
+def test_resume_of_another_instance_is_refused(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module)
+    with pytest.raises(ConfigurationError, match="record-id"):
+        tune(tmp_path, loader, space_module=space_module, resume=True, record_id="999")
+
+
+def test_tpe_budget_and_resume_to_a_larger_budget(tmp_path, loader):
+    rc, ex, _ = tune(tmp_path, loader, sampler="tpe", trials=20, seed=1)
+    assert len(trials(tmp_path)) == 20 and len(ex.submitted) == 20
+    rc, ex, _ = tune(tmp_path, loader, sampler="tpe", trials=30, seed=1, resume=True)
+    records = trials(tmp_path)
+    assert len(records) == 30 and len({r["hash"] for r in records}) == 30 and len(ex.submitted) == 10
+
+
+def test_timeout_stops_submitting(tmp_path, loader):
+    rc, ex, _ = tune(tmp_path, loader, sampler="random", trials=50, timeout=1e-9)
+    assert trials(tmp_path) == [] and read(tmp_path, "summary.json")["stopped"] == "timeout"
+
+
+def test_quiet_prints_nothing(tmp_path, loader, space_module):
+    _, _, out = tune(tmp_path, loader, space_module=space_module, quiet=True)
+    assert out.getvalue() == ""
+
+
+def test_print_space_dry_run_and_baseline_only(tmp_path, loader, space_module):
+    rc, ex, out = tune(tmp_path, loader, print_space=True, space_preset="quick")
+    doc = json.loads(out.getvalue())
+    assert rc == 0 and doc["dimensions"]["passes"]["choices"] == ["default<O3>", "default<O2>"]
+    assert not (tmp_path / "run").exists() and ex.evaluated == 0
+    rc, ex, out = tune(tmp_path, loader, dry_run=True, space_module=space_module)
+    doc = json.loads(out.getvalue())
+    assert doc["baseline"]["block"]["x"] == 256 and doc["search_space"]["size"] == 32
+    assert ex.evaluated == 0 and not ex.submitted
+    rc, ex, _ = tune(tmp_path, loader, baseline_only=True, space_module=space_module)
+    assert rc == 0 and ex.evaluated == 1 and not ex.submitted
+    assert read(tmp_path, "baseline.json")["verified"]
+    assert read(tmp_path, "summary.json")["stopped"] == "baseline-only"
+
+
+def test_unverified_baseline_stops_the_run_with_a_reason(tmp_path, loader, kernel):
+    kernel.block_dim = type(kernel.block_dim)(FakeExecutor.UNVERIFIED_X)
+    with pytest.raises(TuningError, match="baseline .* did not verify"):
+        tune(tmp_path, loader, space_preset="compiler")
+    assert read(tmp_path, "baseline.json")["status"] == "failed_verification"
+    assert read(tmp_path, "best.json")["best"] is None
+
+
+def test_a_broken_executor_ends_the_run_resumably(tmp_path, loader, space_module):
+    ex = FakeExecutor(raise_on=lambda c: 128 <= c.block.x != 256)
+    with pytest.raises(TuningError, match="5 times in a row"):
+        tune(tmp_path, loader, ex, space_module=space_module, workers=1)
+    records = trials(tmp_path)
+    assert records and all(r["configuration"]["block"]["x"] < 128 for r in records)
+    assert read(tmp_path, "summary.json")["executor_errors"] == 5
+
+
+def test_invalid_derived_configurations_are_not_replayed(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module, space_args=["high=1280", "step=256"])
+    records = trials(tmp_path)
+    invalid = [r for r in records if r["status"] == "invalid_config"]
+    assert {r["configuration"]["block"]["x"] for r in invalid} == {1280}
+    assert "exceeds the CUDA limit" in invalid[0]["error"]
+
+
+def test_speedup_objective_and_median_metric(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module, objective="speedup", metric="median")
+    records = [r for r in trials(tmp_path) if r["status"] == "verified"]
+    baseline = read(tmp_path, "baseline.json")["metric"]
+    for r in records:
+        assert r["objective_values"][0] == pytest.approx(baseline / r["metric"])
+    assert read(tmp_path, "best.json")["best"]["speedup"] == max(r["speedup"] for r in records)
+
+
+def test_nsga2_writes_a_pareto_front(tmp_path, loader):
+    rc, ex, _ = tune(tmp_path, loader, sampler="nsga2", trials=24, seed=0, secondary_objective="registers")
+    best = read(tmp_path, "best.json")
+    assert rc == 0 and best["pareto_front"]
+    assert all(len(r["objective_values"]) == 2 for r in trials(tmp_path) if r["status"] == "verified")
+
+
+def test_proteus_export_can_be_moved_or_disabled(tmp_path, loader, space_module):
+    target = tmp_path / "shared" / "tuned.json"
+    target.parent.mkdir()
+    target.write_text(json.dumps({"format": "mneme-tuned-kernels", "version": 1,
+                                  "kernels": [{"name": "other", "static_hash": "1"}]}))
+    tune(tmp_path, loader, space_module=space_module, proteus_output=str(target))
+    names = [k["name"] for k in json.loads(target.read_text())["kernels"]]
+    assert names == ["other", "vecAdd"]
+    tune(tmp_path, loader, space_module=space_module, proteus_output=False, results_dir=str(tmp_path / "b"))
+    assert not (tmp_path / "b" / "proteus_tuned_kernels.json").exists()
+
+
+def test_default_results_directory_is_timestamped(tmp_path, loader, space_module, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    tune(tmp_path, loader, space_module=space_module, results_dir=None)
+    (run,) = (tmp_path / "mneme-tune-results").iterdir()
+    assert run.name.endswith("-163") and (run / "summary.json").exists()
