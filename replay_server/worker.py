@@ -20,6 +20,7 @@ then the worker exits so that the supervisor starts a fresh one.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from typing import Any
 
@@ -40,21 +41,35 @@ def pin_gpu(gpu: int) -> None:
     os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this worker when the supervisor dies, even if it is stuck in a kernel."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the pipe's EOF still ends an idle worker
+        pass
+
+
 def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int) -> None:
+    die_with_parent()
     pin_gpu(gpu)
     from replay_server.prepared_cache import PreparedCache
 
     try:
-        info = spec.self_test(0) or {}
-    except BaseException as exc:  # the self-test is the gate: any failure keeps this worker out
-        conn.send(("failed", f"self-test failed: {type(exc).__name__}: {exc}"))
+        try:
+            info = spec.self_test(0) or {}
+        except BaseException as exc:  # the self-test is the gate: any failure keeps this worker out
+            conn.send(("failed", f"self-test failed: {type(exc).__name__}: {exc}"))
+            return
+        conn.send(("ready", info))
+        cache: PreparedCache = PreparedCache(cache_bytes)
+        try:
+            _serve(spec, conn, cache)
+        finally:
+            cache.close()
+    except (BrokenPipeError, EOFError, ConnectionResetError):  # the supervisor went away: nothing to report to
         return
-    conn.send(("ready", info))
-    cache: PreparedCache = PreparedCache(cache_bytes)
-    try:
-        _serve(spec, conn, cache)
-    finally:
-        cache.close()
 
 
 def _serve(spec: Any, conn: Any, cache: Any) -> None:

@@ -107,7 +107,10 @@ class WorkerSlot:
         process.start()
         child.close()
         reason = ""
-        ready = multiprocessing.connection.wait([parent, process.sentinel], settings.startup_timeout)
+        deadline = time.monotonic() + settings.startup_timeout
+        ready: list = []
+        while not ready and not self.pool.stopping and time.monotonic() < deadline:
+            ready = multiprocessing.connection.wait([parent, process.sentinel], 0.1)
         message = None
         if parent in ready:
             try:

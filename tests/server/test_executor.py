@@ -1,0 +1,128 @@
+"""AsyncReplayExecutor against real server processes (mneme serve with the test engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import HERE, RECORD_DB, RECORD_ID, ROOT, free_port
+
+from mneme.async_executor import AsyncReplayExecutor, ReplayServerError
+from mneme.mneme_types import ExperimentConfiguration
+
+
+def _env(log_dir) -> dict[str, str]:
+    log_dir.mkdir(exist_ok=True)
+    return {
+        "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir)}),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+    }
+
+
+ENGINE = ["--engine", "fake_engine:spec_from_env"]
+
+
+def start_server(store, log_dir, *extra) -> tuple[subprocess.Popen, str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "replay_server", "--gpu", "0", "--port", "0", "--host", "127.0.0.1",
+         "--store", str(store), "--log-level", "WARNING", *ENGINE, *extra],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **_env(log_dir)},
+    )
+    line = process.stdout.readline()
+    assert "listening on" in line, line
+    return process, line.split("listening on ", 1)[1].split()[0]
+
+
+def config(passes="default<O3>", block_x=64) -> ExperimentConfiguration:
+    return ExperimentConfiguration.from_dict({"block": {"x": block_x}, "passes": passes})
+
+
+def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path):
+    results_dir = tmp_path / "results"
+    executor = AsyncReplayExecutor(
+        record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=5, results_db_dir=str(results_dir),
+        num_workers=3, local_gpus=[0, 1], server_args=ENGINE, server_env=_env(tmp_path / "log"),
+    )
+    with executor:
+        assert len(executor.servers) == 2
+        futures = {64 * i: executor.submit(config(block_x=64 * i)) for i in range(1, 17)}
+        crashed = executor.evaluate(config("crash"))
+        for block_x, future in futures.items():
+            result = future.result(timeout=30)
+            assert result.verified and result.exec_time == [block_x] * 7  # attached to its own configuration
+        assert crashed.failed and "SIGSEGV" in crashed.error
+        assert executor.evaluate({"block": {"x": 4096}}).status == "invalid_config"
+        local = list(executor._local)
+    assert all(server.process.poll() is not None for server in local), "local servers stop with the executor"
+    lines = [json.loads(line) for line in (results_dir / "results.jsonl").read_text().splitlines()]
+    assert len(lines) == 18 and lines[0]["record_id"] == RECORD_ID
+    pids = {line.split()[2] for line in (tmp_path / "log" / "runs.log").read_text().splitlines()}
+    assert len(pids) >= 3, "work went to every worker (and the crashed one's replacement)"
+
+
+def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, tmp_path):
+    doomed, doomed_address = start_server(store, tmp_path / "log-a", "--workers", "2")
+    survivor, survivor_address = start_server(store, tmp_path / "log-b", "--workers", "2")
+    try:
+        executor = AsyncReplayExecutor(
+            record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=1, warmup=0,
+            results_db_dir=str(tmp_path / "results"), servers=[doomed_address, survivor_address],
+        )
+        with executor:
+            futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(40)]
+            while not (tmp_path / "log-a" / "runs.log").exists():
+                time.sleep(0.01)
+            time.sleep(0.1)
+            doomed.send_signal(signal.SIGKILL)
+            results = [f.result(timeout=60) for f in futures]
+        assert all(r.verified for r in results), [r.error for r in results if not r.verified]
+        assert [r.exec_time[0] for r in results] == list(range(1, 41))
+        records = [json.loads(line) for line in (tmp_path / "results" / "results.jsonl").read_text().splitlines()]
+        assert len(records) == 40 and len({r["config_hash"] for r in records}) == 40
+        assert any(r["attempts"] == 2 for r in records), "work of the killed server was retried"
+        assert {r["server"] for r in records} == {doomed_address, survivor_address}
+    finally:
+        for process in (doomed, survivor):
+            process.kill()
+            process.wait()
+
+
+def test_no_server_left_gives_failed_results(store, tmp_path):
+    server, address = start_server(store, tmp_path / "log")
+    executor = AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=1.0)
+    try:
+        assert executor.evaluate(config()).verified
+        server.kill()
+        server.wait()
+        result = executor.evaluate(config())
+        assert result.failed and "replay server lost" in result.error
+    finally:
+        executor.shutdown()
+        server.kill()
+
+
+def test_refusals_are_errors_not_results(store, tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text("t0ken")
+    server, address = start_server(store, tmp_path / "log", "--token-file", str(token_file))
+    try:
+        with pytest.raises(ReplayServerError, match="bearer token"):
+            AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], token="wrong")
+        with AsyncReplayExecutor(str(store / "999.json"), RECORD_ID, servers=[address], token="t0ken") as executor:
+            with pytest.raises(ReplayServerError, match="NOT_FOUND"):
+                executor.evaluate(config())
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_servers_none_without_gpus_says_what_to_do(store):
+    with pytest.raises(Exception, match="servers="):
+        AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])
+
+

@@ -1,0 +1,42 @@
+"""Workers prove themselves before taking work; a GPU that never passes makes the server NOT_SERVING."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from conftest import make_server, request, stub_for
+
+from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2
+from mneme._proto.convert import result_from_proto
+
+
+def test_a_failed_self_test_is_retried(store, tmp_path):
+    server = make_server(store, tmp_path / "log", fail_starts=1)
+    port = server.start()
+    try:
+        assert result_from_proto(stub_for(port).Replay(request(), timeout=20).result).verified
+        assert (tmp_path / "log" / "starts").read_text() == "2"
+    finally:
+        server.stop()
+
+
+def test_repeated_start_failures_mark_the_server_not_serving(store, tmp_path):
+    server = make_server(store, tmp_path / "log", fail_starts=100, max_start_failures=2)
+    port = server.start()
+    try:
+        stub = stub_for(port)
+        queued = stub.Replay.future(request(), timeout=20)
+        with pytest.raises(grpc.RpcError) as err:
+            queued.result()
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "self-test failed" in err.value.details() and "simulated" in err.value.details()
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        status = health.Check(health_pb2.HealthCheckRequest(service="mneme.v1.ReplayService")).status
+        assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+        with pytest.raises(grpc.RpcError) as err:  # new work is refused at once, not queued forever
+            stub.Replay(request(), timeout=5)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert int((tmp_path / "log" / "starts").read_text()) == 2
+        assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready == 0
+    finally:
+        server.stop()
