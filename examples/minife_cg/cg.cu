@@ -11,7 +11,7 @@
 // and reported), dot (block reduction + one atomicAdd per block), waxpby
 // (w = alpha*x + beta*y). The iteration count is fixed, as in a benchmark run.
 //
-// usage: cg [nx [ny nz]] [iterations]      (defaults: 80 80 80, 50 iterations)
+// usage: cg [nx [ny nz]] [iterations]      (defaults: 88 88 88, 50 iterations)
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -121,9 +121,9 @@ T* to_device(const std::vector<T>& host) {
 
 int main(int argc, char** argv) {
   const long kMaxSide = 400;  // keeps nnz (about 27 * nx*ny*nz) inside int32
-  const int nx = (int)example::arg_or(argc, argv, 1, 80, kMaxSide, "nx", kUsage);
-  const int ny = argc > 3 ? (int)example::arg_or(argc, argv, 2, 80, kMaxSide, "ny", kUsage) : nx;
-  const int nz = argc > 3 ? (int)example::arg_or(argc, argv, 3, 80, kMaxSide, "nz", kUsage) : nx;
+  const int nx = (int)example::arg_or(argc, argv, 1, 88, kMaxSide, "nx", kUsage);
+  const int ny = argc > 3 ? (int)example::arg_or(argc, argv, 2, 88, kMaxSide, "ny", kUsage) : nx;
+  const int nz = argc > 3 ? (int)example::arg_or(argc, argv, 3, 88, kMaxSide, "nz", kUsage) : nx;
   const int it_index = argc == 3 ? 2 : 4;
   const int iterations = (int)example::arg_or(argc, argv, it_index, 50, 100000, "iterations", kUsage);
   if ((long)nx * ny * nz * 27 > INT32_MAX) {

@@ -23,7 +23,7 @@ import headline_report as report  # noqa: E402
 import headline_stages as stages  # noqa: E402
 from mneme.mneme_types import Dim3  # noqa: E402
 
-CG_OUTPUT = """minife_cg: grid 80x80x80, 512000 rows, 13481272 nonzeros, 50 iterations
+CG_OUTPUT = """minife_cg: grid 88x88x88, 681472 rows, 17984728 nonzeros, 50 iterations
 KERNEL_TIME kernel=spmv_csr launches=51 mean_us=151.250 median_us=150.125 min_us=149.000
 KERNEL_TIME kernel=dot launches=151 mean_us=10.000 median_us=9.500 min_us=9.000
 residual: true 2.765e-08, recurrence 2.765e-08, bound 1.620e-05
