@@ -1,0 +1,62 @@
+// Test program of the LLVM tier: kernels with scalar parameters, a device
+// variable, a __constant__ table, a libdevice call and a 2-D bounds check.
+#include <cstdio>
+#include <cstdlib>
+#include <cmath>
+
+__device__ int launches;
+__constant__ float weights[4] = {1.0f, 0.5f, 0.25f, 0.125f};
+
+__global__ void saxpy(int n, float a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = a * x[i] + y[i];
+}
+
+__global__ void wave(int n, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = sinf(x[i]) * weights[i % 4];
+  if (i == 0) atomicAdd(&launches, 1);
+}
+
+__global__ void stencil(const double* in, double* out, int nx, int ny) {
+  int x = blockIdx.x * blockDim.x + threadIdx.x;
+  int y = blockIdx.y * blockDim.y + threadIdx.y;
+  if (x > 0 && y > 0 && x < nx - 1 && y < ny - 1)
+    out[y * nx + x] = 0.25 * (in[y * nx + x - 1] + in[y * nx + x + 1] + in[(y - 1) * nx + x] + in[(y + 1) * nx + x]);
+}
+
+#define CHECK(call)                                                              \
+  do {                                                                           \
+    cudaError_t err = (call);                                                    \
+    if (err != cudaSuccess) {                                                    \
+      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(err));               \
+      return 1;                                                                  \
+    }                                                                            \
+  } while (0)
+
+int main() {
+  const int n = 1 << 16, nx = 256, ny = 128;
+  float *x, *y;
+  double *in, *out;
+  CHECK(cudaMalloc(&x, n * sizeof(float)));
+  CHECK(cudaMalloc(&y, n * sizeof(float)));
+  CHECK(cudaMalloc(&in, nx * ny * sizeof(double)));
+  CHECK(cudaMalloc(&out, nx * ny * sizeof(double)));
+  float* host = (float*)malloc(n * sizeof(float));
+  for (int i = 0; i < n; ++i) host[i] = 0.001f * (i % 997);
+  CHECK(cudaMemcpy(x, host, n * sizeof(float), cudaMemcpyHostToDevice));
+  CHECK(cudaMemcpy(y, host, n * sizeof(float), cudaMemcpyHostToDevice));
+  double* hin = (double*)malloc(nx * ny * sizeof(double));
+  for (int i = 0; i < nx * ny; ++i) hin[i] = 0.5 * (i % 101);
+  CHECK(cudaMemcpy(in, hin, nx * ny * sizeof(double), cudaMemcpyHostToDevice));
+  CHECK(cudaMemset(out, 0, nx * ny * sizeof(double)));
+  saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, x, y);
+  wave<<<(n + 127) / 128, 128>>>(n, x, y);
+  stencil<<<dim3(nx / 16, ny / 16), dim3(16, 16)>>>(in, out, nx, ny);
+  CHECK(cudaDeviceSynchronize());
+  CHECK(cudaMemcpy(host, y, sizeof(float), cudaMemcpyDeviceToHost));
+  printf("vecops done y[0]=%f\n", host[0]);
+  free(host);
+  free(hin);
+  return 0;
+}
