@@ -91,13 +91,15 @@ def test_failures_are_recorded_with_reasons_and_never_best(tmp_path, loader, spa
 
 def test_adaptive_invalid_ban_skips_a_shape_after_it_fails(tmp_path, loader, space_module):
     # one worker keeps two replays in flight: the third pipeline of block 96 is asked for after
-    # the first one's invalid launch came back, so it is skipped; the second was already running
+    # the first one's invalid launch came back, so it is skipped; the second may be running already
     tune(tmp_path, loader, space_module=space_module, workers=1,
          space_args=['passes=["default<O3>", "default<O2>", "default<Os>"]'])
     records = trials(tmp_path)
-    assert sum(r["status"] == "invalid_launch" for r in records) == 2
+    invalid = sum(r["status"] == "invalid_launch" for r in records)
     summary = read(tmp_path, "summary.json")
-    assert summary["skipped_banned"] == 1 and summary["banned_blocks"] == [[96, 1, 1]]
+    assert summary["skipped_banned"] >= 1 and invalid + summary["skipped_banned"] == 3
+    assert summary["banned_blocks"] == [[96, 1, 1]]
+    assert len(records) == 48 - summary["skipped_banned"]
 
 
 def test_fail_fast_stops_at_the_first_failure(tmp_path, loader, space_module):
