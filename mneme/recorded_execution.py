@@ -56,6 +56,28 @@ class KernelInstance:
     def static_hash(self) -> str:
         return self.recording.static_hash
 
+    @property
+    def signature(self) -> KernelSignature:
+        """The kernel's parameter layout."""
+        return self.recording.kernel
+
+    @property
+    def address_space(self) -> AddressSpace:
+        return self.recording.address_space
+
+    @property
+    def launch_index(self) -> int:
+        return self.record.launch_index
+
+    @property
+    def app_kernel_time_ns(self) -> int | None:
+        """The kernel time measured in the application, if the recorder knew it."""
+        return self.record.app_kernel_time_ns
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        return self.record.warnings
+
     def load_prologue(self) -> Snapshot:
         """The memory before the launch (header only; region bytes are read on demand, verified)."""
         return self._load(self.record.prologue, "prologue")

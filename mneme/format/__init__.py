@@ -14,7 +14,16 @@ Submodules, each with one job:
 * ``verify``: whole-recording integrity check
 """
 
-from mneme.format.chunks import DEFAULT_CHUNK_SIZE, ChunkRef, put_chunks, put_chunks_from_file, read_chunks, read_chunks_into
+from mneme.format.chunks import (
+    DEFAULT_CHUNK_SIZE,
+    ChunkRef,
+    FileSlice,
+    put_chunks,
+    put_chunks_from_file,
+    put_many,
+    read_chunks,
+    read_chunks_into,
+)
 from mneme.format.database import (
     DATABASE_VERSION,
     AddressSpace,
@@ -38,10 +47,10 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database
 
 __all__ = [
     "DATABASE_VERSION", "DEFAULT_CHUNK_SIZE", "SNAPSHOT_VERSION",
-    "AddressSpace", "ChunkRef", "CodeArtifact", "DeviceInfo", "InstanceRecord", "KernelCode",
+    "AddressSpace", "ChunkRef", "FileSlice", "CodeArtifact", "DeviceInfo", "InstanceRecord", "KernelCode",
     "KernelParam", "KernelSignature", "ObjectRef", "RecorderInfo", "RecordingDatabase",
     "RecordingWriter", "Region", "RegionSource", "Snapshot", "VerifyPolicy",
     "dynamic_hash", "load_database", "merge_databases", "new_database", "put_chunks",
-    "put_chunks_from_file", "read_chunks", "read_chunks_into", "read_snapshot",
+    "put_chunks_from_file", "put_many", "read_chunks", "read_chunks_into", "read_snapshot",
     "save_database", "static_hash", "write_snapshot",
 ]  # fmt: skip

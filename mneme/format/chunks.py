@@ -12,12 +12,12 @@ release the GIL on large buffers, so pieces are processed in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Callable, Iterable, NamedTuple, Sequence
+from typing import Callable, Iterable, NamedTuple, Sequence, Union
 
 import zstandard
 
@@ -81,41 +81,85 @@ def _piece_bounds(size: int, chunk_size: int) -> list[tuple[int, int]]:
     return [(start, min(chunk_size, size - start)) for start in range(0, size, chunk_size)]
 
 
-def _put_pieces(
+class FileSlice(NamedTuple):
+    """Bytes of a local file: ``size`` bytes from ``offset`` (``None``: to the end of the file)."""
+
+    path: str | os.PathLike[str]
+    offset: int = 0
+    size: int | None = None
+
+
+#: What can be stored as chunks: bytes in memory, or a slice of a file (read piece by piece).
+ChunkSource = Union[bytes, bytearray, memoryview, FileSlice]
+
+
+def put_many(
     store: Store,
-    bounds: Sequence[tuple[int, int]],
-    read_piece: Callable[[int, int], bytes | memoryview],
-    level: int,
-    workers: int | None,
-) -> list[ChunkRef]:
-    """Hash, deduplicate, compress and store pieces; return their refs in order.
+    sources: Sequence[ChunkSource],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    *,
+    level: int = DEFAULT_LEVEL,
+    workers: int | None = None,
+) -> list[list[ChunkRef]]:
+    """Store several sources as chunks, all pieces through one thread pool; refs per source, in order.
 
-    Each piece is read inside its worker, so at most ``workers`` pieces are in
-    memory at a time. Within one call, a digest is claimed by the first piece
-    that has it; the others only reference it.
+    Each piece is read inside its worker (file slices with ``os.pread``), so at
+    most ``workers`` pieces are in memory at a time. Within one call a digest
+    is claimed by the first piece that has it; an existing object is never
+    written again.
     """
-    claimed: set[str] = set()
-    lock = threading.Lock()
+    _check_chunk_size(chunk_size)
+    with contextlib.ExitStack() as files:
+        pieces: list[tuple[int, Callable[[int, int], bytes | memoryview], int, int]] = []
+        for index, source in enumerate(sources):
+            read, size = _reader(source, files)
+            pieces += [(index, read, start, length) for start, length in _piece_bounds(size, chunk_size)]
+        claimed: set[str] = set()
+        lock = threading.Lock()
 
-    def one(bound: tuple[int, int]) -> ChunkRef:
-        start, length = bound
-        piece = read_piece(start, length)
-        if len(piece) != length:
-            raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(piece)}")
-        digest = hashlib.sha256(piece).hexdigest()
-        ref = ChunkRef(digest, length)
-        with lock:
-            if digest in claimed:
-                return ref
-            claimed.add(digest)
-        if not store.exists(ref.name):
-            store.put(ref.name, compress_chunk(piece, level))
-        return ref
+        def one(piece: tuple[int, Callable[[int, int], bytes | memoryview], int, int]) -> ChunkRef:
+            _, read, start, length = piece
+            data = read(start, length)
+            if len(data) != length:
+                raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(data)}")
+            ref = ChunkRef(hashlib.sha256(data).hexdigest(), length)
+            with lock:
+                if ref.sha256 in claimed:
+                    return ref
+                claimed.add(ref.sha256)
+            if not store.exists(ref.name):
+                store.put(ref.name, compress_chunk(data, level))
+            return ref
 
-    if len(bounds) <= 1:
-        return [one(b) for b in bounds]
-    with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(bounds))) as pool:
-        return list(pool.map(one, bounds))
+        if len(pieces) <= 1:
+            refs = [one(p) for p in pieces]
+        else:
+            with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(pieces))) as pool:
+                refs = list(pool.map(one, pieces))
+    grouped: list[list[ChunkRef]] = [[] for _ in sources]
+    for (index, _, _, _), ref in zip(pieces, refs):
+        grouped[index].append(ref)
+    return grouped
+
+
+def _reader(source: ChunkSource, files: contextlib.ExitStack) -> tuple[Callable[[int, int], bytes | memoryview], int]:
+    """A ``read(start, length)`` function over ``source`` and its size."""
+    if not isinstance(source, FileSlice):
+        view = memoryview(source).cast("B")
+        return (lambda s, n: view[s : s + n]), len(view)
+    try:
+        fd = os.open(source.path, os.O_RDONLY)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read region file {source.path}: {exc.strerror or exc}") from exc
+    files.callback(os.close, fd)
+    file_size = os.fstat(fd).st_size
+    offset = source.offset
+    size = file_size - offset if source.size is None else source.size
+    if offset < 0 or size < 0 or offset + size > file_size:
+        raise ArtifactError(
+            f"region file {source.path} has {file_size} bytes; cannot read {size} bytes at offset {offset}"
+        )
+    return (lambda s, n: os.pread(fd, n, offset + s)), size
 
 
 def put_chunks(
@@ -127,14 +171,12 @@ def put_chunks(
     workers: int | None = None,
 ) -> list[ChunkRef]:
     """Store ``data`` as chunks (skipping those already stored) and return their refs in order."""
-    _check_chunk_size(chunk_size)
-    view = memoryview(data).cast("B")
-    return _put_pieces(store, _piece_bounds(len(view), chunk_size), lambda s, n: view[s : s + n], level, workers)
+    return put_many(store, [data], chunk_size, level=level, workers=workers)[0]
 
 
 def put_chunks_from_file(
     store: Store,
-    path: str | Path,
+    path: str | os.PathLike[str],
     offset: int = 0,
     size: int | None = None,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -146,36 +188,18 @@ def put_chunks_from_file(
 
     The file is read piece by piece with ``os.pread``; it is never held whole in memory.
     """
-    _check_chunk_size(chunk_size)
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError as exc:
-        raise ArtifactError(f"cannot read region file {path}: {exc.strerror or exc}") from exc
-    try:
-        file_size = os.fstat(fd).st_size
-        if size is None:
-            size = file_size - offset
-        if offset < 0 or size < 0 or offset + size > file_size:
-            raise ArtifactError(
-                f"region file {path} has {file_size} bytes; cannot read {size} bytes at offset {offset}"
-            )
-        return _put_pieces(
-            store,
-            _piece_bounds(size, chunk_size),
-            lambda s, n: os.pread(fd, n, offset + s),
-            level,
-            workers,
-        )
-    finally:
-        os.close(fd)
+    return put_many(store, [FileSlice(path, offset, size)], chunk_size, level=level, workers=workers)[0]
 
 
 def _fetch_verified(store: Store, ref: ChunkRef, what: str) -> bytes:
     """Get, decompress and verify one chunk (``what`` names the snapshot in errors)."""
     name = ref.name
-    if not store.exists(name):
-        raise ArtifactError(f"chunk {name} of {what} is missing from {store.url}; the recording is incomplete")
-    blob = store.get(name)
+    try:
+        blob = store.get(name)
+    except ArtifactError:
+        if store.exists(name):
+            raise
+        raise ArtifactError(f"chunk {name} of {what} is missing from {store.url}; the recording is incomplete") from None
     try:
         # Check the declared size first: a corrupt header must not make us allocate gigabytes.
         declared = zstandard.frame_content_size(blob)

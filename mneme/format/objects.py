@@ -43,9 +43,12 @@ class ObjectRef:
     def read(self, store: Store, what: str = "") -> bytes:
         """The object's bytes, checked against size and SHA-256."""
         label = f"{what} {self.path}".strip()
-        if not store.exists(self.path):
-            raise ArtifactError(f"{label} not found in {store.url}; the recording is incomplete")
-        data = store.get(self.path)
+        try:
+            data = store.get(self.path)
+        except ArtifactError:
+            if store.exists(self.path):
+                raise
+            raise ArtifactError(f"{label} not found in {store.url}; the recording is incomplete") from None
         self.verify(data, store, what)
         return data
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
-from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, put_chunks, put_chunks_from_file
+from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, FileSlice, put_many
 from mneme.format.database import (
     AddressSpace,
     DeviceInfo,
@@ -53,13 +53,6 @@ class RegionSource:
     offset: int = 0
     size: int | None = None
     policy: VerifyPolicy | None = None
-
-    def byte_size(self) -> int:
-        if self.data is not None:
-            return memoryview(self.data).nbytes
-        if self.size is not None:
-            return self.size
-        return os.stat(self.path).st_size - self.offset  # type: ignore[arg-type]
 
 
 class RecordingWriter:
@@ -102,26 +95,28 @@ class RecordingWriter:
         return ref
 
     # -- snapshots ------------------------------------------------------------------
+    def store_regions(self, sources: Sequence[RegionSource]) -> list[Region]:
+        """Store the regions' chunks (all pieces through one thread pool); return the Regions."""
+        payloads = []
+        for src in sources:
+            if (src.data is None) == (src.path is None):
+                raise ArtifactError(f"region {src.name or hex(src.base)}: give exactly one of data and path")
+            payloads.append(src.data if src.data is not None else FileSlice(src.path, src.offset, src.size))
+        refs = put_many(self.store, payloads, self.chunk_size, level=self.level)
+        return [
+            Region(src.base, sum(c.length for c in chunks), src.kind, src.name, tuple(chunks), src.policy)
+            for src, chunks in zip(sources, refs)
+        ]
+
     def store_region(self, source: RegionSource) -> Region:
-        """Store a region's chunks; return the Region that references them."""
-        if (source.data is None) == (source.path is None):
-            raise ArtifactError(f"region {source.name or hex(source.base)}: give exactly one of data and path")
-        if source.data is not None:
-            chunks = put_chunks(self.store, source.data, self.chunk_size, level=self.level)
-            size = memoryview(source.data).nbytes
-        else:
-            chunks = put_chunks_from_file(
-                self.store, source.path, source.offset, source.size, self.chunk_size, level=self.level
-            )
-            size = sum(c.length for c in chunks)
-        return Region(source.base, size, source.kind, source.name, tuple(chunks), source.policy)
+        """Store one region's chunks; return the Region that references them."""
+        return self.store_regions([source])[0]
 
     def write_snapshot(
         self, static_hash: str, dynamic: str, phase: str, regions: Sequence[RegionSource]
     ) -> ObjectRef:
         """Store the regions' chunks, then the snapshot file; return its reference."""
-        stored = [self.store_region(src) for src in regions]
-        snapshot = build_snapshot(static_hash, dynamic, phase, stored, self.chunk_size)
+        snapshot = build_snapshot(static_hash, dynamic, phase, self.store_regions(regions), self.chunk_size)
         name, sha, size = write_snapshot(self.store, snapshot)
         return ObjectRef(name, sha, size)
 

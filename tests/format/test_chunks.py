@@ -130,3 +130,15 @@ def test_bad_chunk_size_is_rejected(store):
     for bad in (0, -1, 1.5, 2**31):
         with pytest.raises(ValueError):
             put_chunks(store, b"x", chunk_size=bad)
+
+
+def test_put_many_mixes_memory_and_files_and_dedupes_across_sources(store, tmp_path):
+    from mneme.format.chunks import FileSlice, put_many
+
+    data = os.urandom(3000)
+    path = tmp_path / "raw"
+    path.write_bytes(b"xx" + data)
+    refs = put_many(store, [data, FileSlice(path, 2), b"", memoryview(data)[:1000]], chunk_size=1000)
+    assert refs[0] == refs[1] and refs[2] == [] and refs[3] == refs[0][:1]
+    assert len(store.puts) == 3
+    assert [read_chunks(store, r) for r in refs] == [data, data, b"", data[:1000]]
