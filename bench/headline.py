@@ -83,7 +83,8 @@ def run_stage(stage: str, out_dir: Path, tag: str, timeout_s: float, args: Seque
     cmd = [sys.executable, str(STAGES_SCRIPT), stage, "--json-out", str(json_out), *args]
     try:
         with log.open("w") as log_file:
-            proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=out_dir)
+            proc = subprocess.run(cmd, stdout=log_file, stderr=subprocess.STDOUT, timeout=timeout_s, cwd=out_dir,
+                                  env=apps.child_env())
     except subprocess.TimeoutExpired:
         return {"error": f"ran past {timeout_s:.0f} s and was killed (log: {log})"}
     if json_out.is_file():

@@ -9,7 +9,10 @@ example_util.h); these are parsed here.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import json
+import os
 import re
 import shutil
 import statistics
@@ -84,6 +87,27 @@ def workload(name: str) -> Workload:
         if w.name == name:
             return w
     raise StepError(f"no workload named {name!r}; known: {', '.join(w.name for w in WORKLOADS)}")
+
+
+@functools.lru_cache(maxsize=1)
+def mneme_root() -> Path:
+    """The folder holding the ``mneme`` package this interpreter imports (installed or this tree)."""
+    spec = importlib.util.find_spec("mneme")
+    if spec is not None and spec.origin:
+        return Path(spec.origin).resolve().parents[1]
+    return REPO
+
+
+def child_env() -> dict[str, str]:
+    """The environment for child processes: they import the same mneme as this process.
+
+    Children run in the output folder, so a relative or missing PYTHONPATH
+    would make them find no mneme, or another one.
+    """
+    env = dict(os.environ)
+    parts = [str(mneme_root())] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(str(Path(p).resolve()) for p in parts))
+    return env
 
 
 # -- parsing the examples' output ----------------------------------------------------------------
@@ -168,7 +192,8 @@ def run_app(cmd: Sequence[str], timeout_s: float, cwd: Path, pass_pattern: str =
     """Run ``cmd`` to completion, timing its wall clock from start to exit."""
     start = time.perf_counter()
     try:
-        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout_s, cwd=cwd,
+                              env=child_env())
     except subprocess.TimeoutExpired:
         raise StepError(f"{' '.join(cmd)} ran past {timeout_s:.0f} s and was killed") from None
     except OSError as exc:

@@ -131,7 +131,7 @@ def run(cp, args: argparse.Namespace) -> tuple[bool, str]:
     logits = y.reshape(args.rows, args.cols)
     probabilities = cp.empty_like(logits)
 
-    times_ms = []
+    events = []
     shared_bytes = SOFTMAX_BLOCK * 4
     for _ in range(args.repetitions):
         start, stop = cp.cuda.Event(), cp.cuda.Event()
@@ -140,9 +140,9 @@ def run(cp, args: argparse.Namespace) -> tuple[bool, str]:
             (args.rows,), (SOFTMAX_BLOCK,), (logits, probabilities, np.int32(args.cols)), shared_mem=shared_bytes
         )
         stop.record()
-        times_ms.append((start, stop))
+        events.append((start, stop))
     cp.cuda.Device().synchronize()
-    print(report_kernel_time("row_softmax", [cp.cuda.get_elapsed_time(a, b) for a, b in times_ms]))
+    print(report_kernel_time("row_softmax", [cp.cuda.get_elapsed_time(a, b) for a, b in events]))
 
     expected_y = alpha * x_host + y_host
     got_y = cp.asnumpy(y)
