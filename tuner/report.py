@@ -12,6 +12,8 @@ from __future__ import annotations
 import html
 import importlib.util
 import json
+import re
+import warnings
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +23,12 @@ from tuner.results_dir import ResultsDirectory, iter_verified
 PLOTS = ("optimization_history", "param_importances", "slice")
 
 
+def _natural_key(value: Any) -> tuple:
+    """Sort "64x1x1" before "128x1x1": numbers inside strings compare as numbers."""
+    parts = re.split(r"(\d+)", str(value))
+    return (str(type(value)), tuple(int(p) if p.isdigit() else p for p in parts))
+
+
 def _distribution(values: list[Any]):
     import optuna.distributions as d
 
@@ -28,7 +36,16 @@ def _distribution(values: list[Any]):
         return d.IntDistribution(min(values), max(values))
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
         return d.FloatDistribution(float(min(values)), float(max(values)))
-    return d.CategoricalDistribution(sorted(set(values), key=lambda v: (str(type(v)), str(v))))
+    return d.CategoricalDistribution(sorted(set(values), key=_natural_key))
+
+
+def _plotted_params(record: dict[str, Any]) -> dict[str, Any]:
+    """The trial's parameters, plus its threads per block (a numeric axis for launch shapes)."""
+    params = dict(record.get("params") or {})
+    block = (record.get("configuration") or {}).get("block")
+    if block and "threads_per_block" not in params:
+        params["threads_per_block"] = int(block["x"]) * int(block["y"]) * int(block["z"])
+    return params
 
 
 def study_from_trials(records: list[dict[str, Any]]):
@@ -37,14 +54,15 @@ def study_from_trials(records: list[dict[str, Any]]):
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     verified = list(iter_verified(records))
-    names = sorted({k for r in verified for k in (r.get("params") or {})})
+    plotted = [_plotted_params(r) for r in verified]
+    names = sorted({k for p in plotted for k in p})
     distributions = {}
     for name in names:
-        values = [r["params"][name] for r in verified if name in r["params"]]
+        values = [p[name] for p in plotted if name in p]
         distributions[name] = _distribution(values)
     study = optuna.create_study(direction="minimize", study_name="mneme-tune-report")
-    for r in verified:
-        params = {k: v for k, v in r["params"].items() if k in distributions}
+    for r, all_params in zip(verified, plotted):
+        params = {k: v for k, v in all_params.items() if k in distributions}
         study.add_trial(optuna.trial.create_trial(
             params=params, distributions={k: distributions[k] for k in params}, value=float(r["metric"])))
     return study
@@ -115,15 +133,22 @@ def _try(skipped: list[str], plot: str, kind: str, write: Callable[[], str]) -> 
 
 def _write_png(study, plot: str, out: Path, kwargs: dict[str, Any]) -> str:
     import matplotlib
+    import optuna
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import optuna.visualization.matplotlib as vm
 
-    ax = getattr(vm, f"plot_{plot}")(study, target_name="time (ns)", **kwargs)
-    first = ax.flat[0] if hasattr(ax, "flat") else ax
-    fig = first.get_figure()
-    fig.set_size_inches(max(8, 4 * len(kwargs.get("params", [])) if plot == "slice" else 8), 5)
+    with warnings.catch_warnings():  # optuna marks its matplotlib plots experimental
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        ax = getattr(vm, f"plot_{plot}")(study, target_name="time (ns)", **kwargs)
+    axes = list(ax.flat) if hasattr(ax, "flat") else [ax]
+    fig = axes[0].get_figure()
+    fig.set_size_inches(max(8, 5 * len(axes)), 5)
+    for a in axes:
+        for label in a.get_xticklabels():
+            label.set_rotation(60)
+            label.set_horizontalalignment("right")
     path = out / f"{plot}.png"
     fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)

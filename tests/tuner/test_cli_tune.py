@@ -1,0 +1,96 @@
+"""`mneme tune` and `mneme tune report DIR` through the real command-line entry point."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+
+import tuner.report
+import tuner.run
+from conftest import FakeExecutor
+from mneme.cli import main
+from tuner.recording import KernelIdentity
+
+
+@pytest.fixture
+def wired(monkeypatch, kernel):
+    """Route the CLI's executor and recording loader to the test doubles."""
+    executors = []
+
+    def make_executor(options, results_dir):
+        ex = FakeExecutor(iterations=options.iterations, warmup=options.warmup, workers=options.workers)
+        executors.append((options, ex))
+        return ex
+
+    monkeypatch.setattr(tuner.run, "default_executor", make_executor)
+    monkeypatch.setattr(tuner.run, "load_instance",
+                        lambda db, rid: (kernel, KernelIdentity("vecAdd", "15941914485064662553", rid)))
+    return executors
+
+
+def test_reference_builtin_example(tmp_path, wired, capsys):
+    out = tmp_path / "vecadd-builtin"
+    rc = main(["tune", "--record-database", "rec/15941914485064662553.json", "--record-id", "16313427880266313990",
+               "--space-preset", "launch", "--launch-dim", "x", "--launch-safety", "aggressive",
+               "--passes", "default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>",
+               "--fixed-codegen-opt", "3", "--sampler", "exhaustive", "--iterations", "5", "--warmup", "2",
+               "--workers", "1", "--metric", "mean", "--objective", "time", "--results-dir", str(out)])
+    assert rc == 0
+    options, ex = wired[0]
+    assert (options.iterations, options.warmup, options.workers) == (5, 2, 1)
+    assert all(c.codegen_opt == 3 for c in ex.submitted)
+    assert {c.passes for c in ex.submitted} == {"default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>"}
+    assert json.loads((out / "summary.json").read_text())["complete"]
+    assert "BEST:" in capsys.readouterr().out
+
+
+def test_config_file_with_command_line_override(tmp_path, wired, space_module):
+    cfg = tmp_path / "config.yml"
+    cfg.write_text(f"record_database: rec/1.json\nrecord_id: \"163\"\nspace_module: {space_module}\n"
+                   f"sampler: exhaustive\niterations: 5\nwarmup: 2\nmetric: mean\nobjective: time\n"
+                   f"results_dir: {tmp_path / 'from-file'}\n")
+    rc = main(["tune", "--config", str(cfg), "--iterations", "3", "--results-dir", str(tmp_path / "cli"), "--quiet"])
+    assert rc == 0 and wired[0][0].iterations == 3
+    config = json.loads((tmp_path / "cli" / "config.json").read_text())
+    assert config["iterations"] == 3 and config["warmup"] == 2 and config["space_module"] == space_module
+
+
+def test_bad_settings_exit_2_with_a_message(capsys):
+    assert main(["tune", "-rdb", "x.json", "-rid", "1", "--sampler", "tpe"]) == 2
+    assert "needs --trials" in capsys.readouterr().err
+    assert main(["tune", "frobnicate"]) == 2
+    assert "mneme tune report DIR" in capsys.readouterr().err
+
+
+def test_report_says_which_package_to_install(tmp_path, wired, space_module, monkeypatch, capsys):
+    run = tmp_path / "run"
+    assert main(["tune", "-rdb", "r.json", "-rid", "1", "--space-module", space_module,
+                 "--results-dir", str(run), "--quiet"]) == 0
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(tuner.report.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("matplotlib", "plotly") else real_find_spec(name, *a))
+    assert main(["tune", "report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install" in err and "matplotlib" in err and "plotly" in err
+
+
+def test_report_of_a_directory_without_a_run(tmp_path, capsys):
+    assert main(["tune", "report", str(tmp_path)]) == 2
+    assert "no trials.jsonl" in capsys.readouterr().err
+
+
+def test_report_writes_png_and_html(tmp_path, wired, space_module, capsys):
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    assert main(["tune", "-rdb", "r.json", "-rid", "1", "--space-module", space_module,
+                 "--results-dir", str(run), "--quiet"]) == 0
+    assert main(["tune", "report", str(run)]) == 0
+    report = run / "report"
+    for plot in ("optimization_history", "param_importances", "slice"):
+        assert (report / f"{plot}.png").stat().st_size > 1000
+        if importlib.util.find_spec("plotly"):
+            assert (report / f"{plot}.html").is_file()
+    assert "best configurations" in (report / "index.html").read_text().lower()
+    assert "wrote" in capsys.readouterr().out
