@@ -1,0 +1,134 @@
+"""GPU tests of the replay server with the real engine (mneme.replay) in its workers.
+
+Good configurations are mixed with ones that trap, write to an illegal address
+or spin forever (tests/server/data/faulty.cu); every good one must still
+verify, each bad one must come back as a failed result with its reason, and
+the server must keep serving (workers replaced, health SERVING).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "server"))
+from faulty_recording import (  # noqa: E402
+    ILLEGAL_ADDRESS_BLOCK,
+    SPIN_BLOCK,
+    TRAP_BLOCK,
+    write_faulty_recording,
+)
+
+from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2, replay_pb2_grpc  # noqa: E402
+from mneme._proto.convert import config_to_proto, result_from_proto  # noqa: E402
+from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+GOOD_BLOCKS = (64, 128, 192, 256, 512, 1024)
+BAD_BLOCKS = (TRAP_BLOCK, ILLEGAL_ADDRESS_BLOCK, SPIN_BLOCK)
+WATCHDOG = 5.0
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("faulty")
+    path, record_id = write_faulty_recording(directory)
+    return directory, path, record_id
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("MNEME_CACHE_DIR", str(tmp_path / "cache"))  # workers and compile pool inherit it
+
+
+def _config(path, block_x: int, **knobs) -> ExperimentConfiguration:
+    from mneme.recorded_execution import RecordedExecution
+
+    instance = RecordedExecution.from_json(str(path)).single_instance()
+    return ExperimentConfiguration.from_dict({
+        "grid": instance.grid_dim.to_dict(), "block": {"x": block_x}, "shared_mem": 0, **knobs,
+    })
+
+
+def test_good_configurations_verify_while_bad_ones_fault_or_hang(faulty):
+    from replay_server.server import ReplayServer, ServerOptions
+
+    directory, path, record_id = faulty
+    server = ReplayServer(ServerOptions(
+        gpu=0, port=0, host="127.0.0.1", store=str(directory), workers=2, watchdog=WATCHDOG, startup_timeout=120,
+    ))
+    port = server.start()
+    try:
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+        stub = replay_pb2_grpc.ReplayServiceStub(channel)
+        # PTX tier too (codegen_opt 2 recompiles through the compile pool), then the mix, twice over.
+        plan = [(b, {}) for b in GOOD_BLOCKS] + [(256, {"codegen_opt": 2})]
+        for bad in BAD_BLOCKS:
+            plan += [(bad, {}), (GOOD_BLOCKS[bad % len(GOOD_BLOCKS)], {})]
+        plan += plan
+        requests = [
+            replay_pb2.ReplayRequest(
+                request_id=f"{i}:{block_x}", iterations=5, warmup=2,
+                instance=replay_pb2.InstanceRef(record_db=path.name, record_id=record_id),
+                config=config_to_proto(_config(path, block_x, **knobs)),
+            )
+            for i, (block_x, knobs) in enumerate(plan)
+        ]
+        results = {r.request_id: result_from_proto(r.result)
+                   for r in stub.ReplayStream(iter(requests), timeout=20 * WATCHDOG * len(BAD_BLOCKS) + 300)}
+        assert set(results) == {r.request_id for r in requests}
+        for request_id, result in results.items():
+            block_x = int(request_id.split(":")[1])
+            if block_x == SPIN_BLOCK:
+                assert result.failed and result.status == "timeout", result.error
+            elif block_x in BAD_BLOCKS:
+                assert result.failed and not result.verified and result.error, (block_x, result.status)
+            else:
+                assert result.verified, (block_x, result.status, result.error)
+                assert len(result.exec_time) == 7 and all(t > 0 for t in result.exec_time)
+        info = stub.GetServerInfo(replay_pb2.ServerInfoRequest())
+        assert info.worker_restarts >= 2 * len(BAD_BLOCKS) - 2  # a trap may be answered before its worker retires
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest()).status == health_pb2.HealthCheckResponse.SERVING
+        after = stub.Replay(requests[0], timeout=120)  # and it keeps serving
+        assert result_from_proto(after.result).verified
+    finally:
+        server.stop()
+
+
+def test_async_executor_with_local_servers(faulty, tmp_path):
+    from mneme.async_executor import AsyncReplayExecutor
+
+    directory, path, record_id = faulty
+    with AsyncReplayExecutor(
+        record_db=str(path), record_id=record_id, iterations=5, results_db_dir=str(tmp_path / "results"),
+        num_workers=2, timeout_seconds=WATCHDOG,
+    ) as executor:
+        futures = [executor.submit(_config(path, b)) for b in (128, TRAP_BLOCK, 256, SPIN_BLOCK, 512)]
+        results = [f.result(timeout=600) for f in futures]
+    assert [r.verified for r in results] == [True, False, True, False, True]
+    assert results[1].failed and results[3].status == "timeout"
+    assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 5
+
+
+def test_reference_tuning_example_prints_best(tmp_path):
+    """The reference's example script, run unmodified but for its paths, through local servers."""
+    script = REPO / "examples" / "tuning_vecadd_exhaustive.py"
+    if not script.exists():
+        pytest.skip(f"{script.relative_to(REPO)} is not in this checkout")
+    from mneme.format.synthetic import write_vecadd_recording
+
+    recording = write_vecadd_recording(str(tmp_path / "rec"), n=1 << 20, block=256)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "MNEME_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, str(script), "--record-db", recording.path, "--record-id", recording.dynamic_hash],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "BEST: " in done.stdout

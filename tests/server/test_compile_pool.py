@@ -1,0 +1,45 @@
+"""The compile pool with the real compile function (mneme.replay.compile, ptxas: CPU only)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from faulty_recording import write_faulty_recording
+
+from mneme.mneme_types import ExperimentConfiguration
+from replay_server.compile_cache import CompileCache, compile_key
+from replay_server.cuda_engine import CudaEngineSpec
+from replay_server.engine import InstanceKey
+from replay_server.metrics import ServerMetrics
+
+
+def test_real_compiles_run_in_the_pool_and_are_cached(tmp_path, monkeypatch):
+    if shutil.which("ptxas") is None and not Path("/usr/local/cuda/bin/ptxas").exists():
+        pytest.skip("ptxas (CUDA toolkit) is not installed")
+    monkeypatch.setenv("MNEME_CACHE_DIR", str(tmp_path / "cache"))
+    path, record_id = write_faulty_recording(tmp_path / "store", n=1024)
+    instance = InstanceKey(str(tmp_path / "store"), path.name, record_id)
+    compiler = CudaEngineSpec().compiler()
+    assert compiler is not None
+    metrics = ServerMetrics(0, "cuda")
+    cache = CompileCache(compiler, processes=1, metrics=metrics)
+    try:
+        o2 = ExperimentConfiguration.from_dict({"block": {"x": 256}, "codegen_opt": 2})
+        code = cache.request(instance, o2, "sm_90").result(timeout=120)
+        assert code.tier == "ptx" and code.image[:4] == b"\x7fELF" and code.arch == "sm_90"
+        reshaped = o2.replace(block={"x": 128, "y": 1, "z": 1})  # the launch shape is not in the code
+        assert compile_key(instance, reshaped, "sm_90") == compile_key(instance, o2, "sm_90")
+        assert cache.request(instance, reshaped, "sm_90").result(timeout=5) is code
+        assert (cache.hits, cache.misses) == (1, 1)
+        specialized = o2.replace(specialize_dims=True)
+        assert compile_key(instance, specialized, "sm_90") != compile_key(instance, o2, "sm_90")
+        baseline = cache.request(instance, ExperimentConfiguration.from_dict({"block": {"x": 256}}), "sm_90")
+        assert baseline.result(timeout=120).tier == "recorded"
+        bad = cache.request(instance, o2.replace(passes="default<O1>"), "sm_90")  # needs bitcode: not recorded
+        with pytest.raises(Exception, match="bitcode"):
+            bad.result(timeout=120)
+        assert len(cache) == 2, "failed compiles are not cached"
+    finally:
+        cache.close()
