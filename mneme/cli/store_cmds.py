@@ -1,22 +1,190 @@
-"""Artifact-store subcommands: push, pull, ls, gc, clean, copy, move."""
+"""Artifact-store subcommands: push, pull, ls, gc, clean, copy, move.
+
+Every location is a directory or an ``s3://bucket/prefix`` URL (settings of
+S3 in docs/store.md). The work is done by :mod:`mneme.store.transfer`; this
+module only parses arguments and prints reports.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from dataclasses import asdict
 
-from mneme.cli.command import Command, not_landed
+from mneme.cli.command import Command
+
+LOCATION_HELP = "a recording directory or s3://bucket/prefix"
 
 
-def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+def _transfer_arguments(parser: argparse.ArgumentParser, *, recordings: bool = True) -> None:
+    parser.add_argument("source", metavar="SRC", help=f"where the recordings are ({LOCATION_HELP})")
+    parser.add_argument("destination", metavar="DST", help=f"where they go ({LOCATION_HELP})")
+    if recordings:
+        parser.add_argument("recordings", nargs="*", metavar="RECORDING",
+                            help="static hashes (or <static>.json names) of the recordings to transfer; default: all")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue a killed transfer: keep files the destination already holds intact "
+                             "(chunks are never sent twice in any case)")
+    parser.add_argument("--workers", type=int, default=8, help="parallel object transfers (default 8)")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: when stderr is a terminal)")
+    _retries_argument(parser)
+
+
+def _retries_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--retries", type=int, default=8, metavar="N",
+                        help="attempts per operation when the store is unreachable, with exponential backoff "
+                             "(default 8: about a minute)")
+
+
+def _retry(args: argparse.Namespace):
+    from mneme.errors import ConfigurationError
+    from mneme.store.transfer import RetryPolicy
+
+    if args.retries < 1:
+        raise ConfigurationError(f"--retries must be at least 1, got {args.retries}")
+    return RetryPolicy(attempts=args.retries)
+
+
+def _grace_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--grace", type=float, default=3600.0, metavar="SECONDS",
+                        help="keep unreferenced objects younger than this: they may belong to an upload in "
+                             "progress (default 3600)")
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    from mneme.errors import ConfigurationError
+
+    if args.workers < 1:
+        raise ConfigurationError(f"--workers must be at least 1, got {args.workers}")
+
+
+def _run_transfer(args: argparse.Namespace) -> int:
+    from mneme.store.transfer import transfer
+
+    _check_workers(args)
+    report = transfer(args.source, args.destination, recordings=getattr(args, "recordings", None) or None,
+                      resume=args.resume, workers=args.workers, progress=args.progress, retry=_retry(args))
+    if not report.recordings:
+        from mneme.errors import ArtifactError
+
+        raise ArtifactError(f"no recording database (<static-hash>.json) in {report.source}; check the path")
+    print(report.summary())
+    return 0
+
+
+def _configure_move(parser: argparse.ArgumentParser) -> None:
+    _transfer_arguments(parser)
+    _grace_argument(parser)
+
+
+def _run_move(args: argparse.Namespace) -> int:
+    from mneme.store.transfer import move
+
+    _check_workers(args)
+    report, cleaned = move(args.source, args.destination, recordings=args.recordings or None, grace_s=args.grace,
+                           resume=args.resume, workers=args.workers, progress=args.progress, retry=_retry(args))
+    print(report.summary())
+    print(cleaned.summary())
+    return 0
+
+
+def _configure_ls(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
+    parser.add_argument("-l", "--long", action="store_true", help="also list every instance (launch shape)")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _retries_argument(parser)
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _run_ls(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mneme.store.transfer import summarize
+
+    summary = summarize(args.location, _retry(args))
+    if args.json:
+        data = asdict(summary)
+        data["dedupe_ratio"] = summary.dedupe_ratio
+        for rec, item in zip(summary.recordings, data["recordings"]):
+            item["dedupe_ratio"] = rec.dedupe_ratio
+        print(json.dumps(data, indent=2))
+        return 0
+    table = Table(title=f"recordings in {summary.url}", title_justify="left")
+    for column in ("recording", "kernel", "instances", "memory", "stored", "dedupe"):
+        table.add_column(column, justify="right" if column in ("instances", "memory", "stored", "dedupe") else "left")
+    for rec in summary.recordings:
+        table.add_row(rec.database, rec.kernel, str(len(rec.instances)), _size(rec.logical_bytes),
+                      _size(rec.unique_chunk_bytes), f"{rec.dedupe_ratio:.1f}x")
+        if args.long:
+            for inst in rec.instances:
+                grid, block = "x".join(map(str, inst.grid)), "x".join(map(str, inst.block))
+                table.add_row("", f"  {inst.dynamic_hash}", "", f"grid {grid}", f"block {block}",
+                              f"smem {inst.shared_mem}")
+    console = Console(width=200 if not Console().is_terminal else None)
+    console.print(table)
+    console.print(
+        f"{len(summary.recordings)} recording(s), {sum(len(r.instances) for r in summary.recordings)} instance(s); "
+        f"memory {_size(summary.logical_bytes)} stored in {summary.chunk_count} chunk(s) of "
+        f"{_size(summary.stored_chunk_bytes)}: dedupe ratio {summary.dedupe_ratio:.1f}x",
+        highlight=False,
+    )
+    return 0
+
+
+def _configure_gc(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
+    _grace_argument(parser)
+    parser.add_argument("--dry-run", action="store_true", help="only report what would be removed")
+    _retries_argument(parser)
+
+
+def _run_gc(args: argparse.Namespace) -> int:
+    from mneme.store.transfer import gc
+
+    print(gc(args.location, grace_s=args.grace, dry_run=args.dry_run, retry=_retry(args)).summary())
+    return 0
+
+
+def _configure_clean(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
+    parser.add_argument("recordings", nargs="*", metavar="RECORDING",
+                        help="static hashes (or <static>.json names) of the recordings to delete")
+    parser.add_argument("--all", action="store_true", help="delete every recording in the store")
+    _grace_argument(parser)
+    parser.add_argument("--keep-chunks", action="store_true", help="leave unreferenced chunks to a later `mneme gc`")
+    parser.add_argument("--dry-run", action="store_true", help="only report what would be removed")
+    _retries_argument(parser)
+
+
+def _run_clean(args: argparse.Namespace) -> int:
+    from mneme.errors import ConfigurationError
+    from mneme.store.transfer import clean
+
+    if bool(args.recordings) == bool(args.all):
+        raise ConfigurationError("name the recordings to delete (static hashes, see `mneme ls`) or pass --all")
+    report = clean(args.location, args.recordings or None, grace_s=args.grace,
+                   collect_chunks=not args.keep_chunks, dry_run=args.dry_run, retry=_retry(args))
+    print(report.summary())
+    return 0
 
 
 COMMANDS = [
-    Command("push", "upload a recording directory to a store", configure, not_landed("mneme push", 7)),
-    Command("pull", "download recordings from a store to a directory", configure, not_landed("mneme pull", 7)),
-    Command("ls", "list recordings, kernels, instances and sizes in a store", configure, not_landed("mneme ls", 7)),
-    Command("gc", "remove chunks no recording references", configure, not_landed("mneme gc", 7)),
-    Command("clean", "delete recordings", configure, not_landed("mneme clean", 7)),
-    Command("copy", "copy recordings between stores", configure, not_landed("mneme copy", 7)),
-    Command("move", "move recordings between stores", configure, not_landed("mneme move", 7)),
+    Command("push", "upload recordings to a store (chunks first, each database last; --resume after a kill)",
+            _transfer_arguments, _run_transfer),
+    Command("pull", "download recordings from a store (into an empty directory: the same layout, byte-exact)",
+            _transfer_arguments, _run_transfer),
+    Command("ls", "list recordings, kernels, instances, sizes and the dedupe ratio of a store", _configure_ls, _run_ls),
+    Command("gc", "remove chunks and files no recording references (older than --grace)", _configure_gc, _run_gc),
+    Command("clean", "delete recordings from a store", _configure_clean, _run_clean),
+    Command("copy", "copy recordings between stores", _transfer_arguments, _run_transfer),
+    Command("move", "move recordings between stores (copy, then delete the source)", _configure_move, _run_move),
 ]

@@ -467,6 +467,9 @@ def transfer(
     recordings without asking the destination; it is updated in place.
     """
     src, dst = as_store(source), as_store(destination)
+    root = getattr(src, "root", None)
+    if isinstance(root, Path) and not root.is_dir():
+        raise ArtifactError(f"{src.url} does not exist or is not a directory; check the source path")
     report = TransferReport(src.url, dst.url)
     started = time.monotonic()
     names = with_retries(lambda: select_databases(src, recordings), retry)
@@ -503,9 +506,10 @@ def move(
 ) -> tuple[TransferReport, "CleanReport"]:
     """Copy recordings, then delete them from the source (only after the copy committed)."""
     src = as_store(source)
-    names = select_databases(src, recordings)
+    retry = options.get("retry", RetryPolicy())
+    names = with_retries(lambda: select_databases(src, recordings), retry)
     report = transfer(src, destination, recordings=names, **options)
-    return report, clean(src, names, grace_s=grace_s)
+    return report, clean(src, names, grace_s=grace_s, retry=retry)
 
 
 # -- deleting: clean and gc ------------------------------------------------------------------------
