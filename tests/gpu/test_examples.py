@@ -18,7 +18,8 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "bench"))
 
-from headline_apps import parse_kernel_times, verdict  # noqa: E402
+from headline import default_arch, gpu_description  # noqa: E402
+from headline_apps import build_examples, parse_kernel_times, verdict  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 pytestmark = pytest.mark.gpu
@@ -26,12 +27,11 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
+    """Every example built out of tree for this GPU's architecture (the headline's build)."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc (CUDA toolkit) is not on PATH")
     build = tmp_path_factory.mktemp("examples-gpu")
-    proc = subprocess.run(["make", "-C", str(EXAMPLES), f"BUILD={build}", "-j4"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build_examples(build, default_arch(gpu_description()), build / "build.log")
     return build
 
 

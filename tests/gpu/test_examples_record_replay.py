@@ -12,7 +12,6 @@ known to be able to fail.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +23,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import headline_apps as apps  # noqa: E402
 from headline_stages import baseline_configuration  # noqa: E402
+from test_examples import built  # noqa: E402,F401  (the module-scoped build of every example)
 
-EXAMPLES = REPO / "examples"
 pytestmark = pytest.mark.gpu
 
 # workload -> small arguments
@@ -36,22 +35,11 @@ SMALL_ARGS = {
 }
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc (CUDA toolkit) is not on PATH")
-    build = tmp_path_factory.mktemp("examples-rr")
-    proc = subprocess.run(["make", "-C", str(EXAMPLES), f"BUILD={build}", "-j4"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return build
-
-
 def _record(workload: str, build: Path, tmp_path: Path, args: list[str]) -> apps.RecordedInstance:
     w = apps.workload(workload)
     record_dir = tmp_path / "rec"
     cmd = apps.record_command(record_dir, [*w.command(build), *args])
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env=apps.child_env())
     assert proc.returncode == 0, f"mneme record failed:\n{proc.stdout}\n{proc.stderr}"
     assert apps.verdict(proc.stdout) == "PASS", proc.stdout
     return apps.find_instance(record_dir, w.kernel_pattern)
