@@ -26,7 +26,7 @@ from mneme.format.database import (
     save_database,
 )
 from mneme.format.hashing import dynamic_hash
-from mneme.format.layout import bitcode_name, cubin_name, ptx_name
+from mneme.format.layout import bitcode_name, cubin_name, database_name, ptx_name
 from mneme.format.objects import ObjectRef
 from mneme.format.policy import VerifyPolicy
 from mneme.format.snapshot import Region, build_snapshot, write_snapshot
@@ -78,19 +78,27 @@ class RecordingWriter:
             raise ArtifactError(f"kernel {static_hash}: record at least its PTX or its cubin")
         if isinstance(ptx, str):
             ptx = ptx.encode("utf-8")
+        recorded = self.store.exists(database_name(static_hash))
         refs = {}
         for kind, name, data in (
             ("ptx", ptx_name(static_hash), ptx),
             ("cubin", cubin_name(static_hash), cubin),
             ("bitcode", bitcode_name(static_hash), bitcode),
         ):
-            refs[kind] = None if data is None else self._put_once(name, bytes(data))
+            refs[kind] = None if data is None else self._put_code(name, bytes(data), recorded)
         return KernelCode(refs["ptx"], refs["cubin"], refs["bitcode"], arch)
 
-    def _put_once(self, name: str, data: bytes) -> ObjectRef:
+    def _put_code(self, name: str, data: bytes, recorded: bool) -> ObjectRef:
+        """Store a code file unless the same bytes are there; never replace one a database names."""
         ref = ObjectRef.of(name, data)
-        if self.store.exists(name) and self.store.size(name) == len(data) and self.store.get(name) == data:
-            return ref
+        if self.store.exists(name):
+            if self.store.get(name) == data:
+                return ref
+            if recorded:
+                raise ArtifactError(
+                    f"{name} in {self.store.url} holds different code for the same kernel "
+                    "(same PTX, a cubin built with other flags?); record into a fresh directory"
+                )
         self.store.put(name, data)
         return ref
 

@@ -211,3 +211,18 @@ def test_database_is_written_last(tmp_path):
 
     write_vecadd_recording(Recording(tmp_path), instances=2)
     assert order[-1].endswith(".json") and sum(n.endswith(".json") for n in order) == 1
+
+
+def test_different_code_never_replaces_a_recorded_kernels_files(tmp_path):
+    from mneme.format.synthetic import vecadd_code
+
+    r = write_vecadd_recording(tmp_path)
+    db = load_database(r.store, r.database)
+    other_cubin = vecadd_code.CUBIN + b"\0\0\0\0"
+    with pytest.raises(ArtifactError, match="different code for the same kernel"):
+        RecordingWriter(r.store).write_code(r.static_hash, ptx=vecadd_code.PTX, cubin=other_cubin)
+    assert r.store.get(db.code.cubin.path) == vecadd_code.CUBIN
+    # Without a database (an interrupted recording), stale code files are replaced.
+    r.store.delete(r.database)
+    code = RecordingWriter(r.store).write_code(r.static_hash, ptx=vecadd_code.PTX, cubin=other_cubin)
+    assert r.store.get(code.cubin.path) == other_cubin
