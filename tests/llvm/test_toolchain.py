@@ -127,3 +127,18 @@ def test_cmake_add_mneme(tmp_path):
     build = _run(["cmake", "--build", tmp_path / "build"], tmp_path, env)
     assert build.returncode == 0, build.stdout + build.stderr
     assert embedded_kernels(tmp_path / "build" / "demo") == ["_Z5scalePf"]
+
+
+def test_committed_records_embed_into_a_plain_nvcc_build(tmp_path):
+    """What the GPU tests do on machines without clang: nvcc build + the committed records."""
+    from mneme.llvm.section import decode_records
+    from mneme.toolchain.embed import embed_records
+
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    app = tmp_path / "vecops"
+    subprocess.run([nvcc, "-arch=sm_90", "-o", str(app), str(DATA / "vecops.cu")], check=True)
+    embed_records(str(app), decode_records((DATA / "vecops.records").read_bytes()))
+    assert embedded_kernels(app) == KERNELS
+    # the committed records match the source: clang today gives the same kernels
+    records = read_records(app)
+    assert {r.kernels[0] for r in records} == set(KERNELS)
