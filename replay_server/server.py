@@ -47,7 +47,7 @@ class ServerOptions:
     depth: int = 2
     max_start_failures: int = 3
     startup_timeout: float = 120.0
-    prepared_cache_bytes: int = 16 << 30
+    prepared_cache_bytes: int = 0  # per worker; 0: half the device memory, shared by the workers
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     rpc_threads: int = 64
 

@@ -51,7 +51,15 @@ def die_with_parent() -> None:
         pass
 
 
-def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int) -> None:
+def cache_budget(cache_bytes: int, info: dict, workers_on_gpu: int) -> int:
+    """The prepared-instance budget: as configured, or (0) half the device memory shared by its workers."""
+    if cache_bytes > 0:
+        return cache_bytes
+    total = int(info.get("total_memory") or 0)
+    return total // 2 // max(workers_on_gpu, 1) if total else 8 << 30
+
+
+def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int, workers_on_gpu: int = 1) -> None:
     die_with_parent()
     pin_gpu(gpu)
     from replay_server.prepared_cache import PreparedCache
@@ -63,16 +71,16 @@ def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int) -> None:
             conn.send(("failed", f"self-test failed: {type(exc).__name__}: {exc}"))
             return
         conn.send(("ready", info))
-        cache: PreparedCache = PreparedCache(cache_bytes)
+        cache: PreparedCache = PreparedCache(cache_budget(cache_bytes, info, workers_on_gpu))
         try:
-            _serve(spec, conn, cache)
+            _serve(spec, conn, cache, gpu)
         finally:
             cache.close()
     except (BrokenPipeError, EOFError, ConnectionResetError):  # the supervisor went away: nothing to report to
         return
 
 
-def _serve(spec: Any, conn: Any, cache: Any) -> None:
+def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
     while True:
         try:
             message = conn.recv()
@@ -95,6 +103,7 @@ def _serve(spec: Any, conn: Any, cache: Any) -> None:
         _, _, _, config_dict, iterations, warmup, compiled = message
         conn.send(("begin", job_id))
         result = _run(prepared, config_dict, iterations, warmup, compiled)
+        result.gpu_id = gpu  # the server's GPU index, not the worker's pinned device 0
         retiring = cache.unhealthy()
         conn.send(("result", job_id, result.to_dict(), cache.total_bytes, retiring))
         if retiring:

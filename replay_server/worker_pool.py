@@ -47,7 +47,7 @@ class PoolSettings:
     startup_timeout: float = 120.0  # spawn + self-test
     prepare_timeout: float = 600.0  # load + restore one instance
     max_start_failures: int = 3
-    prepared_cache_bytes: int = 16 << 30
+    prepared_cache_bytes: int = 0  # per worker; 0: half the device memory, shared by the workers
 
 
 class WorkerSlot:
@@ -100,7 +100,7 @@ class WorkerSlot:
         parent, child = multiprocessing.Pipe()
         process = self.pool.mp.Process(
             target=worker_main,
-            args=(self.pool.spec, settings.gpu, child, settings.prepared_cache_bytes),
+            args=(self.pool.spec, settings.gpu, child, settings.prepared_cache_bytes, settings.workers),
             name=f"mneme-worker-{self.name}",
             daemon=True,
         )

@@ -27,8 +27,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds a replay may run before its worker is killed as hung (default 30)")
     parser.add_argument("--compile-processes", type=int, default=0,
                         help="CPU compile pool size (default min(4, CPUs); -1 disables the pool)")
-    parser.add_argument("--prepared-cache-gib", type=float, default=16.0,
-                        help="device memory each worker may hold in prepared instances, LRU-evicted (default 16)")
+    parser.add_argument("--prepared-cache-gib", type=float, default=0.0,
+                        help="device memory each worker may hold in prepared instances, LRU-evicted "
+                             "(default 0: half the GPU's memory, shared by the workers)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
     parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
