@@ -152,55 +152,69 @@ def _executor(database: str, record_id: str, iterations: int, warmup: int, worke
     return AsyncReplayExecutor(**kwargs)
 
 
+def _outcome(future: Any) -> Any:
+    """The future's ExperimentResult; an exception becomes a failed result (counted, never fatal)."""
+    from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentResult
+
+    try:
+        return future.result()
+    except Exception as exc:
+        return ExperimentResult.failure(STATUS_INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+
+
 def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool, iterations: int, warmup: int,
                workers: int, results_dir: str) -> dict[str, Any]:
-    """Sweep the space exhaustively; time the sweep apart from start-up and the baseline.
-
-    Every configuration is submitted at once and the results are gathered as
-    they complete, so the executor may pipeline compilation and replay. The
-    throughput counts verified configurations over the sweep's wall time, as
-    the reference's 7.09 s for 80 configurations did.
-    """
+    """Start an executor on the recording and sweep the space exhaustively (see ``sweep``)."""
     from mneme.recorded_execution import RecordedExecution
-    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
 
     kernel = RecordedExecution.from_json(database)[record_id]
     space, compile_key = make_space(space_name, kernel, has_bitcode)
-    configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
-
     start = time.perf_counter()
     executor = _executor(database, record_id, iterations, warmup, workers, results_dir)
     try:
-        started_s = time.perf_counter() - start
-        start = time.perf_counter()
-        baseline = executor.evaluate(space.baseline())
-        baseline_s = time.perf_counter() - start
-        if not baseline.verified:
-            raise RuntimeError(
-                f"the baseline replay did not verify ({baseline.status}: {baseline.error}); "
-                "tuning against it would mean nothing"
-            )
-        baseline_mean = statistics.mean(_measured(baseline))
-
-        start = time.perf_counter()
-        futures = [executor.submit(c) for c in configs]
-        results = [f.result() for f in futures]
-        sweep_s = time.perf_counter() - start
+        startup_s = time.perf_counter() - start
+        out = sweep(executor, space, compile_key)
     finally:
         executor.shutdown()
+    out.update({"space": space_name, "iterations": iterations, "warmup": warmup, "workers": workers,
+                "startup_s": startup_s})
+    return out
+
+
+def sweep(executor: Any, space: Any, compile_key: str) -> dict[str, Any]:
+    """Replay the baseline, then every valid configuration of ``space``; count, time, rank.
+
+    Every configuration is submitted at once and the results are gathered as
+    they complete, so the executor may pipeline compilation and replay. The
+    throughput counts verified configurations over the sweep's wall time,
+    apart from the baseline, as the reference's 7.09 s for 80 configurations
+    did. The baseline must verify: speedups over a wrong result mean nothing.
+    """
+    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+
+    configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
+    start = time.perf_counter()
+    baseline = executor.evaluate(space.baseline())
+    baseline_s = time.perf_counter() - start
+    if not baseline.verified or not _measured(baseline):
+        raise RuntimeError(
+            f"the baseline replay did not verify ({baseline.status}: {baseline.error}); "
+            "tuning against it would mean nothing"
+        )
+    baseline_mean = statistics.mean(_measured(baseline))
+
+    start = time.perf_counter()
+    futures = [executor.submit(c) for c in configs]
+    results = [_outcome(f) for f in futures]
+    sweep_s = time.perf_counter() - start
 
     statuses = Counter((r.status or ("verified" if r.verified else "failed")) for r in results)
     verified = [(c, r) for c, r in zip(configs, results) if r.verified and _measured(r)]
     out: dict[str, Any] = {
-        "space": space_name,
         "compile_dimension": compile_key,
         "configurations": len(configs),
         "verified": len(verified),
         "statuses": dict(statuses),
-        "iterations": iterations,
-        "warmup": warmup,
-        "workers": workers,
-        "startup_s": started_s,
         "baseline_s": baseline_s,
         "sweep_s": sweep_s,
         "configs_per_s": len(configs) / sweep_s if sweep_s > 0 else None,

@@ -232,3 +232,61 @@ def test_json_and_chart_outputs(tmp_path):
     else:
         assert note is None
         assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+class _FakeFuture:
+    def __init__(self, outcome):
+        self._outcome = outcome
+
+    def result(self, timeout=None):
+        if isinstance(self._outcome, Exception):
+            raise self._outcome
+        return self._outcome
+
+
+class _ScriptedExecutor:
+    """Plumbing double of AsyncReplayExecutor: kernel time = 100 us - block/16, blocks < 128 unverified."""
+
+    def __init__(self, baseline_verified=True):
+        self.baseline_verified = baseline_verified
+        self.submitted = []
+
+    def evaluate(self, config):
+        from mneme.mneme_types import ExperimentResult
+
+        return ExperimentResult(exec_time=[999, 100_000, 100_000], warmup=1, verified=self.baseline_verified,
+                                status="verified" if self.baseline_verified else "failed_verification",
+                                error="" if self.baseline_verified else "buffer 2 differs")
+
+    def submit(self, config):
+        from mneme.mneme_types import ExperimentResult
+
+        self.submitted.append(config)
+        if config.block.x == 1024 and config.codegen_opt == 4:
+            return _FakeFuture(ConnectionError("server went away"))
+        if config.block.x < 128:
+            return _FakeFuture(ExperimentResult.failure("failed_verification", "work left undone"))
+        t = int(100_000 - config.block.x * 1000 / 16) - config.codegen_opt
+        return _FakeFuture(ExperimentResult(exec_time=[5, t, t], warmup=1, verified=True, status="verified"))
+
+
+def test_sweep_counts_times_and_ranks_results():
+    space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
+    executor = _ScriptedExecutor()
+    out = stages.sweep(executor, space, key)
+    assert len(executor.submitted) == out["configurations"] == 160
+    # blocks 32, 64, 96 fail verification (15 configurations); one raises and is counted as failed
+    assert out["verified"] == 160 - 15 - 1
+    assert out["statuses"] == {"verified": 144, "failed_verification": 15, "internal_error": 1}
+    assert "ConnectionError: server went away" in out["first_errors"]
+    assert out["verified_per_s"] == pytest.approx(144 / out["sweep_s"])
+    best = out["best"]
+    assert best["block_dim_x"] == 1024 and best["codegen_opt"] == 3  # (1024, 4) failed
+    assert best["speedup"] == pytest.approx(100_000 / (100_000 - 64_000 - 3))
+    assert out["baseline_mean_us"] == 100.0
+
+
+def test_sweep_refuses_an_unverified_baseline():
+    space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
+    with pytest.raises(RuntimeError, match="baseline replay did not verify .*buffer 2 differs"):
+        stages.sweep(_ScriptedExecutor(baseline_verified=False), space, key)
