@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme.errors import ConfigurationError
+from mneme.mneme_types import DEFAULT_PASSES
 from mneme.tuning.search_space import SearchSpace, dimensions_of
 from tuner.builtin_space import BuiltinSearchSpace, BuiltinSpaceSettings, preset_settings
 from tuner.options import TuneOptions
@@ -54,8 +55,21 @@ def load_space_class(spec: str) -> type[SearchSpace]:
     return cls
 
 
-def builtin_settings(options: TuneOptions) -> BuiltinSpaceSettings:
-    """The built-in space's settings: the preset, overridden by the given flags."""
+def kernel_has_bitcode(kernel: Any) -> bool | None:
+    """Whether the recording carries LLVM bitcode (pass pipelines need it); None when it cannot tell."""
+    code = getattr(kernel, "code", None)
+    if code is None or not hasattr(code, "bitcode"):
+        return None
+    return code.bitcode is not None
+
+
+def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None) -> BuiltinSpaceSettings:
+    """The built-in space's settings: the preset, overridden by the given flags.
+
+    A recording without LLVM bitcode (a plain nvcc build) can run only the
+    default pipeline: unless pipelines were asked for explicitly, the preset's
+    other pipelines are left out instead of failing as compile errors.
+    """
     passes = options.passes
     if options.fixed_passes is not None:
         passes = [options.fixed_passes]
@@ -79,6 +93,8 @@ def builtin_settings(options: TuneOptions) -> BuiltinSpaceSettings:
         "max_threads_range": tuple(options.max_threads_range) if options.max_threads_range else None,
         "min_blocks_per_sm": span(options.min_blocks_per_sm_range, options.fixed_min_blocks_per_sm),
     }
+    if passes is None and has_bitcode is False:
+        overrides["passes"] = [DEFAULT_PASSES]
     return preset_settings(options.space_preset, overrides)
 
 
@@ -107,6 +123,6 @@ def build_space(options: TuneOptions, kernel: Any) -> SearchSpace:
                 "check the --space-arg names"
             ) from exc
     else:
-        space = BuiltinSearchSpace(kernel, builtin_settings(options))
+        space = BuiltinSearchSpace(kernel, builtin_settings(options, kernel_has_bitcode(kernel)))
     dimensions_of(space)  # fail early on a malformed dimensions()
     return space

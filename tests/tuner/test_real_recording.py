@@ -75,3 +75,12 @@ def test_space_module_errors(tmp_path, recording, capsys):
     assert "--space-arg" in capsys.readouterr().err
     assert main(base + ["json:JSONDecoder"]) == 2
     assert "not a mneme.tuning.search_space.SearchSpace" in capsys.readouterr().err
+
+
+def test_without_bitcode_the_preset_keeps_only_the_default_pipeline(recording, capsys):
+    base = ["tune", "-rdb", recording.path, "-rid", recording.dynamic_hash, "--print-space"]
+    assert main(base + ["--space-preset", "standard"]) == 0
+    assert json.loads(capsys.readouterr().out)["dimensions"]["passes"] == {
+        "type": "fixed", "value": "default<O3>", "size": 1}
+    assert main(base + ["--space-preset", "standard", "--passes", "default<O2>", "default<O3>"]) == 0
+    assert json.loads(capsys.readouterr().out)["dimensions"]["passes"]["choices"] == ["default<O2>", "default<O3>"]
