@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
@@ -50,6 +50,8 @@ class Region:
     name: str = ""
     chunks: tuple[ChunkRef, ...] = ()
     policy: VerifyPolicy | None = None
+    #: The snapshot file this region was read from (for error messages only; not stored).
+    origin: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         # Accept any sequence of (sha256, length) pairs; keep an immutable tuple of ChunkRef.
@@ -73,7 +75,8 @@ class Region:
         read_chunks_into(store, self.chunks, out, what=what or self._what())
 
     def _what(self) -> str:
-        return f"region {self.name or hex(self.base)}"
+        region = f"region {self.name or hex(self.base)}"
+        return f"{region} of {self.origin}" if self.origin else region
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -198,7 +201,7 @@ def parse_header(header: Any, what: str) -> Snapshot:
         _parse_region(r, value, f"regions[{i}]", chunk_size) for i, value in enumerate(r.list(h["regions"], "regions"))
     )
     _check_layout(r, regions)
-    return Snapshot(static, dynamic, phase, regions, chunk_size)
+    return Snapshot(static, dynamic, phase, tuple(replace(reg, origin=what) for reg in regions), chunk_size)
 
 
 def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int) -> Region:

@@ -214,3 +214,13 @@ def test_writer_refuses_invalid_snapshots(store):
     with pytest.raises(ArtifactError, match="add up to 0, the region size is 10"):
         write_snapshot(store, bad)
     assert list(store.list()) == []
+
+
+def test_chunk_errors_name_the_chunk_and_the_snapshot(store):
+    snapshot, _ = make_snapshot(store)
+    name, sha, size = write_snapshot(store, snapshot)
+    back = read_snapshot(store, name)
+    chunk = back.region_named("buf").chunks[1]
+    store.delete(chunk.name)
+    with pytest.raises(ArtifactError, match=rf"chunk {chunk.name} of region buf of snapshot {name} in .* is missing"):
+        back.region_named("buf").read(store)
