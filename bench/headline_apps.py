@@ -222,6 +222,7 @@ class OverheadMeasurement:
     recorded_s: list[float]
     kernel_times: dict[str, dict[str, float]]
     record_dir: str
+    record_bytes: int = 0
 
     @property
     def plain_median_s(self) -> float:
@@ -244,6 +245,7 @@ class OverheadMeasurement:
             "overhead_ratio": self.overhead_ratio,
             "app_kernel_times": self.kernel_times,
             "record_dir": self.record_dir,
+            "record_bytes": self.record_bytes,
         }
 
 
@@ -275,7 +277,12 @@ def measure_recording(w: Workload, build_dir: Path, out_dir: Path, repeats: int,
         if not run.passed:
             raise StepError(f"{w.name} did not pass under mneme record: {run.explain()}")
         recorded.append(run.wall_s)
-    return OverheadMeasurement(plain, recorded, kernel_times, str(record_dir))
+    return OverheadMeasurement(plain, recorded, kernel_times, str(record_dir), directory_bytes(record_dir))
+
+
+def directory_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (what a recording costs on disk)."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 # -- finding the recording of the main kernel ------------------------------------------------------

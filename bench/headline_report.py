@@ -60,7 +60,8 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
             rows.append((
                 "recording: app wall time without -> with",
                 name,
-                f"{rec['plain_median_s']:.2f} s -> {rec['recorded_median_s']:.2f} s (x{rec['overhead_ratio']:.2f})",
+                f"{rec['plain_median_s']:.2f} s -> {rec['recorded_median_s']:.2f} s (x{rec['overhead_ratio']:.2f}"
+                + (f", {rec['record_bytes'] / 1e6:.1f} MB recorded)" if rec.get("record_bytes") else ")"),
                 reference,
             ))
 

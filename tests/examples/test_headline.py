@@ -82,6 +82,25 @@ def test_measure_recording_refuses_an_app_that_does_not_pass(tmp_path):
         apps.measure_recording(w, tmp_path, tmp_path, repeats=1, timeout_s=30)
 
 
+def test_measure_recording_alternates_plain_and_recorded_runs(tmp_path, monkeypatch):
+    """With `mneme record` stood in by a script that runs the app and writes a file, as a recorder would."""
+    app = _fake_app(tmp_path, f"cat <<'EOF'\n{CG_OUTPUT}EOF\n")
+    calls = []
+
+    def fake_record_command(record_dir, cmd, extra=()):
+        calls.append(("record", Path(record_dir)))
+        return ["sh", "-c", f'mkdir -p "{record_dir}" && head -c 1000 /dev/zero > "{record_dir}/1.json" && "$0"',
+                *cmd]
+
+    monkeypatch.setattr(apps, "record_command", fake_record_command)
+    w = apps.Workload("fake", "fake", (str(app),), "spmv_csr", "spmv")
+    measured = apps.measure_recording(w, tmp_path, tmp_path, repeats=2, timeout_s=30)
+    assert len(measured.plain_s) == len(measured.recorded_s) == 2 and len(calls) == 2
+    assert measured.record_bytes == 1000 and measured.record_dir == str(tmp_path / "recordings" / "fake")
+    assert measured.kernel_times["spmv_csr"]["launches"] == 51
+    assert measured.overhead_ratio == pytest.approx(measured.recorded_median_s / measured.plain_median_s)
+
+
 def test_measure_recording_reports_a_skip(tmp_path):
     w = apps.Workload("fake", "fake", (str(_fake_app(tmp_path, "echo 'SKIP: no CuPy' >&2\nexit 77\n")),), "k", "k")
     with pytest.raises(apps.StepError, match="skipped: SKIP: no CuPy"):
@@ -168,7 +187,8 @@ def _full_results() -> dict:
         "build": {"ok": True},
         "workloads": {
             "minife_cg": {
-                "recording": {"plain_median_s": 1.5, "recorded_median_s": 3.0, "overhead_ratio": 2.0},
+                "recording": {"plain_median_s": 1.5, "recorded_median_s": 3.0, "overhead_ratio": 2.0,
+                              "record_bytes": 123_400_000},
                 "fidelity": {"replay_median_us": 151.5, "app_median_us": 150.0, "ratio": 1.01, "verified": True,
                              "recorder_app_kernel_time_us": 152.0},
             },
@@ -192,7 +212,7 @@ def test_table_shows_numbers_reference_figures_and_errors_in_place():
     lines = text.splitlines()
     assert lines[0].startswith("| measurement") and set(lines[1]) <= {"|", "-", " "}
     assert len({len(line) for line in lines}) == 1  # aligned columns
-    assert "1.50 s -> 3.00 s (x2.00)" in text and "36 s -> 38 s" in text
+    assert "1.50 s -> 3.00 s (x2.00, 123.4 MB recorded)" in text and "36 s -> 38 s" in text
     assert "151.5 us / 150.0 us = 1.010" in text and "recorder's in-app time 152.0 us" in text
     assert "120.0 (75/80 verified in 0.62 s, 5+2 launches each)" in text and "11.3 configs/s" in text
     assert "x1.20 (blockDim.x=128, passes=default<O1>" in text and "x1.12" in text
