@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from mneme.errors import ArtifactError
-from mneme.store.base import Store, validate_name, validate_prefix
+from mneme.store.base import InvalidNameError, Store, validate_name, validate_prefix
 
 
 class LocalStore(Store):
@@ -132,10 +132,19 @@ class LocalStore(Store):
                 if filename.startswith("."):
                     continue
                 name = base + filename
-                if name.startswith(prefix):
+                if name.startswith(prefix) and _is_valid_name(name):
                     names.append(name)
         names.sort()
         return iter(names)
+
+
+def _is_valid_name(name: str) -> bool:
+    """Files whose names no store call accepts (stray files in the directory) are not objects."""
+    try:
+        validate_name(name)
+    except InvalidNameError:
+        return False
+    return True
 
 
 def _compatible(directory: str, prefix: str) -> bool:

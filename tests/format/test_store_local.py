@@ -134,3 +134,9 @@ def test_split_recording_url(tmp_path):
         split_recording_url(str(tmp_path))
     with pytest.raises(ArtifactError):
         split_recording_url("s3://123.json")
+
+
+def test_stray_files_with_invalid_names_are_not_listed(tmp_path):
+    (tmp_path / "notes about it.txt").write_bytes(b"")
+    (tmp_path / "ok.json").write_bytes(b"")
+    assert list(LocalStore(tmp_path).list()) == ["ok.json"]
