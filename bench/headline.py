@@ -154,13 +154,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return opts
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    opts = parse_args(argv)
-    out_dir: Path = opts.out.resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    gpu = gpu_description()
-    arch = opts.arch or default_arch(gpu)
-    results: dict[str, Any] = {
+def new_results(opts: argparse.Namespace, gpu: dict[str, str], arch: str) -> dict[str, Any]:
+    return {
         "meta": {
             "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "gpu": gpu.get("gpu", "unknown (nvidia-smi not available)"),
@@ -176,72 +171,118 @@ def main(argv: Sequence[str] | None = None) -> int:
         "workloads": {},
         "tuning": {},
     }
-    build_dir = out_dir / "build"
+
+
+def build(results: dict[str, Any], build_dir: Path, arch: str, out_dir: Path, opts: argparse.Namespace) -> None:
     progress(f"GPU: {results['meta']['gpu']}; building the examples for {arch} into {build_dir}")
     if opts.skip_build:
         results["build"] = {"skipped": True}
-    else:
-        try:
-            apps.build_examples(build_dir, arch, out_dir / "build.log", opts.nvcc)
-            results["build"] = {"ok": True}
-        except (apps.StepError, subprocess.TimeoutExpired) as exc:
-            results["build"] = {"error": str(exc)}
-            progress(f"build failed: {exc}")
+        return
+    try:
+        apps.build_examples(build_dir, arch, out_dir / "build.log", opts.nvcc)
+        results["build"] = {"ok": True}
+    except (apps.StepError, subprocess.TimeoutExpired) as exc:
+        results["build"] = {"error": str(exc)}
+        progress(f"build failed: {exc}")
+
+
+def record_and_replay(w: apps.Workload, build_dir: Path, out_dir: Path, opts: argparse.Namespace,
+                      entry: dict[str, Any]) -> apps.RecordedInstance | None:
+    """Fill ``entry`` with the recording and fidelity measurements; the recorded instance, if any."""
+    no_recording = {"error": "no recording (see the recording row)"}
+    if w.name == "vecadd" and not apps.vecadd_available():
+        entry.update(recording={"error": "examples/vecadd is not in this tree"}, fidelity=no_recording)
+        return None
+    progress(f"{w.name}: {opts.repeats} runs without and with mneme record")
+    try:
+        measured = apps.measure_recording(w, build_dir, out_dir, opts.repeats, opts.app_timeout)
+        entry["recording"] = measured.to_dict()
+        progress(f"{w.name}: {measured.plain_median_s:.2f} s -> {measured.recorded_median_s:.2f} s recorded")
+        instance = apps.find_instance(Path(measured.record_dir), w.kernel_pattern)
+    except apps.StepSkipped as exc:
+        entry.update(recording={"skipped": str(exc)}, fidelity={"skipped": "no recording"})
+        progress(f"{w.name}: skipped: {exc}")
+        return None
+    except Exception as exc:  # StepError, or a surprise: either way this workload's row says it
+        message = str(exc) if isinstance(exc, apps.StepError) else f"{type(exc).__name__}: {exc}"
+        entry.setdefault("recording", {"error": message})
+        if "error" not in entry["recording"]:
+            entry["recording"]["error_finding_instance"] = message
+        entry["fidelity"] = no_recording if "error" in entry["recording"] else {"error": message}
+        progress(f"{w.name}: {message}")
+        return None
+    progress(f"{w.name}: replaying {instance.kernel_name} instance {instance.record_id}")
+    entry["fidelity"] = measure_fidelity(w, instance, measured.kernel_times, out_dir, opts)
+    fid = entry["fidelity"]
+    progress(f"{w.name}: " + (f"replay failed: {fid['error']}" if "error" in fid else report.fidelity_text(fid)))
+    return instance
+
+
+def failed_stages(results: dict[str, Any]) -> list[str]:
+    """Stages that ended in an error (skips, such as CuPy missing, are not failures)."""
+    failed = []
+    stages = [("build", results.get("build", {}))]
+    for name, entry in results.get("workloads", {}).items():
+        stages += [(f"{name} {k}", v) for k, v in entry.items()]
+    stages += [(f"tuning {k}", v) for k, v in results.get("tuning", {}).items()]
+    for label, stage in stages:
+        error = str(stage.get("error", ""))
+        if error and not error.startswith("no recording"):  # a consequence, counted where it began
+            failed.append(label)
+    return failed
+
+
+def write_outputs(results: dict[str, Any], out_dir: Path) -> str:
+    """headline.json, headline.png (or why not), headline.md; returns the printed report."""
+    table = report.format_table(report.table_rows(results))
+    try:
+        chart_note = report.write_chart(results, out_dir / "headline.png")
+    except Exception as exc:  # a plotting problem must not lose the measurements
+        chart_note = f"the chart failed: {type(exc).__name__}: {exc}"
+    results["chart"] = {"path": None, "note": chart_note} if chart_note else {"path": str(out_dir / "headline.png")}
+    report.write_json(results, out_dir / "headline.json")
+    meta = results["meta"]
+    header = f"mneme headline, {meta['date']}, {meta['gpu']} (driver {meta['driver'] or '?'}, commit {meta['commit']})"
+    (out_dir / "headline.md").write_text(f"{header}\n\n{table}\n")
+    return "\n".join([
+        "", header, table, "",
+        f"results: {out_dir / 'headline.json'}",
+        f"chart:   {chart_note or out_dir / 'headline.png'}",
+    ])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run every stage; exit 0 when all measured (skips allowed), 1 when some failed (the table says which)."""
+    opts = parse_args(argv)
+    out_dir: Path = opts.out.resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gpu = gpu_description()
+    arch = opts.arch or default_arch(gpu)
+    results = new_results(opts, gpu, arch)
+    build_dir = out_dir / "build"
+    build(results, build_dir, arch, out_dir, opts)
 
     instances: dict[str, apps.RecordedInstance] = {}
     for name in opts.workloads:
-        w = apps.workload(name)
-        entry: dict[str, Any] = {}
-        results["workloads"][name] = entry
-        if name == "vecadd" and not apps.vecadd_available():
-            entry["recording"] = {"error": "examples/vecadd is not in this tree"}
-            entry["fidelity"] = {"error": "no recording (see the recording row)"}
-            continue
-        progress(f"{name}: {opts.repeats} runs without and with mneme record")
-        try:
-            measured = apps.measure_recording(w, build_dir, out_dir, opts.repeats, opts.app_timeout)
-            entry["recording"] = measured.to_dict()
-            progress(f"{name}: {measured.plain_median_s:.2f} s -> {measured.recorded_median_s:.2f} s recorded")
-            instance = apps.find_instance(Path(measured.record_dir), w.kernel_pattern)
+        entry: dict[str, Any] = results["workloads"].setdefault(name, {})
+        instance = record_and_replay(apps.workload(name), build_dir, out_dir, opts, entry)
+        if instance is not None:
             instances[name] = instance
-        except apps.StepError as exc:
-            entry.setdefault("recording", {"error": str(exc)})
-            entry["fidelity"] = {"error": "no recording (see the recording row)"}
-            progress(f"{name}: {exc}")
-            continue
-        progress(f"{name}: replaying {instance.kernel_name} instance {instance.record_id}")
-        entry["fidelity"] = measure_fidelity(w, instance, measured.kernel_times, out_dir, opts)
-        if "error" in entry["fidelity"]:
-            progress(f"{name}: replay failed: {entry['fidelity']['error']}")
-        else:
-            progress(f"{name}: {report.fidelity_text(entry['fidelity'])}")
 
-    for name in TUNING:
-        if name not in opts.workloads:
-            continue
+    for name in (n for n in TUNING if n in opts.workloads):
         if name not in instances:
-            results["tuning"][name] = {"error": "no recording of this workload (see its recording row)"}
+            results["tuning"][name] = {"error": "no recording (see the workload's recording row)"}
             continue
         progress(f"tuning {name} ({TUNING[name]} space, {opts.workers} worker(s))")
-        results["tuning"][name] = measure_tuning(name, instances[name], out_dir, opts)
-        t = results["tuning"][name]
+        t = results["tuning"][name] = measure_tuning(name, instances[name], out_dir, opts)
         progress(f"tuning {name}: " + (t["error"] if "error" in t else
                                        f"{t['verified']}/{t['configurations']} verified in {t['sweep_s']:.2f} s"))
 
-    rows = report.table_rows(results)
-    table = report.format_table(rows)
-    chart_note = report.write_chart(results, out_dir / "headline.png")
-    results["chart"] = {"path": None, "note": chart_note} if chart_note else {"path": str(out_dir / "headline.png")}
-    report.write_json(results, out_dir / "headline.json")
-    header = f"mneme headline, {results['meta']['date']}, {results['meta']['gpu']} (commit {results['meta']['commit']})"
-    (out_dir / "headline.md").write_text(f"{header}\n\n{table}\n")
-    print()
-    print(header)
-    print(table)
-    print()
-    print(f"results: {out_dir / 'headline.json'}")
-    print(f"chart:   {chart_note or out_dir / 'headline.png'}")
-    return 0
+    print(write_outputs(results, out_dir))
+    failed = failed_stages(results)
+    if failed:
+        print(f"{len(failed)} stage(s) failed: {', '.join(failed)} (details in headline.json and stages/)")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -37,6 +37,10 @@ class StepError(Exception):
     """A benchmark step failed; the message says what to look at."""
 
 
+class StepSkipped(StepError):
+    """A step cannot run on this machine (the CuPy example without CuPy): reported, not a failure."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """One example application and the kernel the headline studies in it."""
@@ -265,7 +269,7 @@ def measure_recording(w: Workload, build_dir: Path, out_dir: Path, repeats: int,
     for _ in range(repeats):
         run = run_app(app, timeout_s, cwd=out_dir, pass_pattern=w.pass_pattern)
         if run.returncode == SKIP_EXIT_STATUS:
-            raise StepError(f"skipped: {run.stderr_tail or 'the example reported a skip'}")
+            raise StepSkipped(run.stderr_tail or "the example reported a skip")
         if not run.passed:
             raise StepError(f"{w.name} did not pass without recording: {run.explain()}")
         plain.append(run.wall_s)

@@ -27,12 +27,16 @@ MAX_ERROR_CELL = 110
 
 
 def _err(stage: Mapping[str, Any] | None) -> str | None:
+    """The cell text of a stage without measurements (not run, skipped, failed); None when it has them."""
     if stage is None:
         return "not run"
-    if "error" in stage:
+    if "skipped" in stage:
+        text = f"skipped: {stage['skipped']}"
+    elif "error" in stage:
         text = f"error: {stage['error']}"
-        return text if len(text) <= MAX_ERROR_CELL else text[: MAX_ERROR_CELL - 3] + "..."
-    return None
+    else:
+        return None
+    return text if len(text) <= MAX_ERROR_CELL else text[: MAX_ERROR_CELL - 3] + "..."
 
 
 def _us(value: float | None) -> str:

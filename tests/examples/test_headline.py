@@ -103,7 +103,7 @@ def test_measure_recording_alternates_plain_and_recorded_runs(tmp_path, monkeypa
 
 def test_measure_recording_reports_a_skip(tmp_path):
     w = apps.Workload("fake", "fake", (str(_fake_app(tmp_path, "echo 'SKIP: no CuPy' >&2\nexit 77\n")),), "k", "k")
-    with pytest.raises(apps.StepError, match="skipped: SKIP: no CuPy"):
+    with pytest.raises(apps.StepSkipped, match="SKIP: no CuPy"):
         apps.measure_recording(w, tmp_path, tmp_path, repeats=1, timeout_s=30)
 
 
@@ -196,6 +196,8 @@ def _full_results() -> dict:
                 "recording": {"error": "stencil3d did not pass under mneme record: " + "x" * 300},
                 "fidelity": {"error": "no recording (see the recording row)"},
             },
+            "cupy_nvrtc": {"recording": {"skipped": "SKIP: CuPy is not installed"},
+                           "fidelity": {"skipped": "no recording"}},
         },
         "tuning": {
             "vecadd": {"verified_per_s": 120.0, "verified": 75, "configurations": 80, "sweep_s": 0.625,
@@ -218,6 +220,7 @@ def test_table_shows_numbers_reference_figures_and_errors_in_place():
     assert "x1.20 (blockDim.x=128, passes=default<O1>" in text and "x1.12" in text
     assert "error: RuntimeError: the baseline replay did not verify" in text
     assert "1.26 observations/s" in text
+    assert "skipped: SKIP: CuPy is not installed" in text
     stencil = next(r for r in rows if r[1] == "stencil3d" and r[0].startswith("recording"))
     assert stencil[2].endswith("...") and len(stencil[2]) == report.MAX_ERROR_CELL
 
@@ -232,6 +235,10 @@ def test_verdict_of_a_program_with_its_own_success_line():
     out = "vecadd n=10240000 iterations=1: ok (a=0x7f0000000000 b=0x7f0002800000 c=0x7f0005000000)\n"
     assert apps.verdict(out, vecadd.pass_pattern) == "PASS"
     assert apps.verdict(out.replace(": ok", ": WRONG"), vecadd.pass_pattern) is None
+
+
+def test_failed_stages_name_where_failures_began_and_ignore_skips():
+    assert headline.failed_stages(_full_results()) == ["stencil3d recording", "tuning minife_cg"]
 
 
 def test_unverified_replay_is_flagged_in_the_table():
