@@ -242,3 +242,13 @@ def test_default_results_directory_is_timestamped(tmp_path, loader, space_module
     tune(tmp_path, loader, space_module=space_module, results_dir=None)
     (run,) = (tmp_path / "mneme-tune-results").iterdir()
     assert run.name.endswith("-163") and (run / "summary.json").exists()
+
+
+def test_terminal_shows_a_progress_bar(tmp_path, loader, space_module):
+    out = io.StringIO()
+    options = resolve_options({"record_database": "r.json", "record_id": "1", "space_module": space_module,
+                               "results_dir": str(tmp_path / "run")})
+    run_tune(options, executor_factory=lambda o, d: FakeExecutor(), instance_loader=loader, out=out, is_tty=True)
+    text = out.getvalue()
+    assert "tuning" in text and "failed" in text and "best" in text
+    assert "[1/" not in text  # no per-trial lines under the bar
