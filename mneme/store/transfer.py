@@ -717,10 +717,14 @@ def summarize(store_or_url: Store | str | os.PathLike[str], retry: RetryPolicy =
 # -- the record agent's uploader ---------------------------------------------------------------------
 
 
-def spool_bytes(directory: Path) -> int:
-    """Bytes of the files under ``directory`` (what the spool limit bounds)."""
+def spool_bytes(directory: str | os.PathLike[str]) -> int:
+    """Bytes of the chunks in a staging directory waiting for upload (what the spool limit bounds).
+
+    Databases, snapshot manifests and code files are not counted: they are
+    small, stay in the staging directory, and the uploader cannot free them.
+    """
     total = 0
-    for root, _, files in os.walk(directory):
+    for root, _, files in os.walk(Path(directory) / CHUNKS_DIR):
         for f in files:
             try:
                 total += os.lstat(os.path.join(root, f)).st_size
@@ -737,9 +741,9 @@ class Uploader:
     calls :meth:`notify` after each commit, :meth:`wait_for_space` before
     writing a new instance, and :meth:`close` at the end. A background thread
     pushes whatever is committed (incrementally: a recording whose database is
-    unchanged since the last pass costs one small GET), then deletes the
+    unchanged since the last pass costs no request), then deletes the
     uploaded chunks from the staging directory, which is what keeps the spool
-    within ``spool_limit`` bytes. Databases, snapshot and code files stay
+    (the chunk bytes waiting for upload) within ``spool_limit`` bytes. Databases, snapshot and code files stay
     (they are small); a chunk deleted locally and needed again is simply
     written again by the producer, or found at the destination.
 

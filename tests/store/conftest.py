@@ -30,9 +30,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_moto_server(tmp: Path) -> tuple[subprocess.Popen, str]:
-    """Start ``python -m moto.server`` on a free loopback port; return the process and its endpoint URL."""
-    port = free_port()
+def start_moto_server(tmp: Path, port: int | None = None) -> tuple[subprocess.Popen, str]:
+    """Start ``python -m moto.server`` on loopback (a free port by default); return the process and its URL."""
+    port = port or free_port()
     log = (tmp / f"moto-{port}.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
