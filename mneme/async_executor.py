@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,7 +149,11 @@ class AsyncReplayExecutor:
             servers = self._start_local_servers(store, local_gpus, server_args, server_env, server_startup_timeout)
         if not servers:
             raise ConfigurationError("servers is empty: give at least one 'host:port', or None for local GPUs")
-        self._servers = [self._connect(address) for address in servers]
+        try:
+            self._servers = [self._connect(address) for address in servers]
+        except BaseException:
+            _stop_servers(self._local)
+            raise
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="replay-dispatch", daemon=True)
         self._dispatcher.start()
 
@@ -179,8 +184,7 @@ class AsyncReplayExecutor:
         self._dispatcher.join()
         for server in self._servers:
             server.channel.close()
-        for local in self._local:
-            local.stop()
+        _stop_servers(self._local)
 
     def __enter__(self) -> "AsyncReplayExecutor":
         return self
@@ -213,6 +217,8 @@ class AsyncReplayExecutor:
         token_path = Path(self._server_dir.name) / "token"
         token_path.write_text(self._token)
         token_path.chmod(0o600)
+        # Servers of an executor that is never shut down still stop when it is collected or at exit.
+        weakref.finalize(self, _stop_servers, self._local)
         try:
             for gpu, workers in zip(gpus, per_gpu):
                 self._local.append(_LocalServer.start(
@@ -385,10 +391,14 @@ class _LocalServer:
             *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
         ]
         log_path = log_dir / f"server-gpu{gpu}.log"
+        # The server imports mneme from where this process did, installed or not.
+        package_root = str(Path(__file__).resolve().parents[1])
+        child_env = {**os.environ, **(env or {})}
+        child_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in [package_root, *child_env.get("PYTHONPATH", "").split(os.pathsep)] if p)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, text=True,
-                env={**os.environ, **(env or {})}, start_new_session=True,
+                command, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env, start_new_session=True,
             )
         return cls(gpu, process, log_path)
 
@@ -419,6 +429,11 @@ class _LocalServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+
+
+def _stop_servers(servers: list[_LocalServer]) -> None:
+    for local in servers:
+        local.stop()
 
 
 def _split_database(record_db: str) -> tuple[str, str]:

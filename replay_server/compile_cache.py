@@ -17,6 +17,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from mneme.mneme_types import ExperimentConfiguration
@@ -50,7 +51,9 @@ class CompileCache:
         self._function = function
         self._metrics = metrics
         self._max_entries = max_entries
-        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn"))
+        self._processes = processes
+        self._mp = multiprocessing.get_context("spawn")
+        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=self._mp)
         self._entries: "OrderedDict[str, Future]" = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
@@ -72,7 +75,11 @@ class CompileCache:
             self._entries[key] = product
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
-        work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
+        try:
+            work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
+        except BrokenProcessPool:  # a compile process died (ptxas crash, OOM kill): start a fresh pool
+            self._pool = ProcessPoolExecutor(max_workers=self._processes, mp_context=self._mp)
+            work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
         work.add_done_callback(lambda done: self._finish(key, product, done))
         return product
 

@@ -6,6 +6,7 @@ What a replay does is chosen by the configuration's ``passes``:
   "slow:S"     sleeps S seconds, then verifies
   "fault"      a failed result and an unusable context (healthy False), like a trap
   "raise"      the engine raises (an engine bug: internal_error, worker keeps serving)
+  "compile-crash"  the compile pool's process dies; the replay itself verifies
   anything     verified; exec_time = block.x ns per launch
 Every replay appends "<passes> <block.x> <pid>" to ``log_dir``/runs.log, so tests
 can tell what ran and where.
@@ -56,6 +57,8 @@ class FakePrepared:
 
 
 def fake_compile(instance, config, arch):
+    if config["passes"] == "compile-crash":  # the compiler process dies (a ptxas crash, an OOM kill)
+        os._exit(1)
     time.sleep(0.01)
     return f"code:{config['passes']}:{arch}".encode()
 

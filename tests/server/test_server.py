@@ -90,6 +90,14 @@ def test_compile_cache_serves_repeated_code(served):
     assert m["mneme_compile_cache_hits_total"] >= 1 and m["mneme_compile_seconds_count"] >= 1
 
 
+def test_a_crashed_compile_pool_is_replaced(served):
+    stub = served[0]
+    crashed = result_from_proto(stub.Replay(request("compile-crash"), timeout=30).result)
+    assert crashed.verified and crashed.obj_size == -1  # the worker went on without precompiled code
+    after = result_from_proto(stub.Replay(request("default<O1>"), timeout=30).result)
+    assert after.obj_size == len(b"code:default<O1>:sm_test")
+
+
 @pytest.mark.parametrize("mutate, fragment", [
     (lambda r: r.ClearField("instance"), "names no instance"),
     (lambda r: r.ClearField("config"), "no configuration"),
