@@ -50,7 +50,6 @@ class Workload:
     argv: tuple[str, ...]  # relative to the build folder; "{python}" and "{example}" are expanded
     main_kernel: str  # the KERNEL_TIME name
     kernel_pattern: str  # regex matched against the recording database's kernel name
-    python: bool = False
     # a line that means the program checked its result and it was right
     pass_pattern: str = r"^PASS$"
 
@@ -79,10 +78,7 @@ WORKLOADS: tuple[Workload, ...] = (
     Workload("minife_cg", "minife_cg", ("./cg",), "spmv_csr", r"spmv_csr"),
     Workload("stencil3d", "stencil3d", ("./stencil",), "jacobi7", r"jacobi7"),
     Workload("matmul_tiled", "matmul_tiled", ("./matmul",), "matmul_tiled", r"matmul_tiled"),
-    Workload(
-        "cupy_nvrtc", "cupy_nvrtc", ("{python}", "{example}/cupy_kernels.py"), "row_softmax", r"row_softmax",
-        python=True,
-    ),
+    Workload("cupy_nvrtc", "cupy_nvrtc", ("{python}", "{example}/cupy_kernels.py"), "row_softmax", r"row_softmax"),
 )
 
 
@@ -314,11 +310,13 @@ def find_instance(record_dir: Path, kernel_pattern: str) -> RecordedInstance:
     """
     pattern = re.compile(kernel_pattern)
     seen = []
-    for path in sorted(Path(record_dir).glob("*.json")):
+    for path in sorted(Path(record_dir).rglob("*.json")):
         try:
             db = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
+        if not isinstance(db, dict) or "instances" not in db:
+            continue  # not a recording database
         kernel = db.get("kernel") or {}
         names = [str(kernel.get("name", "")), str(kernel.get("demangled", ""))]
         seen.append(names[1] or names[0])
