@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from mneme.errors import ConfigurationError
-from mneme.llvm import _binding, ir_text, libdevice, pipeline, specialize as spec
+from mneme.llvm import _binding, ir_text, libdevice, names, pipeline, specialize as spec
 
 Dims = tuple[tuple[int, int, int], tuple[int, int, int]]
 
@@ -48,6 +48,23 @@ def _check_options(codegen_opt: int, launch_bounds, dims) -> None:
         raise ConfigurationError(f"dims={dims!r} must be ((grid x, y, z), (block x, y, z))")
 
 
+def _name_kernel(module, kernel: str) -> None:
+    """Give the kernel the name the replay launches (the recorded, nvcc-mangled one) and
+    external linkage, so the PTX entry is visible under that name."""
+    binding = _binding.llvm()
+    kernels = ir_text.kernel_names(str(module))
+    index = names.pick(kernel, kernels)
+    if index is None:
+        raise ConfigurationError(
+            f"kernel {kernel!r} is not in the IR; it defines {', '.join(kernels) or 'no kernels'}"
+        )
+    fn = module.get_function(kernels[index])
+    if fn.name != kernel:
+        fn.name = kernel
+    if fn.linkage in (binding.Linkage.internal, binding.Linkage.private):
+        fn.linkage = binding.Linkage.external
+
+
 def preprocess(
     bitcode: bytes,
     *,
@@ -64,12 +81,8 @@ def preprocess(
     module = _binding.parse_bitcode(bitcode)
     if not module.triple.startswith("nvptx"):
         raise ConfigurationError(f"the IR targets {module.triple!r}, not NVPTX; it is not CUDA device code")
+    _name_kernel(module, kernel)
     text = str(module)
-    kernels = ir_text.kernel_names(text)
-    if kernel not in kernels:
-        raise ConfigurationError(
-            f"kernel {kernel!r} is not in the IR; it defines {', '.join(kernels) or 'no kernels'}"
-        )
     params = spec.describe_params(module, kernel) if specialize else []
     if internalize:
         for fn in module.functions:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from mneme.errors import ArtifactError
+from mneme.llvm import names
 from mneme.llvm.elf import ElfError, read_section
 from mneme.llvm.section import SECTION_NAME, BitcodeRecord, SectionFormatError, decode_records
 
@@ -52,16 +53,24 @@ def embedded_kernels(source: ElfSource) -> list[str]:
 
 
 def find_kernel_record(source: ElfSource, kernel_name: str) -> BitcodeRecord | None:
-    """The record holding ``kernel_name``; the one with the fewest kernels when several do."""
-    matches = [r for r in read_records(source) if kernel_name in r.kernels]
-    return min(matches, key=lambda r: len(r.kernels)) if matches else None
+    """The record holding ``kernel_name``: by exact name (the one with the fewest kernels
+    when several hold it), else up to nvcc's anonymous-namespace mangling (names.py)."""
+    records = read_records(source)
+    exact = [r for r in records if kernel_name in r.kernels]
+    if exact:
+        return min(exact, key=lambda r: len(r.kernels))
+    flat = [(record, name) for record in records for name in record.kernels]
+    index = names.pick(kernel_name, [name for _, name in flat], [record.source for record, _ in flat])
+    return None if index is None else flat[index][0]
 
 
 def find_kernel_bitcode(elf_path_or_bytes: ElfSource, kernel_name: str) -> bytes | None:
     """The LLVM bitcode embedded for ``kernel_name`` (mangled), or None if the program carries none.
 
     None means: not an instrumented build, or this kernel's source was not
-    compiled through the wrappers (the PTX tier still works for it).
+    compiled through the wrappers (the PTX tier still works for it). The
+    bitcode may name the kernel differently (clang's anonymous-namespace
+    mangling); compile_to_ptx(kernel=<recorded name>) renames it back.
     """
     record = find_kernel_record(elf_path_or_bytes, kernel_name)
     return record.bitcode if record else None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from mneme.errors import ArtifactError, ConfigurationError
-from mneme.llvm import _binding, ir_text
+from mneme.llvm import _binding, ir_text, names
 
 
 class IRModule:
@@ -33,9 +33,13 @@ class IRModule:
         self._module = _binding.parse_bitcode(self._bitcode)
         self.origin = origin
         kernels = self.kernels
-        if kernel is not None and kernel not in kernels:
+        index = names.pick(kernel, kernels) if kernel is not None else None
+        if kernel is not None and index is None:
             raise ConfigurationError(f"kernel {kernel!r} is not in {origin or 'the IR'}; it has {kernels}")
-        self.kernel = kernel if kernel is not None else (kernels[0] if len(kernels) == 1 else None)
+        #: the kernel's name in this IR (clang's mangling)
+        self.kernel = kernels[index] if index is not None else (kernels[0] if len(kernels) == 1 else None)
+        #: the name the replay launches (the recorded one: nvcc's mangling); to_ptx names the entry so
+        self.launch_name = kernel if kernel is not None else self.kernel
 
     # -- reading ------------------------------------------------------------
     @property
@@ -94,7 +98,7 @@ class IRModule:
         if not isinstance(new_text, str):
             raise ConfigurationError(f"a transformation must return the IR text (str), got {type(new_text).__name__}")
         module = _binding.parse_assembly(new_text, "the transformed IR")
-        return IRModule(module.as_bitcode(), kernel=self.kernel, origin=f"{self.origin} (transformed)")
+        return self._successor(module.as_bitcode(), "transformed")
 
     def apply(self, mutate: Callable[[Any], None]) -> "IRModule":
         """A new module after ``mutate(module_ref)`` changed a private copy in place
@@ -105,7 +109,7 @@ class IRModule:
             copy.verify()
         except RuntimeError as exc:
             raise ConfigurationError(f"the mutated IR is not valid: {str(exc).strip()}") from None
-        return IRModule(copy.as_bitcode(), kernel=self.kernel, origin=f"{self.origin} (transformed)")
+        return self._successor(copy.as_bitcode(), "transformed")
 
     def optimize(self, passes: str) -> "IRModule":
         """A new module after the ``passes`` pipeline (same syntax as the configuration's)."""
@@ -115,14 +119,22 @@ class IRModule:
         copy = _binding.parse_bitcode(self._bitcode)
         features = ir_text.ptx_features(self.text, "sm_90")
         pipeline.run_pipeline(copy, steps, _binding.target_machine("sm_90", features, 3))
-        return IRModule(copy.as_bitcode(), kernel=self.kernel, origin=f"{self.origin} ({passes})")
+        return self._successor(copy.as_bitcode(), passes)
+
+    def _successor(self, bitcode: bytes, how: str) -> "IRModule":
+        """The module a transformation made; it keeps the launch name unless the kernel was renamed."""
+        following = IRModule(bitcode, origin=f"{self.origin} ({how})")
+        if self.launch_name is not None and names.pick(self.launch_name, following.kernels) is not None:
+            return IRModule(bitcode, kernel=self.launch_name, origin=following.origin)
+        return following
 
     # -- output -----------------------------------------------------------------
     def to_ptx(self, **options: Any) -> str:
         """PTX through :func:`mneme.llvm.compile_to_ptx` (same keyword options)."""
         from mneme.llvm.compile import compile_to_ptx
 
-        options.setdefault("kernel", self._require_kernel())
+        self._require_kernel()
+        options.setdefault("kernel", self.launch_name)
         return compile_to_ptx(self._bitcode, **options)
 
     def save(self, path: str | os.PathLike) -> Path:

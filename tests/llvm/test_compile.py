@@ -159,3 +159,20 @@ def test_libdevice_is_linked_for_new_math_calls(vecops_records, ptxas, tmp_path)
     ptx = module.transform(use_expf).to_ptx()
     assert "ex2.approx" in ptx  # libdevice's expf
     assert ptxas_check(ptx, tmp_path).returncode == 0
+
+
+def test_anonymous_namespace_kernels_take_the_recorded_nvcc_name(vecops_records, ptxas, tmp_path):
+    clang_name = "_ZN12_GLOBAL__N_15saxpyEifPKfPf"  # what clang calls a kernel in an anonymous namespace
+    nvcc_name = "_ZN33_GLOBAL__N__ba903b16_5_cg_cu_main5saxpyEifPKfPf"  # what the launch (nvcc) calls it
+    anonymous = load(vecops_records[SAXPY]).transform(
+        lambda ir: ir.replace(f"define dso_local ptx_kernel void @{SAXPY}", f"define internal ptx_kernel void @{clang_name}")
+        .replace(f"@{SAXPY}", f"@{clang_name}")
+    )
+    assert anonymous.kernels == [clang_name]
+    ptx = compile_to_ptx(anonymous.bitcode, kernel=nvcc_name, specialize={0: struct.pack("<i", 64)})
+    assert f".visible .entry {nvcc_name}(" in ptx  # the name cuModuleGetFunction will look up
+    assert ptxas_check(ptx, tmp_path).returncode == 0
+    module = load(anonymous.bitcode, kernel=nvcc_name)
+    assert module.kernel == clang_name and f".entry {nvcc_name}(" in module.to_ptx()
+    with pytest.raises(ConfigurationError, match="is not in the IR"):
+        compile_to_ptx(anonymous.bitcode, kernel="_ZN33_GLOBAL__N__ba903b16_5_cg_cu_main4waveEv")

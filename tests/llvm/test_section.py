@@ -90,3 +90,19 @@ def test_corrupt_embedded_section_names_the_file(host_object, tmp_path):
     subprocess.run(["objcopy", "--add-section", f"{SECTION_NAME}={blob}", str(host_object)], check=True)
     with pytest.raises(ArtifactError, match=r"x\.o.*damaged.*rebuild"):
         find_kernel_bitcode(host_object, "_Z1av")
+
+
+def test_lookup_across_nvcc_and_clang_anonymous_namespace_mangling(host_object):
+    from mneme.llvm.names import canonical_name, file_hint
+
+    nvcc = "_ZN33_GLOBAL__N__ba903b16_5_cg_cu_main8spmv_csrEiPKiS1_PKdS3_Pd"
+    clang = "_ZN12_GLOBAL__N_18spmv_csrEiPKiS1_PKdS3_Pd"
+    assert canonical_name(nvcc) == clang == canonical_name(clang)
+    assert file_hint(nvcc) == "cg_cu"
+    records = [
+        BitcodeRecord((clang,), b"from other.cu", source="/src/other.cu"),
+        BitcodeRecord((clang,), b"from cg.cu", source="/src/cg.cu"),
+    ]
+    embed_records(str(host_object), records)
+    assert find_kernel_bitcode(host_object, nvcc) == b"from cg.cu"  # the file nvcc's name points at
+    assert find_kernel_bitcode(host_object, "_ZN33_GLOBAL__N__ba903b16_5_cg_cu_main3dotEv") is None

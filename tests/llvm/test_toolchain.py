@@ -139,6 +139,4 @@ def test_committed_records_embed_into_a_plain_nvcc_build(tmp_path):
     subprocess.run([nvcc, "-arch=sm_90", "-o", str(app), str(DATA / "vecops.cu")], check=True)
     embed_records(str(app), decode_records((DATA / "vecops.records").read_bytes()))
     assert embedded_kernels(app) == KERNELS
-    # the committed records match the source: clang today gives the same kernels
-    records = read_records(app)
-    assert {r.kernels[0] for r in records} == set(KERNELS)
+    assert all(len(r.kernels) == 1 for r in read_records(app))  # one module per kernel
