@@ -318,3 +318,14 @@ def test_sweep_refuses_an_unverified_baseline():
     space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
     with pytest.raises(RuntimeError, match="baseline replay did not verify .*buffer 2 differs"):
         stages.sweep(_ScriptedExecutor(baseline_verified=False), space, key)
+
+
+def test_one_command_defaults_match_the_reference_protocol(tmp_path):
+    opts = headline.parse_args(["--out", str(tmp_path)])
+    assert (opts.tune_iterations, opts.tune_warmup, opts.workers) == (5, 2, 1)
+    assert opts.workloads == [w.name for w in apps.WORKLOADS]
+    with pytest.raises(SystemExit):
+        headline.parse_args(["--out", str(tmp_path), "--repeats", "0"])
+    assert headline.default_arch({"compute_cap": "9.0"}) == "sm_90"
+    assert headline.default_arch({}) == "sm_90"
+    assert headline.default_arch({"compute_cap": "10.0"}) == "sm_100"
