@@ -107,6 +107,8 @@ class TuneOptions:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
+# What config.json adds beside the settings; ignored when it is read back with --config.
+RUN_METADATA = ("kernel", "mneme_version", "written")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -124,7 +126,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         raise ConfigurationError(f"--config {p} is not valid YAML: {exc}") from None
     if not isinstance(data, Mapping):
         raise ConfigurationError(f"--config {p} must hold a mapping of settings, e.g. 'sampler: tpe'")
-    data = {str(k).replace("-", "_"): v for k, v in data.items()}
+    data = {str(k).replace("-", "_"): v for k, v in data.items() if k not in RUN_METADATA}
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
         raise ConfigurationError(
@@ -269,7 +271,8 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
             flags = " and ".join("--" + k.replace("_", "-") for k in given)
             raise ConfigurationError(f"{flags} contradict each other; give one of them")
     if o.space_module:
-        builtin_given = [k for k in BUILTIN_KEYS if k in explicit and getattr(o, k) is not None]
+        builtin_given = [k for k in BUILTIN_KEYS
+                         if k in explicit and getattr(o, k) not in (None, FIELDS[k].default)]
         if builtin_given:
             flags = ", ".join("--" + k.replace("_", "-") for k in builtin_given)
             raise ConfigurationError(

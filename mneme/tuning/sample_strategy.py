@@ -286,7 +286,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
         if self._has_pruner and values is not None and intermediate:
             for step, value in enumerate(intermediate):
                 trial.report(float(value), step)
-            pruned = trial.should_prune()
+            pruned = bool(trial.should_prune())
         if pruned:
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
@@ -327,24 +327,16 @@ class OptunaSamplingStrategy(SamplingStrategy):
         return taken
 
 
-def make_strategy(
-    space: SearchSpace,
-    sampler: str,
-    *,
-    seed: int | None = None,
-    directions: Sequence[str] = ("minimize",),
-    study_name: str | None = None,
-    storage: str | None = None,
-    pruner: str | None = None,
-) -> SamplingStrategy:
-    """The strategy for ``--sampler`` (exhaustive, grid, random, tpe, nsga2)."""
+def make_strategy(space: SearchSpace, sampler: str, **optuna_options: Any) -> SamplingStrategy:
+    """The strategy for ``--sampler`` (exhaustive, grid, random, tpe, nsga2).
+
+    ``optuna_options`` are :class:`OptunaSamplingStrategy`'s keyword arguments
+    (seed, directions, study_name, storage, pruner); exhaustive enumeration needs none.
+    """
     if sampler == "exhaustive":
         return ExhaustiveSamplingStrategy(space)
     if sampler not in OPTUNA_SAMPLERS:
         raise ConfigurationError(
             f"unknown sampler {sampler!r}; choose one of exhaustive, {', '.join(OPTUNA_SAMPLERS)}"
         )
-    return OptunaSamplingStrategy(
-        space, sampler, seed=seed, directions=directions, study_name=study_name, storage=storage,
-        pruner=pruner,
-    )
+    return OptunaSamplingStrategy(space, sampler, **optuna_options)

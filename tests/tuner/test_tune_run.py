@@ -252,3 +252,24 @@ def test_terminal_shows_a_progress_bar(tmp_path, loader, space_module):
     text = out.getvalue()
     assert "tuning" in text and "failed" in text and "best" in text
     assert "[1/" not in text  # no per-trial lines under the bar
+
+
+def test_config_json_reads_back_as_a_config_file(tmp_path, loader, space_module):
+    tune(tmp_path, loader, space_module=space_module, metric="min", seed=3)
+    again = resolve_options({"results_dir": str(tmp_path / "other")}, tmp_path / "run" / "config.json")
+    assert again.metric == "min" and again.space_module == space_module and again.record_id == "163"
+
+
+def test_persistent_optuna_study_continues_on_resume(tmp_path, loader):
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    settings = dict(sampler="tpe", seed=2, study_name="vecadd", optuna_storage=storage, pruner="median")
+    tune(tmp_path, loader, trials=8, **settings)
+    tune(tmp_path, loader, trials=12, resume=True, **settings)
+    records = trials(tmp_path)
+    assert len(records) == 12 and len({r["hash"] for r in records}) == 12
+    assert all(isinstance(r["pruned"], bool) for r in records)
+    study = optuna.load_study(study_name="vecadd", storage=storage)
+    finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(finished) >= 12
