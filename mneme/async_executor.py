@@ -79,6 +79,7 @@ class _Server:
     outstanding: int = 0
     down_until: float = 0.0
     failures: int = 0
+    preparing: Any = None  # the Prepare call made on connecting
 
     def available(self, now: float) -> bool:
         return now >= self.down_until and self.outstanding < self.capacity
@@ -245,11 +246,19 @@ class AsyncReplayExecutor:
         try:
             info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
             server.capacity = max(2, int(info.workers) * 2 + 2)
+            # Restore the instance on every worker now, not in the first replays (errors surface with those).
+            server.preparing = server.stub.Prepare.future(
+                replay_pb2.PrepareRequest(instance=self._instance_ref()), metadata=self._metadata())
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 raise ReplayServerError(f"replay server {address} refused us: {exc.details()}") from None
             server.down_until = time.monotonic() + 1.0  # not up yet: retried by the dispatcher
         return server
+
+    def _instance_ref(self) -> Any:
+        from mneme._proto import replay_pb2
+
+        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id)
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()
@@ -309,7 +318,7 @@ class AsyncReplayExecutor:
 
         request = replay_pb2.ReplayRequest(
             request_id=task.request_id,
-            instance=replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id),
+            instance=self._instance_ref(),
             config=config_to_proto(task.config),
             iterations=self.iterations,
             warmup=self.warmup,
