@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import mneme
 from mneme.format.synthetic import write_vecadd_recording
 from mneme.recorded_execution import RecordedExecution
 
@@ -39,10 +40,15 @@ def committed_recording() -> tuple[str, str]:
     return rec.path, record_id
 
 
+def child_env(cwd: Path) -> dict[str, str]:
+    """The children import the same mneme (and tuner) as this process, with a private compile cache."""
+    root = str(Path(mneme.__file__).resolve().parents[1])
+    paths = [root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "MNEME_CACHE_DIR": str(cwd / "cache")}
+
+
 def mneme_tune(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
-    env["MNEME_CACHE_DIR"] = str(cwd / "cache")
-    proc = subprocess.run([sys.executable, "-m", "mneme", "tune", *args], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-m", "mneme", "tune", *args], cwd=cwd, env=child_env(cwd),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"mneme tune failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
@@ -110,7 +116,6 @@ def test_builtin_quick_preset_on_a_synthetic_recording_then_report(tmp_path):
                "--trials", "12", "--seed", "0", "--results-dir", str(run), cwd=tmp_path)
     check_results(run, 12, rec.dynamic_hash)
     proc = subprocess.run([sys.executable, "-m", "mneme", "tune", "report", str(run)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          capture_output=True, text=True, timeout=300, env=child_env(tmp_path))
     # with matplotlib/plotly missing the report fails with the package to install, and nothing else
     assert proc.returncode == 0 or "pip install" in proc.stderr, proc.stderr
