@@ -18,6 +18,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <vector>
 
 // Abort with the failing call and the CUDA error string: an example that cannot
