@@ -10,6 +10,7 @@ atomically when new instances of the same kernel are added.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -188,7 +189,7 @@ class RecordingDatabase:
 
     def to_dict(self) -> dict[str, Any]:
         ordered = sorted(self.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
-        return {
+        out: dict[str, Any] = {
             "format": DATABASE_FORMAT,
             "format_version": DATABASE_VERSION,
             "static_hash": self.static_hash,
@@ -199,6 +200,8 @@ class RecordingDatabase:
             "recorder": self.recorder.to_dict(),
             "instances": {i.dynamic_hash: i.to_dict() for i in ordered},
         }
+        out["checksum"] = content_checksum(out)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "recording database") -> "RecordingDatabase":
@@ -245,6 +248,7 @@ def _parse_database(r: JsonReader, data: Any) -> RecordingDatabase:
             "format", "format_version", "static_hash", "kernel", "code",
             "device", "address_space", "recorder", "instances",
         ),
+        optional=("checksum",),
     )  # fmt: skip
     if d["format"] != DATABASE_FORMAT:
         raise r.error("format", f"expected {DATABASE_FORMAT!r}, got {d['format']!r}; this is not a mneme recording")
@@ -261,7 +265,27 @@ def _parse_database(r: JsonReader, data: Any) -> RecordingDatabase:
     instances = {}
     for key, value in instances_value.items():
         instances[key] = _parse_instance(r, static, kernel, key, value)
+    if "checksum" in d:
+        # Checked last, so that a schema problem is reported by field, not as a bare mismatch.
+        recorded = r.str(d["checksum"], "checksum")
+        if recorded != content_checksum(d):
+            raise r.error(
+                "checksum",
+                "the content does not match its checksum; the file is corrupt or was edited "
+                "(after an intended edit, remove the checksum key or re-save with mneme.format.database.save_database)",
+            )
     return RecordingDatabase(static, kernel, code, device, address_space, recorder, instances)
+
+
+def content_checksum(data: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON (sorted keys, no spaces) of everything but ``checksum``.
+
+    Covers the values, not the layout: re-indenting the file keeps it valid;
+    changing any value (a window base, a pointer offset) is detected.
+    """
+    body = {k: v for k, v in data.items() if k != "checksum"}
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def _parse_kernel(r: JsonReader, value: Any) -> KernelSignature:

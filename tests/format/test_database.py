@@ -226,3 +226,20 @@ def test_different_code_never_replaces_a_recorded_kernels_files(tmp_path):
     r.store.delete(r.database)
     code = RecordingWriter(r.store).write_code(r.static_hash, ptx=vecadd_code.PTX, cubin=other_cubin)
     assert r.store.get(code.cubin.path) == other_cubin
+
+
+def test_checksum_catches_changes_the_schema_allows(valid):
+    edited = copy.deepcopy(valid)
+    edited["address_space"]["base"] += 4096
+    with pytest.raises(ArtifactError, match="123.json: checksum: the content does not match"):
+        parse(edited)
+    first(edited)["pointer_args"] = [0, 8]
+    edited["address_space"]["base"] -= 4096
+    with pytest.raises(ArtifactError, match="checksum"):
+        parse(edited)
+    # An intended edit: drop the checksum (or re-save); re-indenting alone keeps it valid.
+    del edited["checksum"]
+    assert parse(edited).instances[next(iter(valid["instances"]))].pointer_args == (0, 8)
+    assert "checksum" in parse(edited).to_dict()
+    reindented = json.dumps(valid, indent=7, sort_keys=True).encode()
+    assert parse_database_bytes(reindented, "123.json") == parse(valid)

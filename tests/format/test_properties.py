@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from mneme.errors import ArtifactError
 from mneme.format.chunks import put_chunks, read_chunks
-from mneme.format.database import RecordingDatabase, parse_database_bytes
+from mneme.format.database import RecordingDatabase, content_checksum, parse_database_bytes
 from mneme.format.snapshot import MAGIC, Region, Snapshot, decode_snapshot, encode_snapshot
 from mneme.format.synthetic import write_vecadd_recording
 from mneme.store import LocalStore
@@ -162,6 +162,13 @@ def test_database_reader_on_mutated_databases(valid_database, data):
     path = data.draw(st.sampled_from(paths))
     action = data.draw(st.sampled_from(["replace", "delete"])) if path else "replace"
     mutated = mutate(valid_database, path, action, data.draw(json_values))
+    original = RecordingDatabase.from_dict(valid_database)
+    # As found on disk: the checksum catches whatever the schema lets through.
+    result = reads_or_artifact_error(lambda d: RecordingDatabase.from_dict(d, "x.json"), mutated)
+    assert result is None or result == original
+    # Resealed (as an intended edit would be): the schema checks alone must hold.
+    if isinstance(mutated, dict) and "checksum" in mutated:
+        mutated["checksum"] = content_checksum(mutated)
     result = reads_or_artifact_error(lambda d: RecordingDatabase.from_dict(d, "x.json"), mutated)
     if result is not None:
         assert RecordingDatabase.from_dict(result.to_dict()) == result
