@@ -80,6 +80,10 @@ class WorkerSlot:
                     continue
                 if self.start_failures >= self.pool.settings.max_start_failures:
                     self.gave_up = True
+                    with self._lock:
+                        orphans, self.directed = list(self.directed), collections.deque()
+                    for job in orphans:
+                        self.pool.fail(job, self.pool.unavailable())
                     log.error("%s: giving up after %d failed starts: %s", self.name, self.start_failures,
                               self.last_start_error)
                     self.pool.slot_changed()
@@ -166,17 +170,32 @@ class WorkerSlot:
             job = self._next_job(0.0 if self.inflight else 0.1)
             if job is None:
                 return
+            if self.inflight and not self._code_ready(job):
+                # Waiting for its compile here would blind the watchdog of the running job: later.
+                self._give_back(job)
+                return
             if not job.claim():  # cancelled by its caller (counted when it was cancelled)
                 continue
             try:
                 self._send(job)
             except (OSError, ValueError):  # the worker is gone; the loop notices and replaces it
-                self.pool.queue.put_front([job])
+                self._give_back(job)
                 return
             self.inflight.append(job)
             self.pool.in_flight_changed(+1)
             if len(self.inflight) == 1:
                 self._arm_prepare_deadline()
+
+    def _code_ready(self, job: Job) -> bool:
+        self.pool.request_compile(job, self.info.get("arch", ""))
+        return job.compiled is None or job.compiled.done()
+
+    def _give_back(self, job: Job) -> None:
+        if job.kind == "prepare":
+            with self._lock:
+                self.directed.appendleft(job)
+        else:
+            self.pool.queue.put_front([job])
 
     def _send(self, job: Job) -> None:
         job.dispatched_at = time.monotonic()
@@ -285,11 +304,12 @@ class WorkerSlot:
         self._replace()
 
     def _replace(self) -> None:
+        _kill(self.process)  # a retiring worker that does not manage to exit is ended too
         innocent = list(self.inflight)
         self.inflight.clear()
         self.pool.in_flight_changed(-len(innocent))
-        if innocent:
-            self.pool.queue.put_front(innocent)
+        for job in reversed(innocent):  # back in front of everything else, in their order
+            self._give_back(job)
         self.pool.metrics.worker_restarts.inc()
         self.pool.restarts += 1
         self._discard_process()
@@ -346,7 +366,10 @@ class WorkerPool:
         self.queue.close()
         for slot in self.slots:
             slot.thread.join(10)
-        for job in self.queue.drain():
+        leftovers = self.queue.drain()
+        for slot in self.slots:
+            leftovers += list(slot.inflight) + list(slot.directed)
+        for job in leftovers:
             self.fail(job, RequestError("UNAVAILABLE", "the replay server is shutting down; retry on another server"))
 
     # -- state -------------------------------------------------------------------
@@ -373,14 +396,14 @@ class WorkerPool:
         if not self.serving:
             self._on_health(False)
             for job in self.queue.drain():
-                self.fail(job, self._unavailable())
+                self.fail(job, self.unavailable())
 
     def in_flight_changed(self, delta: int) -> None:
         with self._lock:
             self.in_flight += delta
         self.metrics.in_flight.set(self.in_flight)
 
-    def _unavailable(self) -> RequestError:
+    def unavailable(self) -> RequestError:
         return RequestError(
             "UNAVAILABLE",
             f"no healthy replay worker on GPU {self.settings.gpu} (start-up failed "
@@ -391,7 +414,7 @@ class WorkerPool:
     # -- work ----------------------------------------------------------------------
     def submit(self, job: Job) -> Job:
         if not self.serving or self.stopping:
-            raise self._unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
+            raise self.unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
         job.future.add_done_callback(self._on_job_done)
         self.queue.put(job)
         return job
@@ -421,7 +444,7 @@ class WorkerPool:
                 slot.directed.append(job)
             jobs.append(job)
         if not jobs:
-            raise self._unavailable()
+            raise self.unavailable()
         return jobs
 
     def complete(self, job: Job, result: ExperimentResult, worker: str) -> None:
