@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import math
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -41,7 +42,7 @@ class FakeExecutor:
     UNVERIFIED_X = 320          # fast but wrong: must never be the best
     CRASH_X = 192               # illegal address
 
-    def __init__(self, iterations=5, warmup=2, workers=2, interrupt_after=None, raise_on=None):
+    def __init__(self, iterations=5, warmup=2, workers=2, interrupt_after=None, raise_on=None, delay=0.0):
         self.iterations = iterations
         self.warmup = warmup
         self.pool = cf.ThreadPoolExecutor(max_workers=workers)
@@ -50,9 +51,11 @@ class FakeExecutor:
         self.raise_on = raise_on or (lambda config: False)
         self.shut = False
         self.evaluated = 0
+        self.delay = delay
         self._lock = threading.Lock()
 
     def _run(self, config: ExperimentConfiguration) -> ExperimentResult:
+        time.sleep(self.delay)
         if self.raise_on(config):
             raise ConnectionError("replay server localhost:1 went away")
         x = config.block.x
