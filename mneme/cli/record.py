@@ -1,14 +1,100 @@
-"""`mneme record`: run an application and record its kernel launches"""
+"""`mneme record`: run an application and record its kernel launches.
+
+    mneme record -rdb DIR [-vass GIB] [--kernel REGEX ...] [-sr N] [-mr N] [--instances SPEC]
+                 [--snapshot-scope all|reachable] [--max-snapshot-bytes N] [-rr all|0,2,...]
+                 [--device N] -- ./app args...
+
+The application runs unchanged (its output and exit status are its own); the
+record agent (``record_agent``) does the work.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from mneme.cli.command import Command, not_landed
+from mneme.cli.command import Command
+from mneme.errors import ConfigurationError
+
+
+def _size(text: str) -> int:
+    """Bytes, with an optional K/M/G/T suffix (powers of 1024)."""
+    units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+    t = text.strip().lower().removesuffix("ib").removesuffix("b")
+    factor = 1
+    if t and t[-1] in units:
+        factor, t = units[t[-1]], t[:-1]
+    try:
+        value = float(t) * factor
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (use e.g. 512M, 8G or a byte count)") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("a size cannot be negative")
+    return int(value)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("-rdb", "--record-db-dir", required=True, metavar="DIR",
+                        help="where the recording databases go: a directory or s3://bucket/prefix")
+    parser.add_argument("-vass", "--virtual-address-space-size", dest="vass", type=float, default=4.0, metavar="GIB",
+                        help="size of the fixed-address allocation window per GPU, in GiB (default 4)")
+    parser.add_argument("--kernel", action="append", default=[], metavar="REGEX",
+                        help="record only kernels whose mangled or demangled name matches (repeatable)")
+    parser.add_argument("-sr", "--skip-recordings", type=int, default=0, metavar="N",
+                        help="skip the first N launches of each kernel (default 0)")
+    parser.add_argument("-mr", "--max-recordings", type=int, default=4, metavar="N",
+                        help="record at most N distinct instances per kernel (default 4; 0: no limit)")
+    parser.add_argument("--instances", metavar="SPEC",
+                        help="which launches of each kernel to record: indices, ranges and slices, e.g. 0,5-7,100::50")
+    parser.add_argument("--snapshot-scope", choices=("all", "reachable"), default="all",
+                        help="snapshot every live allocation (all) or only those reachable from arguments and globals")
+    parser.add_argument("--max-snapshot-bytes", type=_size, default=0, metavar="N",
+                        help="skip instances whose snapshot is larger (e.g. 8G; default: no limit)")
+    parser.add_argument("-rr", "--record-ranks", default="0", metavar="all|0,2,...",
+                        help="MPI ranks that record (default 0)")
+    parser.add_argument("--device", type=int, action="append", default=[], metavar="N",
+                        help="record launches on this GPU only (repeatable; default: all GPUs)")
+    parser.add_argument("--record-duplicates", action="store_true",
+                        help="record a launch again even when its shape and arguments equal a recorded one")
+    parser.add_argument("--spool-max-bytes", type=_size, default=8 << 30, metavar="N",
+                        help="bound of the local spool; the application waits while it is full (default 8G)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- APP [ARGS...]",
+                        help="the application and its arguments, after '--'")
 
 
-COMMANDS = [Command("record", "run an application and record its kernel launches", configure, not_landed("mneme record", 3))]
+def run(args: argparse.Namespace) -> int:
+    from record_agent.options import DEFAULT_VA_BASE, RecordOptions, parse_instances, parse_ranks
+    from record_agent.session import record
+
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    va_base = DEFAULT_VA_BASE
+    if os.environ.get("MNEME_VA_BASE"):
+        try:
+            va_base = int(os.environ["MNEME_VA_BASE"], 0)
+        except ValueError:
+            raise ConfigurationError(f"MNEME_VA_BASE={os.environ['MNEME_VA_BASE']!r} is not an address (e.g. 0x7f0000000000)") from None
+    options = RecordOptions(
+        command=tuple(command),
+        record_db_dir=args.record_db_dir,
+        vass_gib=args.vass,
+        kernel_regexes=tuple(args.kernel),
+        skip_recordings=args.skip_recordings,
+        max_recordings=args.max_recordings,
+        instances=parse_instances(args.instances) if args.instances is not None else (),
+        snapshot_scope=args.snapshot_scope,
+        max_snapshot_bytes=args.max_snapshot_bytes,
+        record_ranks=parse_ranks(args.record_ranks),
+        devices=tuple(args.device),
+        record_duplicates=args.record_duplicates,
+        va_base=va_base,
+        spool_max_bytes=args.spool_max_bytes,
+    )
+    summary = record(options)
+    if summary.errors and summary.exit_code == 0:
+        return 2  # the application succeeded but the recording did not
+    return summary.exit_code
+
+
+COMMANDS = [Command("record", "run an application and record its kernel launches", configure, run)]

@@ -69,6 +69,8 @@ DriverApi& driver() {
     MNEME_BIND(cuEventRecord);
     MNEME_BIND(cuEventSynchronize);
     MNEME_BIND(cuFuncGetParamInfo);
+    MNEME_BIND(cuKernelGetParamInfo);
+    MNEME_BIND(cuKernelGetFunction);
     MNEME_BIND(cuFuncGetName);
     MNEME_BIND(cuFuncGetModule);
     MNEME_BIND(cuModuleGetGlobal_v2);

@@ -37,6 +37,8 @@ struct DriverApi {
   CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
   CUresult (*cuEventSynchronize)(CUevent) = nullptr;
   CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t*, size_t*) = nullptr;
+  CUresult (*cuKernelGetParamInfo)(CUkernel, size_t, size_t*, size_t*) = nullptr;
+  CUresult (*cuKernelGetFunction)(CUfunction*, CUkernel) = nullptr;
   CUresult (*cuFuncGetName)(const char**, CUfunction) = nullptr;
   CUresult (*cuFuncGetModule)(CUmodule*, CUfunction) = nullptr;
   CUresult (*cuModuleGetGlobal_v2)(CUdeviceptr*, size_t*, CUmodule, const char*) = nullptr;

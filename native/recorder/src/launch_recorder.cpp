@@ -158,19 +158,43 @@ FunctionInfo& function_info(CUfunction f, const char* symbol_name) {
   return g_functions.emplace(f, std::move(info)).first->second;
 }
 
-void resolve_layout(CUfunction f, FunctionInfo& info) {
-  if (info.layout_known || !driver().cuFuncGetParamInfo) return;
+// cudart (CUDA 12+) launches CUkernel handles through cuLaunchKernel; the
+// driver accepts both kinds of handle there, so the queries try both.
+CUresult param_info(CUfunction f, size_t i, size_t* off, size_t* size) {
+  CUresult r = driver().cuFuncGetParamInfo(f, i, off, size);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE && driver().cuKernelGetParamInfo) {
+    CUresult k = driver().cuKernelGetParamInfo(reinterpret_cast<CUkernel>(f), i, off, size);
+    if (k == CUDA_SUCCESS || k == CUDA_ERROR_INVALID_VALUE) return k;
+  }
+  return r;
+}
+
+CUmodule module_handle(CUfunction f) {
+  CUmodule m = nullptr;
+  auto& d = driver();
+  if (!d.cuFuncGetModule) return nullptr;
+  if (d.cuFuncGetModule(&m, f) == CUDA_SUCCESS && m) return m;
+  CUfunction in_context = nullptr;
+  if (d.cuKernelGetFunction && d.cuKernelGetFunction(&in_context, reinterpret_cast<CUkernel>(f)) == CUDA_SUCCESS &&
+      d.cuFuncGetModule(&m, in_context) == CUDA_SUCCESS)
+    return m;
+  return nullptr;
+}
+
+CUresult resolve_layout(CUfunction f, FunctionInfo& info) {
+  if (info.layout_known || !driver().cuFuncGetParamInfo) return CUDA_SUCCESS;
   info.params.clear();
   info.param_buffer_size = 0;
   for (size_t i = 0;; ++i) {
     size_t off = 0, size = 0;
-    CUresult r = driver().cuFuncGetParamInfo(f, i, &off, &size);
+    CUresult r = param_info(f, i, &off, &size);
     if (r == CUDA_ERROR_INVALID_VALUE) break;  // past the last parameter
-    if (r != CUDA_SUCCESS) return;               // layout not available (lazy loading)
+    if (r != CUDA_SUCCESS) return r;             // layout not available (lazy loading)
     info.params.emplace_back(off, size);
     info.param_buffer_size = std::max(info.param_buffer_size, off + size);
   }
   info.layout_known = true;
+  return CUDA_SUCCESS;
 }
 
 bool param_bytes(const Launch& l, const FunctionInfo& info, std::vector<unsigned char>* out) {
@@ -276,16 +300,21 @@ void before_launch(const Launch& l, const char* symbol_name) {
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
   if (settings().max_instances > 0 && ks.recorded >= settings().max_instances) return;
+  if (access(spool("stop").c_str(), F_OK) == 0) {  // the agent cannot store more
+    stop_recording("the record agent asked to stop (see its message)");
+    return;
+  }
   auto& d = driver();
   CUdevice device = 0;
   d.cuCtxGetDevice(&device);
   if (!settings().devices.empty() &&
       std::find(settings().devices.begin(), settings().devices.end(), int(device)) == settings().devices.end())
     return;
-  resolve_layout(l.f, info);
+  CUresult lr = resolve_layout(l.f, info);
   if (!info.layout_known) {
-    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (the module was"
-                 " not loaded yet; run with CUDA_MODULE_LOADING=EAGER)\n", ks.name.c_str(), index);
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; the module"
+                 " may not be loaded yet: run with CUDA_MODULE_LOADING=EAGER)\n", ks.name.c_str(), index,
+                 error_string(lr));
     return;
   }
   std::vector<unsigned char> args;
@@ -324,8 +353,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Regions: module globals first, then heap allocations.
   std::set<uint64_t> bases;
   const ModuleInfo* mod = module_of(ks.name);
-  CUmodule hmod = nullptr;
-  if (mod && d.cuFuncGetModule && d.cuFuncGetModule(&hmod, l.f) == CUDA_SUCCESS && hmod) {
+  CUmodule hmod = mod ? module_handle(l.f) : nullptr;
+  if (hmod) {
     for (const auto& g : mod->globals) {
       CUdeviceptr gp = 0;
       size_t gsize = 0;

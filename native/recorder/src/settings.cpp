@@ -39,6 +39,7 @@ Settings load() {
     if (!p0.empty()) slice.start = std::strtol(p0.c_str(), nullptr, 0);
     if (!p1.empty()) slice.stop = std::strtol(p1.c_str(), nullptr, 0);
     if (!p2.empty()) slice.step = std::max(1L, std::strtol(p2.c_str(), nullptr, 0));
+    if (a == std::string::npos) slice.stop = slice.start + 1;  // a single launch index
     s.instances.push_back(slice);
   }
   s.reachable_scope = env("MNEME_SNAPSHOT_SCOPE") == "reachable";

@@ -1,0 +1,17 @@
+"""The record agent: runs an application under the native recorder and turns what it spools into recordings.
+
+``mneme record`` is its command line. The pieces, one job each:
+
+* :mod:`record_agent.options`: the validated settings of one recording run (selection, limits, ranks)
+* :mod:`record_agent.ranks`: MPI rank detection from the launchers' environment variables
+* :mod:`record_agent.locate`: finding ``libmneme_recorder.so`` and ``libcupti``
+* :mod:`record_agent.spool`: reading the spool the recorder writes (the contract is README.md)
+* :mod:`record_agent.fatbin`: PTX and cubins out of CUDA fatbins and executables
+* :mod:`record_agent.convert`: spool entries -> recording databases (through ``mneme.format``)
+* :mod:`record_agent.session`: starting the application, converting while it runs, signals, upload
+"""
+
+from record_agent.options import RecordOptions
+from record_agent.session import RecordSummary, record
+
+__all__ = ["RecordOptions", "RecordSummary", "record"]

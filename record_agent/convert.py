@@ -1,0 +1,281 @@
+"""Spool entries -> recordings: one database per static kernel, written through ``mneme.format``.
+
+Policy lives here, not in the recorder: which code identifies the kernel
+(the module's PTX when it can be found, else the cubin as loaded), which
+argument bytes are pointers, whether the addresses can be replayed as they
+are, and how a declared verification policy maps onto the format's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from mneme.errors import ArtifactError
+from mneme.format import (
+    AddressSpace,
+    DeviceInfo,
+    KernelCode,
+    KernelParam,
+    KernelSignature,
+    RecorderInfo,
+    RecordingDatabase,
+    RecordingWriter,
+    RegionSource,
+    VerifyPolicy,
+    load_database,
+    new_database,
+    static_hash,
+)
+from mneme.store import Store
+from record_agent import fatbin
+from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
+
+POINTER_SIZE = 8
+
+
+@dataclass(frozen=True)
+class KernelCodeFiles:
+    """What identifies and rebuilds a kernel: PTX (if found), the cubin as loaded, bitcode (if embedded)."""
+
+    ptx: str | None
+    cubin: bytes
+    bitcode: bytes | None
+
+    def identity(self) -> bytes | str:
+        return self.ptx if self.ptx is not None else self.cubin
+
+
+def pointer_offsets(args: bytes, entry: SpoolEntry) -> tuple[int, ...]:
+    """Offsets of the 8-byte-aligned argument words whose value points into a recorded allocation or global.
+
+    Words inside struct arguments count too: a struct of pointers passed by
+    value carries pointers a relocating replay must rewrite.
+    """
+    ranges = [(a.base, a.base + max(a.size, 1)) for a in entry.allocations]
+    ranges += [(r.base, r.base + max(r.size, 1)) for r in entry.regions if r.kind == "global"]
+    found = []
+    for off in range(0, len(args) - POINTER_SIZE + 1, POINTER_SIZE):
+        value = int.from_bytes(args[off : off + POINTER_SIZE], "little")
+        if value and any(lo <= value < hi for lo, hi in ranges):
+            found.append(off)
+    return tuple(found)
+
+
+def kernel_params(entry: SpoolEntry, pointers: Sequence[int]) -> tuple[KernelParam, ...]:
+    params = []
+    for off, size in zip(entry.param_offsets, entry.param_sizes):
+        if size == POINTER_SIZE and off in pointers:
+            kind = "pointer"
+        elif size <= POINTER_SIZE:
+            kind = "scalar"
+        else:
+            kind = "bytes"
+        params.append(KernelParam(off, size, kind))
+    return tuple(params)
+
+
+#: mneme/annotate.h spellings accepted besides the format's own.
+_DTYPE_ALIASES = {
+    "float32": "f32", "float": "f32", "float64": "f64", "double": "f64", "float16": "f16", "half": "f16",
+    "bfloat16": "bf16", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "int32": "i32",
+    "int": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64",
+}  # fmt: skip
+_NORM_ALIASES = {"max": "none", "elementwise": "none", "inf": "linf"}
+
+
+def verify_policy(declared: dict | None) -> VerifyPolicy | None:
+    """The format's policy for what the application declared with mneme/annotate.h (None: bitwise)."""
+    if not declared:
+        return None
+    dtype = _DTYPE_ALIASES.get(declared.get("dtype", "u8"), declared.get("dtype", "u8"))
+    norm = _NORM_ALIASES.get(declared.get("norm", "none"), declared.get("norm", "none"))
+    return VerifyPolicy(dtype=dtype, mode=declared.get("mode", "bitwise"), threshold=float(declared.get("threshold", 0.0)), norm=norm)
+
+
+def region_name(kind: str, name: str, base: int) -> str:
+    return name if name else f"{kind}@{base:#x}"
+
+
+def address_space(entry: SpoolEntry) -> tuple[AddressSpace, list[str]]:
+    """``fixed`` when every recorded heap region lies in the reserved window, else ``relocatable``."""
+    window = entry.window
+    heap = [r for r in entry.regions if r.kind == "heap"]
+    if window is not None and window.reserved:
+        outside = [r for r in heap if not (window.base <= r.base and r.base + r.size <= window.base + window.size)]
+        if not outside:
+            return AddressSpace("fixed", window.base, window.size), []
+        return AddressSpace("relocatable", window.base, window.size), [
+            f"{len(outside)} allocation(s) lie outside the fixed window (it was full): replay must relocate pointers; raise -vass"
+        ]
+    lo = min((r.base for r in heap), default=0)
+    hi = max((r.base + r.size for r in heap), default=0)
+    return AddressSpace("relocatable", lo, hi - lo), [
+        "the fixed address window could not be reserved: replay must relocate pointers"
+    ]
+
+
+@dataclass
+class ConversionStats:
+    instances: int = 0
+    bytes: int = 0
+    databases: set[str] = field(default_factory=set)
+    kernels: set[str] = field(default_factory=set)
+
+
+class SpoolConverter:
+    """Turns committed spool entries into recordings in ``store`` and deletes them from the spool."""
+
+    def __init__(
+        self,
+        spool_dir: str | os.PathLike[str],
+        store: Store,
+        *,
+        executable: str | None,
+        recorder: RecorderInfo,
+        on_commit: Callable[[], None] | None = None,
+        before_write: Callable[[], None] | None = None,
+    ):
+        self.spool_dir = Path(spool_dir)
+        self.store = store
+        self.executable = executable
+        self.recorder = recorder
+        self.writer = RecordingWriter(store)
+        self.stats = ConversionStats()
+        self._on_commit = on_commit
+        self._before_write = before_write
+        self._modules: dict[int, SpoolModule] = {}
+        self._code: dict[tuple[int, str], KernelCodeFiles] = {}
+        self._databases: dict[str, RecordingDatabase] = {}
+        self._exe_fatbin: bytes | None | bool = False  # False: not read yet
+
+    # -- code -------------------------------------------------------------------------
+    def _module(self, module_id: int) -> SpoolModule:
+        if module_id not in self._modules:
+            self._modules[module_id] = read_module(self.spool_dir, module_id)
+        return self._modules[module_id]
+
+    def _executable_fatbin(self) -> bytes | None:
+        if self._exe_fatbin is False:
+            self._exe_fatbin = fatbin.executable_fatbin(self.executable) if self.executable else None
+        return self._exe_fatbin  # type: ignore[return-value]
+
+    def code_for(self, entry: SpoolEntry) -> KernelCodeFiles:
+        key = (entry.module_id, entry.kernel)
+        if key in self._code:
+            return self._code[key]
+        if entry.module_id < 0:
+            raise ArtifactError(f"{entry.kernel}: the recorder saw no module defining it; its code cannot be recorded")
+        module = self._module(entry.module_id)
+        arch = int(entry.arch[3:].rstrip("abf")) if entry.arch.startswith("sm_") else None
+        ptx = None
+        if module.source_kind == "ptx" and module.source and fatbin.ptx_defines(module.source, entry.kernel):
+            ptx = module.source.decode("utf-8", "replace").rstrip("\0")
+        elif module.source_kind == "fatbin" and module.source:
+            ptx = fatbin.find_ptx(module.source, entry.kernel, arch)
+        if ptx is None and self._executable_fatbin():
+            ptx = fatbin.find_ptx(self._executable_fatbin(), entry.kernel, arch)  # type: ignore[arg-type]
+        bitcode = fatbin.executable_bitcode(self.executable, entry.kernel) if self.executable else None
+        files = KernelCodeFiles(ptx, module.cubin, bitcode)
+        self._code[key] = files
+        return files
+
+    # -- databases --------------------------------------------------------------------
+    def _database(self, entry: SpoolEntry, code: KernelCodeFiles, params: tuple[KernelParam, ...]) -> RecordingDatabase:
+        static = static_hash(entry.kernel, code.identity())
+        if static in self._databases:
+            return self._databases[static]
+        stored_code: KernelCode = self.writer.write_code(
+            static, ptx=code.ptx, cubin=code.cubin, bitcode=code.bitcode, arch=entry.arch
+        )
+        space, _ = address_space(entry)
+        cc = entry.arch[3:] if entry.arch.startswith("sm_") else "90"
+        major, minor = (int(cc[:-1]), int(cc[-1])) if cc.isdigit() and len(cc) >= 2 else (9, 0)
+        db = new_database(
+            static,
+            KernelSignature(entry.kernel, entry.demangled, params, len(entry.args)),
+            stored_code,
+            device=DeviceInfo(entry.device_name, (major, minor), entry.device),
+            address_space=space,
+            recorder=self.recorder,
+        )
+        if self.store.exists(db.name):
+            # Recording again into the same directory: keep what is there (commit merges).
+            existing = load_database(self.store, db.name)
+            db = RecordingDatabase(db.static_hash, db.kernel, db.code, db.device, db.address_space, db.recorder, dict(existing.instances))
+        self._databases[static] = db
+        return db
+
+    @staticmethod
+    def _occurrence(db: RecordingDatabase, entry: SpoolEntry) -> int:
+        """How many recorded instances already have this launch shape and these argument bytes."""
+        return sum(
+            1
+            for inst in db.instances.values()
+            if inst.args == entry.args
+            and inst.grid.as_tuple() == entry.grid
+            and inst.block.as_tuple() == entry.block
+            and inst.shared_mem == entry.shared_mem
+        )
+
+    # -- entries ----------------------------------------------------------------------
+    def convert(self, path: Path) -> str:
+        """Convert one committed entry; returns the database name. The entry is deleted afterwards."""
+        entry = read_entry(path)
+        code = self.code_for(entry)
+        pointers = pointer_offsets(entry.args, entry)
+        db = self._database(entry, code, kernel_params(entry, pointers))
+        _, space_warnings = address_space(entry)
+        warnings = list(entry.warnings) + space_warnings
+        if code.ptx is None:
+            warnings.append("no PTX found for this kernel (module without embedded PTX?): only the recorded cubin can be replayed")
+
+        def sources(phase_path: Path) -> list[RegionSource]:
+            out = []
+            for r in entry.regions:
+                policy = None
+                try:
+                    policy = verify_policy(r.policy)
+                except ArtifactError as exc:
+                    warnings.append(f"ignored the verification policy of {region_name(r.kind, r.name, r.base)}: {exc}")
+                out.append(
+                    RegionSource(r.base, r.kind, region_name(r.kind, r.name, r.base), path=phase_path, offset=r.offset, size=r.size, policy=policy)
+                )
+            return out
+
+        prologue, epilogue = sources(entry.prologue_path), sources(entry.epilogue_path)
+        if self._before_write:
+            self._before_write()
+        db, _instance = self.writer.write_instance(
+            db,
+            grid=entry.grid,
+            block=entry.block,
+            shared_mem=entry.shared_mem,
+            args=entry.args,
+            prologue=prologue,
+            epilogue=epilogue,
+            pointer_args=pointers,
+            launch_index=entry.launch_index,
+            occurrence=self._occurrence(db, entry),
+            warnings=tuple(dict.fromkeys(warnings)),
+        )
+        self._databases[db.static_hash] = db
+        self.stats.instances += 1
+        self.stats.bytes += 2 * sum(r.size for r in entry.regions)
+        self.stats.databases.add(db.name)
+        self.stats.kernels.add(entry.kernel)
+        shutil.rmtree(path, ignore_errors=True)
+        if self._on_commit:
+            self._on_commit()
+        return db.name
+
+    def convert_ready(self) -> int:
+        """Convert every committed entry now in the spool; returns how many."""
+        done = 0
+        for path in committed_entries(self.spool_dir):
+            self.convert(path)
+            done += 1
+        return done

@@ -1,0 +1,174 @@
+"""The settings of one ``mneme record`` run, validated once, and their form for the native recorder.
+
+The recorder reads ``MNEME_*`` environment variables (record_agent/README.md);
+:meth:`RecordOptions.recorder_environment` is the only place that writes them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from mneme.errors import ConfigurationError
+
+GIB = 1 << 30
+DEFAULT_VA_BASE = 0x7F0000000000
+DEFAULT_VASS_GIB = 4.0
+DEFAULT_MAX_RECORDINGS = 4
+DEFAULT_SPOOL_MAX_BYTES = 8 << 30
+SNAPSHOT_SCOPES = ("all", "reachable")
+
+
+@dataclass(frozen=True)
+class InstanceSlice:
+    """Launch indices ``start, start+step, ...`` below ``stop`` (None: no end) of each selected kernel."""
+
+    start: int = 0
+    stop: int | None = None
+    step: int = 1
+
+    def contains(self, index: int) -> bool:
+        if index < self.start or (self.stop is not None and index >= self.stop):
+            return False
+        return (index - self.start) % self.step == 0
+
+    def encode(self) -> str:
+        return f"{self.start}:{'' if self.stop is None else self.stop}:{self.step}"
+
+
+_SLICE = re.compile(r"^(\d*):(\d*)(?::(\d*))?$")
+_RANGE = re.compile(r"^(\d+)-(\d+)$")
+
+
+def parse_instances(spec: str) -> tuple[InstanceSlice, ...]:
+    """Parse ``--instances``: comma-separated ``N`` (the N-th launch, from 0), ``A-B`` (inclusive)
+    and ``START:STOP:STEP`` slices (Python's slice notation, parts optional: ``::10`` is every 10th).
+    """
+    slices = []
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if item.isdigit():
+            slices.append(InstanceSlice(int(item), int(item) + 1, 1))
+        elif m := _RANGE.match(item):
+            a, b = int(m.group(1)), int(m.group(2))
+            if b < a:
+                raise ConfigurationError(f"--instances: range {item!r} ends before it starts; write it as {b}-{a}")
+            slices.append(InstanceSlice(a, b + 1, 1))
+        elif m := _SLICE.match(item):
+            start = int(m.group(1) or 0)
+            stop = int(m.group(2)) if m.group(2) else None
+            step = int(m.group(3)) if m.group(3) else 1
+            if step < 1:
+                raise ConfigurationError(f"--instances: step in {item!r} must be at least 1")
+            slices.append(InstanceSlice(start, stop, step))
+        else:
+            raise ConfigurationError(
+                f"--instances: cannot read {item!r}; use launch indices (3), ranges (2-5) or slices (0:100:10, ::10)"
+            )
+    if not slices:
+        raise ConfigurationError("--instances is empty; give at least one launch index, range or slice")
+    return tuple(slices)
+
+
+def parse_ranks(spec: str) -> frozenset[int] | None:
+    """Parse ``-rr``: ``all`` (None) or comma-separated rank numbers."""
+    text = spec.strip().lower()
+    if text == "all":
+        return None
+    ranks = set()
+    for item in text.split(","):
+        item = item.strip()
+        if not item.isdigit():
+            raise ConfigurationError(f"--record-ranks: {item!r} is not a rank number; use 'all' or a list like 0,2,5")
+        ranks.add(int(item))
+    if not ranks:
+        raise ConfigurationError("--record-ranks is empty; use 'all' or a list like 0,2,5")
+    return frozenset(ranks)
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """Everything that decides what one run records and where."""
+
+    command: tuple[str, ...]
+    record_db_dir: str
+    vass_gib: float = DEFAULT_VASS_GIB
+    kernel_regexes: tuple[str, ...] = ()
+    skip_recordings: int = 0
+    max_recordings: int = DEFAULT_MAX_RECORDINGS
+    instances: tuple[InstanceSlice, ...] = ()
+    snapshot_scope: str = "all"
+    max_snapshot_bytes: int = 0
+    record_ranks: frozenset[int] | None = frozenset({0})
+    devices: tuple[int, ...] = ()
+    record_duplicates: bool = False
+    va_base: int = DEFAULT_VA_BASE
+    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        errors = self.validation_errors()
+        if errors:
+            raise ConfigurationError("; ".join(errors))
+
+    def validation_errors(self) -> list[str]:
+        errors = []
+        if not self.command:
+            errors.append("no application given; write it after '--': mneme record -rdb DIR -- ./app args")
+        if not self.record_db_dir:
+            errors.append("-rdb/--record-db-dir is required")
+        if not (self.vass_gib > 0):
+            errors.append(f"-vass {self.vass_gib}: the window size must be a positive number of GiB")
+        if self.skip_recordings < 0:
+            errors.append(f"-sr {self.skip_recordings} must be >= 0")
+        if self.max_recordings < 0:
+            errors.append(f"-mr {self.max_recordings} must be >= 0 (0: no limit)")
+        if self.snapshot_scope not in SNAPSHOT_SCOPES:
+            errors.append(f"--snapshot-scope {self.snapshot_scope!r} is not one of {', '.join(SNAPSHOT_SCOPES)}")
+        if self.max_snapshot_bytes < 0:
+            errors.append("--max-snapshot-bytes must be >= 0 (0: no limit)")
+        if any(d < 0 for d in self.devices):
+            errors.append("--device numbers must be >= 0")
+        for regex in self.kernel_regexes:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                errors.append(f"--kernel {regex!r} is not a valid regular expression ({exc})")
+        if self.va_base <= 0 or self.va_base % (2 << 20):
+            errors.append(f"MNEME_VA_BASE {self.va_base:#x} must be a positive multiple of 2 MiB")
+        return errors
+
+    @property
+    def vass_bytes(self) -> int:
+        """The window size, rounded up to the 2 MiB mapping granularity."""
+        granule = 2 << 20
+        return -(-int(self.vass_gib * GIB) // granule) * granule
+
+    @property
+    def is_s3(self) -> bool:
+        return self.record_db_dir.startswith("s3://")
+
+    def recorder_environment(self, spool_dir: str, rank: int | None) -> dict[str, str]:
+        """The ``MNEME_*`` variables the native recorder reads (README.md, "Settings")."""
+        env = {
+            "MNEME_SPOOL_DIR": spool_dir,
+            "MNEME_VA_BASE": hex(self.va_base),
+            "MNEME_VA_SIZE": str(self.vass_bytes),
+            "MNEME_SKIP": str(self.skip_recordings),
+            "MNEME_MAX": str(self.max_recordings),
+            "MNEME_SNAPSHOT_SCOPE": self.snapshot_scope,
+            "MNEME_MAX_SNAPSHOT_BYTES": str(self.max_snapshot_bytes),
+            "MNEME_SPOOL_MAX_BYTES": str(self.spool_max_bytes),
+            "MNEME_RECORD_DUPLICATES": "1" if self.record_duplicates else "0",
+            "MNEME_RANK": "" if rank is None else str(rank),
+        }
+        if self.kernel_regexes:
+            env["MNEME_KERNEL_REGEX"] = "\n".join(self.kernel_regexes)
+        if self.instances:
+            env["MNEME_INSTANCES"] = ",".join(s.encode() for s in self.instances)
+        if self.devices:
+            env["MNEME_DEVICES"] = ",".join(str(d) for d in self.devices)
+        env.update(self.extra_env)
+        return env

@@ -1,0 +1,226 @@
+"""One ``mneme record`` run: start the application under the recorder, convert while it runs, finish cleanly.
+
+The application's stdin, stdout and stderr are its own (inherited), and its
+exit status is returned unchanged (a death by signal N as 128+N, as shells
+report it). SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to the agent are forwarded to the application; whatever
+the recorder committed before the application ended is converted, so a
+crash or a kill leaves valid databases for everything fully recorded.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import mneme
+from mneme.errors import MnemeError, NotAvailableError
+from mneme.format import RecorderInfo
+from mneme.store import open_store
+from record_agent.convert import SpoolConverter
+from record_agent.locate import cupti_library, recorder_library
+from record_agent.options import RecordOptions
+from record_agent.ranks import detect_rank, rank_selected
+from record_agent.spool import abandoned_entries, read_json
+
+POLL_INTERVAL_S = 0.05
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+
+
+@dataclass
+class RecordSummary:
+    """What a run did: the application's exit status and what was recorded where."""
+
+    exit_code: int
+    output: str = ""
+    rank: int | None = None
+    recorded: bool = True
+    instances: int = 0
+    databases: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    launches_seen: int | None = None
+    abandoned: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def output_location(options: RecordOptions, rank: int | None) -> str:
+    """Where the databases go: the directory/URL itself, or ``<it>/rank<N>`` in an MPI run (one database set per rank)."""
+    base = options.record_db_dir.rstrip("/")
+    return base if rank is None else f"{base}/rank{rank}"
+
+
+def application_environment(options: RecordOptions, spool_dir: str, rank: int | None, base_env: dict[str, str]) -> dict[str, str]:
+    """The application's environment: its own plus the recorder's injection and settings."""
+    library = str(recorder_library(base_env))
+    env = dict(base_env)
+    preload = env.get("LD_PRELOAD", "")
+    env["LD_PRELOAD"] = library + (" " + preload if preload else "")
+    env["CUDA_INJECTION64_PATH"] = library
+    # Lazy loading delays the module-loaded callback past the first launch (design.md section 4).
+    env["CUDA_MODULE_LOADING"] = "EAGER"
+    cupti = cupti_library(base_env)
+    if cupti is not None:
+        env.setdefault("MNEME_CUPTI_PATH", str(cupti))
+    env.update(options.recorder_environment(spool_dir, rank))
+    return env
+
+
+def _exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _run_unrecorded(command: tuple[str, ...]) -> int:
+    try:
+        return _exit_status(subprocess.call(list(command)))
+    except FileNotFoundError as exc:
+        raise NotAvailableError(f"cannot start {command[0]!r}: {exc.strerror}; check the path after '--'") from exc
+
+
+def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=sys.stderr) -> RecordSummary:
+    """Run the application under the recorder and write its recordings; see the module docstring."""
+    base_env = dict(os.environ if env is None else env)
+    rank = detect_rank(base_env)
+    if not rank_selected(rank, options.record_ranks):
+        return RecordSummary(_run_unrecorded(options.command), rank=rank, recorded=False)
+
+    destination = output_location(options, rank)
+    staging = None
+    if options.is_s3:
+        staging = tempfile.mkdtemp(prefix="mneme-record-staging-")
+        local_dir = staging
+    else:
+        local_dir = destination
+        Path(local_dir).mkdir(parents=True, exist_ok=True)
+    store = open_store(local_dir)
+    spool_dir = tempfile.mkdtemp(prefix="mneme-spool-", dir=base_env.get("MNEME_SPOOL_PARENT") or None)
+    app_env = application_environment(options, spool_dir, rank, base_env)
+
+    uploader = _start_uploader(local_dir, destination) if staging else None
+    recorder_info = RecorderInfo(
+        mneme.__version__,
+        socket.gethostname(),
+        rank,
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        tuple(options.command),
+    )
+    converter = SpoolConverter(
+        spool_dir,
+        store,
+        executable=shutil.which(options.command[0]) or options.command[0],
+        recorder=recorder_info,
+        on_commit=uploader.notify if uploader else None,
+        before_write=(lambda: uploader.wait_for_space()) if uploader else None,
+    )
+    summary = RecordSummary(0, output=destination, rank=rank)
+    try:
+        proc = subprocess.Popen(list(options.command), env=app_env)
+    except FileNotFoundError as exc:
+        shutil.rmtree(spool_dir, ignore_errors=True)
+        raise NotAvailableError(f"cannot start {options.command[0]!r}: {exc.strerror}; check the path after '--'") from exc
+
+    previous = {}
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for s in FORWARDED_SIGNALS:
+        previous[s] = signal.signal(s, forward)
+    conversion_error: BaseException | None = None
+    try:
+        while proc.poll() is None:
+            if conversion_error is None:
+                try:
+                    converter.convert_ready()
+                except (MnemeError, OSError) as exc:
+                    conversion_error = exc
+                    _stop_recorder(spool_dir)
+            time.sleep(POLL_INTERVAL_S)
+        summary.exit_code = _exit_status(proc.returncode)
+        if conversion_error is None:
+            try:
+                converter.convert_ready()
+            except (MnemeError, OSError) as exc:
+                conversion_error = exc
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    done = read_json(Path(spool_dir) / "done.json")
+    recorder_error = read_json(Path(spool_dir) / "error.json")
+    summary.launches_seen = None if done is None else done.get("launches_seen")
+    summary.abandoned = len(abandoned_entries(spool_dir))
+    summary.instances = converter.stats.instances
+    summary.databases = sorted(converter.stats.databases)
+    summary.kernels = sorted(converter.stats.kernels)
+    if recorder_error and recorder_error.get("error"):
+        summary.errors.append(f"the recorder stopped: {recorder_error['error']}")
+    if conversion_error is not None:
+        summary.errors.append(f"writing the recording failed: {conversion_error}")
+    if read_json(Path(spool_dir) / "recorder.json") is None:
+        summary.errors.append(
+            "the recorder never started inside the application (not a CUDA program, a static binary, or CUDA "
+            "initialization failed); nothing was recorded"
+        )
+    shutil.rmtree(spool_dir, ignore_errors=True)
+
+    if uploader is not None:
+        try:
+            uploader.close()
+        except MnemeError as exc:
+            summary.errors.append(f"upload to {destination} failed: {exc}; the recording is kept in {staging}, "
+                                  f"finish with: mneme push --resume {staging} {destination}")
+            staging = None
+        if staging:
+            shutil.rmtree(staging, ignore_errors=True)
+    _report(summary, log)
+    return summary
+
+
+def _stop_recorder(spool_dir: str) -> None:
+    """Ask the recorder to record nothing more (it checks for this file before each recording)."""
+    try:
+        Path(spool_dir, "stop").write_text("the record agent failed to write the recording\n")
+    except OSError:
+        pass
+
+
+def _start_uploader(staging_dir: str, destination: str):
+    try:
+        from mneme.store.transfer import Uploader
+    except ImportError as exc:
+        raise NotAvailableError(
+            "recording into s3:// needs mneme.store.transfer, which this mneme does not have; "
+            "record into a directory and upload it with `mneme push`"
+        ) from exc
+    return Uploader(staging_dir, destination).start()
+
+
+def _report(summary: RecordSummary, log) -> None:
+    where = summary.output
+    if summary.instances:
+        print(
+            f"mneme record: recorded {summary.instances} instance(s) of {len(summary.kernels)} kernel(s) into {where}"
+            + (f" ({summary.launches_seen} launches seen)" if summary.launches_seen is not None else ""),
+            file=log,
+        )
+    elif not summary.errors:
+        seen = f" ({summary.launches_seen} launches seen)" if summary.launches_seen is not None else ""
+        print(f"mneme record: nothing recorded{seen}; check --kernel, --instances and -mr", file=log)
+    if summary.abandoned:
+        print(f"mneme record: {summary.abandoned} launch(es) were being recorded when the application ended; they are not in the recording", file=log)
+    for error in summary.errors:
+        print(f"mneme record: error: {error}", file=log)

@@ -1,0 +1,203 @@
+"""Reading the spool the native recorder writes (the contract is record_agent/README.md).
+
+Everything here is plain data: the recorder commits an entry by renaming its
+directory into place, so a directory without the ``.tmp`` suffix is complete.
+A crash leaves ``.tmp`` directories behind; they are not entries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mneme.errors import ArtifactError
+
+ENTRY_FORMAT = "mneme-spool-entry/1"
+
+
+@dataclass(frozen=True)
+class SpoolRegion:
+    """A device range and where its bytes sit in prologue.bin / epilogue.bin."""
+
+    kind: str
+    name: str
+    base: int
+    size: int
+    offset: int
+    policy: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SpoolAllocation:
+    base: int
+    size: int
+    in_window: bool
+
+
+@dataclass(frozen=True)
+class SpoolWindow:
+    device: int
+    base: int
+    size: int
+    reserved: bool
+
+
+@dataclass(frozen=True)
+class SpoolEntry:
+    """One recorded launch, as the recorder committed it."""
+
+    path: Path
+    seq: int
+    kernel: str
+    demangled: str
+    api: str
+    launch_index: int
+    device: int
+    device_name: str
+    arch: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_mem: int
+    module_id: int
+    param_offsets: tuple[int, ...]
+    param_sizes: tuple[int, ...]
+    args: bytes
+    regions: tuple[SpoolRegion, ...]
+    allocations: tuple[SpoolAllocation, ...]
+    windows: tuple[SpoolWindow, ...]
+    snapshot_scope: str
+    warnings: tuple[str, ...]
+    attributes: tuple[dict[str, Any], ...] = ()
+    rank: str = ""
+    prologue_seconds: float = 0.0
+    epilogue_seconds: float = 0.0
+    prologue_bytes: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def prologue_path(self) -> Path:
+        return self.path / "prologue.bin"
+
+    @property
+    def epilogue_path(self) -> Path:
+        return self.path / "epilogue.bin"
+
+    @property
+    def window(self) -> SpoolWindow | None:
+        for w in self.windows:
+            if w.device == self.device:
+                return w
+        return None
+
+
+def _dims(value: Any, what: str) -> tuple[int, int, int]:
+    if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, int) and v > 0 for v in value)):
+        raise ArtifactError(f"{what}: expected three positive integers, got {value!r}")
+    return (value[0], value[1], value[2])
+
+
+def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
+    """Parse ``path/launch.json`` and check the snapshot files hold every region it lists."""
+    path = Path(path)
+    what = f"spool entry {path}"
+    try:
+        data = json.loads((path / "launch.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"{what}: cannot read launch.json ({exc}); the recorder died while writing it?") from exc
+    if data.get("format") != ENTRY_FORMAT:
+        raise ArtifactError(f"{what}: format {data.get('format')!r} is not {ENTRY_FORMAT!r}; agent and recorder versions differ")
+    try:
+        regions = tuple(
+            SpoolRegion(r["kind"], r.get("name", ""), int(r["base"]), int(r["size"]), int(r["offset"]), r.get("policy"))
+            for r in data["regions"]
+        )
+        args = bytes.fromhex(data["args"])
+        entry = SpoolEntry(
+            path=path,
+            seq=int(data["seq"]),
+            kernel=data["kernel"],
+            demangled=data.get("demangled", ""),
+            api=data.get("api", ""),
+            launch_index=int(data["launch_index"]),
+            device=int(data["device"]),
+            device_name=data.get("device_name", ""),
+            arch=data.get("arch", "sm_90"),
+            grid=_dims(data["grid"], f"{what}: grid"),
+            block=_dims(data["block"], f"{what}: block"),
+            shared_mem=int(data["shared_mem"]),
+            module_id=int(data["module_id"]),
+            param_offsets=tuple(int(v) for v in data["param_offsets"]),
+            param_sizes=tuple(int(v) for v in data["param_sizes"]),
+            args=args,
+            regions=regions,
+            allocations=tuple(SpoolAllocation(int(a["base"]), int(a["size"]), bool(a["in_window"])) for a in data["allocations"]),
+            windows=tuple(SpoolWindow(int(w["device"]), int(w["base"]), int(w["size"]), bool(w["reserved"])) for w in data["windows"]),
+            snapshot_scope=data.get("snapshot_scope", "all"),
+            warnings=tuple(data.get("warnings", ())),
+            attributes=tuple(data.get("attributes", ())),
+            rank=str(data.get("rank", "")),
+            prologue_seconds=float(data.get("prologue_seconds", 0.0)),
+            epilogue_seconds=float(data.get("epilogue_seconds", 0.0)),
+            prologue_bytes=int(data.get("prologue_bytes", 0)),
+            raw=data,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ArtifactError(f"{what}: launch.json is incomplete or malformed ({exc!r})") from exc
+    if len(entry.param_offsets) != len(entry.param_sizes):
+        raise ArtifactError(f"{what}: param_offsets and param_sizes differ in length")
+    need = sum(r.size for r in regions)
+    for phase in ("prologue", "epilogue"):
+        f = path / f"{phase}.bin"
+        size = f.stat().st_size if f.exists() else -1
+        if size != need:
+            raise ArtifactError(f"{what}: {phase}.bin holds {size} bytes, the regions need {need}")
+    return entry
+
+
+@dataclass(frozen=True)
+class SpoolModule:
+    """A module the application loaded: the image as loaded (cubin) and, where seen, its source (PTX or fatbin)."""
+
+    module_id: int
+    cubin: bytes
+    source_kind: str
+    source: bytes | None
+    kernels: tuple[str, ...]
+    globals: tuple[str, ...]
+
+
+def read_module(spool_dir: str | os.PathLike[str], module_id: int) -> SpoolModule:
+    base = Path(spool_dir) / "modules" / str(module_id)
+    try:
+        meta = json.loads(base.with_suffix(".json").read_text())
+        cubin = base.with_suffix(".cubin").read_bytes()
+        source = base.with_suffix(".src").read_bytes() if meta.get("source_size") else None
+    except (OSError, ValueError) as exc:
+        raise ArtifactError(f"spool module {module_id} in {spool_dir}: cannot read it ({exc})") from exc
+    if len(cubin) != meta.get("cubin_size"):
+        raise ArtifactError(f"spool module {module_id}: cubin holds {len(cubin)} bytes, its metadata says {meta.get('cubin_size')}")
+    return SpoolModule(module_id, cubin, meta.get("source_kind", ""), source, tuple(meta.get("kernels", ())), tuple(meta.get("globals", ())))
+
+
+def committed_entries(spool_dir: str | os.PathLike[str]) -> list[Path]:
+    """Committed entry directories, oldest first (``.tmp`` ones are still being written, or were abandoned)."""
+    entries = Path(spool_dir) / "entries"
+    if not entries.is_dir():
+        return []
+    return sorted(p for p in entries.iterdir() if p.is_dir() and not p.name.endswith(".tmp"))
+
+
+def abandoned_entries(spool_dir: str | os.PathLike[str]) -> list[Path]:
+    entries = Path(spool_dir) / "entries"
+    return sorted(p for p in entries.iterdir() if p.name.endswith(".tmp")) if entries.is_dir() else []
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A small status file (recorder.json, done.json, error.json), or None if absent or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,87 @@
+"""Writes spool directories the way the native recorder does (record_agent/README.md), for CPU tests of the agent.
+
+Only plumbing is faked here: the bytes and layout follow the contract, the
+code is the real vector-add PTX and cubin shipped with mneme.format.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from mneme.format import vecadd_code
+
+WINDOW = 0x7F0000000000
+KERNEL = vecadd_code.KERNEL_NAME
+
+
+def write_module(spool: Path, module_id: int = 7, *, with_ptx_source: bool = True, kernels=(KERNEL,), globals_=()) -> None:
+    mods = spool / "modules"
+    mods.mkdir(parents=True, exist_ok=True)
+    cubin = vecadd_code.CUBIN
+    (mods / f"{module_id}.cubin").write_bytes(cubin)
+    src = vecadd_code.PTX.encode() if with_ptx_source else b""
+    if src:
+        (mods / f"{module_id}.src").write_bytes(src)
+    (mods / f"{module_id}.json").write_text(json.dumps({
+        "module_id": module_id, "cubin_size": len(cubin), "source_kind": "ptx" if src else "",
+        "source_size": len(src), "kernels": list(kernels), "globals": list(globals_),
+    }))
+
+
+def vecadd_arrays(n: int, k: int = 0) -> tuple[bytes, bytes, bytes, bytes]:
+    a = struct.pack(f"<{n}f", *(i * 0.5 for i in range(n)))
+    b = struct.pack(f"<{n}f", *(2.0 - i * 0.25 for i in range(n)))
+    c0 = struct.pack(f"<{n}f", *(k * (i * 0.5 + 2.0 - i * 0.25) for i in range(n)))
+    c1 = struct.pack(f"<{n}f", *((k + 1) * (i * 0.5 + 2.0 - i * 0.25) for i in range(n)))
+    return a, b, c0, c1
+
+
+def write_entry(
+    spool: Path,
+    seq: int,
+    *,
+    n: int = 256,
+    k: int = 0,
+    launch_index: int = 0,
+    module_id: int = 7,
+    committed: bool = True,
+    window_reserved: bool = True,
+    policy: dict | None = None,
+    warnings=(),
+    extra_regions=(),
+) -> Path:
+    a, b, c0, c1 = vecadd_arrays(n, k)
+    size = 4 * n
+    stride = (size + 511) // 512 * 512
+    bases = [WINDOW, WINDOW + stride, WINDOW + 2 * stride]
+    regions, pro, epi, offset = [], b"", b"", 0
+    for base, name, before, after in zip(bases, "abc", (a, b, c0), (a, b, c1)):
+        r = {"kind": "heap", "name": "", "base": base, "size": size, "offset": offset}
+        if name == "c" and policy:
+            r["policy"] = policy
+        regions.append(r)
+        pro, epi, offset = pro + before, epi + after, offset + size
+    for kind, name, base, data_before, data_after in extra_regions:
+        regions.append({"kind": kind, "name": name, "base": base, "size": len(data_before), "offset": offset})
+        pro, epi, offset = pro + data_before, epi + data_after, offset + len(data_before)
+    args = struct.pack("<QQQi", *bases, n)
+    entry = {
+        "format": "mneme-spool-entry/1", "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
+        "demangled": vecadd_code.DEMANGLED, "api": "cuLaunchKernel", "launch_index": launch_index,
+        "identity": "0", "device": 0, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
+        "grid": [(n + 255) // 256, 1, 1], "block": [256, 1, 1], "shared_mem": 0, "module_id": module_id,
+        "param_offsets": [0, 8, 16, 24], "param_sizes": [8, 8, 8, 4], "param_buffer_size": len(args),
+        "args": args.hex(), "attributes": [],
+        "allocations": [{"base": base, "size": size, "in_window": window_reserved} for base in bases],
+        "windows": [{"device": 0, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
+        "snapshot_scope": "all", "regions": regions, "prologue_bytes": len(pro), "epilogue_bytes": len(epi),
+        "prologue_seconds": 0.001, "epilogue_seconds": 0.001, "warnings": list(warnings),
+    }
+    d = spool / "entries" / (f"{seq:08d}" + ("" if committed else ".tmp"))
+    d.mkdir(parents=True)
+    (d / "prologue.bin").write_bytes(pro)
+    (d / "epilogue.bin").write_bytes(epi)
+    (d / "launch.json").write_text(json.dumps(entry))
+    return d
