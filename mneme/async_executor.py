@@ -22,6 +22,7 @@ delivered because no server is reachable. A request the server refuses
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import os
@@ -137,7 +138,7 @@ class AsyncReplayExecutor:
         self._results_lock = threading.Lock()
         self._local: list[_LocalServer] = []
         self._events: "queue.Queue[tuple]" = queue.Queue()
-        self._backlog: list[_Task] = []
+        self._backlog: "collections.deque[_Task]" = collections.deque()
         self._ids = itertools.count(1)
         self._closed = False
         self._token = token or (_read_token(token_file) if token_file else None)
@@ -290,21 +291,22 @@ class AsyncReplayExecutor:
                 return
 
     def _pump(self) -> None:
+        """Send waiting work to servers with room; fail it only when no server is up for ``retry_window``."""
         now = time.monotonic()
-        still_waiting = []
-        for task in self._backlog:
-            if task.future.done():
-                continue
-            server = self._pick(now)
-            if server is None:
+        if not any(now >= s.down_until for s in self._servers):
+            for task in self._backlog:
                 task.stranded_since = task.stranded_since or now
                 if now - task.stranded_since > self.retry_window:
                     self._give_up(task, f"no replay server reachable for {self.retry_window:g}s")
-                else:
-                    still_waiting.append(task)
-                continue
-            self._send(task, server)
-        self._backlog = still_waiting
+            self._backlog = collections.deque(t for t in self._backlog if not t.future.done())
+            return
+        while self._backlog:
+            server = self._pick(now)
+            if server is None:  # all busy: the rest waits for a result to make room
+                return
+            task = self._backlog.popleft()
+            if not task.future.done():
+                self._send(task, server)
 
     def _pick(self, now: float) -> _Server | None:
         candidates = [s for s in self._servers if s.available(now)]
@@ -355,7 +357,7 @@ class AsyncReplayExecutor:
         if task.attempts >= self.max_attempts:
             self._give_up(task, f"{task.attempts} attempts failed")
         else:
-            self._backlog.insert(0, task)
+            self._backlog.appendleft(task)
 
     def _give_up(self, task: _Task, why: str) -> None:
         detail = "; ".join(task.errors[-3:]) or "no server answered"

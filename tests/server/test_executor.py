@@ -126,3 +126,14 @@ def test_servers_none_without_gpus_says_what_to_do(store):
         AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])
 
 
+
+
+def test_work_waiting_for_a_busy_server_is_not_given_up(store, tmp_path):
+    server, address = start_server(store, tmp_path / "log")
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=0.3) as executor:
+            futures = [executor.submit(config("slow:0.1", block_x=i + 1)) for i in range(12)]  # ~1.2 s of work
+            assert all(f.result(timeout=30).verified for f in futures)
+    finally:
+        server.kill()
+        server.wait()
