@@ -96,10 +96,9 @@ def preprocess(
     if specialize:
         text = spec.specialize_arguments(text, kernel, params, specialize)
     if launch_bounds is not None:
-        bounds = {"nvvm.maxntid": str(launch_bounds[0])}
-        if launch_bounds[1]:
-            bounds["nvvm.minctasm"] = str(launch_bounds[1])
-        text = ir_text.add_function_attributes(text, kernel, bounds)
+        text = ir_text.add_launch_bounds(
+            text, kernel, launch_bounds[0], launch_bounds[1], attributes=_binding.llvm_version() >= (21, 0, 0)
+        )
     module = _binding.parse_assembly(text, "the preprocessed kernel IR")
     if libdevice.needs_libdevice(module):
         libdevice.link_libdevice(module)

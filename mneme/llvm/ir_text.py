@@ -79,6 +79,29 @@ def add_function_attributes(text: str, name: str, attributes: dict[str, str]) ->
     return text[:start] + match.group("tail").rstrip() + extra + " " + text[end:]
 
 
+def add_launch_bounds(text: str, kernel: str, max_threads: int, min_blocks: int | None, attributes: bool) -> str:
+    """``.maxntid``/``.minnctapersm`` for ``kernel``: function attributes ``"nvvm.maxntid"``/
+    ``"nvvm.minctasm"`` (LLVM >= 21), else ``nvvm.annotations`` entries (older LLVM)."""
+    if attributes:
+        bounds = {"nvvm.maxntid": str(max_threads)}
+        if min_blocks:
+            bounds["nvvm.minctasm"] = str(min_blocks)
+        return add_function_attributes(text, kernel, bounds)
+    entries = [f'!{{ptr {symbol(kernel)}, !"maxntidx", i32 {max_threads}}}']
+    if min_blocks:
+        entries.append(f'!{{ptr {symbol(kernel)}, !"minctasm", i32 {min_blocks}}}')
+    first = 1 + max((int(n) for n in re.findall(r"^!(\d+) = ", text, re.M)), default=-1)
+    ids = [f"!{first + i}" for i in range(len(entries))]
+    named = re.search(r"^!nvvm\.annotations = !\{(.*)\}$", text, re.M)
+    if named:
+        listed = named.group(1).strip()
+        joined = ", ".join(([listed] if listed else []) + ids)
+        text = text[: named.start()] + f"!nvvm.annotations = !{{{joined}}}" + text[named.end() :]
+    else:
+        text += f"\n!nvvm.annotations = !{{{', '.join(ids)}}}\n"
+    return text + "\n" + "\n".join(f"{i} = {e}" for i, e in zip(ids, entries)) + "\n"
+
+
 _SREG_CALL = re.compile(
     r"call (?P<attrs>(?:[a-z]+(?:\([^)]*\))? )*)i32 @llvm\.nvvm\.read\.ptx\.sreg\."
     r"(?P<reg>ntid|nctaid|tid|ctaid)\.(?P<axis>[xyz])\(\)(?P<tail>(?: #\d+)?)"

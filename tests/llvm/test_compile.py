@@ -176,3 +176,15 @@ def test_anonymous_namespace_kernels_take_the_recorded_nvcc_name(vecops_records,
     assert module.kernel == clang_name and f".entry {nvcc_name}(" in module.to_ptx()
     with pytest.raises(ConfigurationError, match="is not in the IR"):
         compile_to_ptx(anonymous.bitcode, kernel="_ZN33_GLOBAL__N__ba903b16_5_cg_cu_main4waveEv")
+
+
+def test_launch_bounds_as_nvvm_annotations_for_older_llvm(vecops_records):
+    """LLVM < 21 reads launch bounds from nvvm.annotations; LLVM 22 upgrades them on parse."""
+    from mneme.llvm import _binding, ir_text
+
+    text = str(_binding.parse_bitcode(vecops_records[SAXPY]))
+    annotated = ir_text.add_launch_bounds(text, SAXPY, 128, 3, attributes=False)
+    assert '!"maxntidx", i32 128' in annotated and '!"minctasm", i32 3' in annotated
+    module = _binding.parse_assembly(annotated)
+    ptx = _binding.target_machine("sm_90", "+ptx85,+sm_90", 3).emit_assembly(module)
+    assert ".maxntid 128" in ptx and ".minnctapersm 3" in ptx

@@ -16,11 +16,11 @@ from mneme.llvm.embedded import embedded_kernels, find_kernel_bitcode, read_reco
 KERNELS = ["_Z5saxpyifPKfPf", "_Z4waveiPKfPf", "_Z7stencilPKdPdii"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _tools():
-    reason = build_tools_missing()
-    if reason:
-        pytest.skip(f"instrumented build unavailable: {reason}")
+_MISSING = build_tools_missing()
+needs_clang = pytest.mark.skipif(_MISSING is not None, reason=f"instrumented build unavailable: {_MISSING}")
+needs_nvcc = pytest.mark.skipif(
+    not (shutil.which("nvcc") or Path("/usr/local/cuda/bin/nvcc").exists()), reason="nvcc not found"
+)
 
 
 def _run(cmd, cwd, env=None):
@@ -49,6 +49,7 @@ def test_per_kernel_modules_hold_only_their_kernel(vecops_app, llvmlite_availabl
     assert any(fn.name == "__nv_sinf" for fn in wave.defined_functions())  # libdevice linked in by clang
 
 
+@needs_clang
 def test_separate_compile_and_link(tmp_path):
     kernel = tmp_path / "k.cu"
     kernel.write_text("__global__ void twice(float* v) { v[threadIdx.x] *= 2.0f; }\n"
@@ -63,6 +64,7 @@ def test_separate_compile_and_link(tmp_path):
     assert sorted(embedded_kernels(tmp_path / "app")) == ["_Z4zeroPf", "_Z5twicePf"]
 
 
+@needs_nvcc
 def test_device_code_clang_rejects_warns_and_the_build_goes_on(tmp_path):
     src = tmp_path / "odd.cu"
     src.write_text("__global__ void k(int* p) { *p = 1; }\nint main() { return 0; }\n")
@@ -77,6 +79,7 @@ def test_device_code_clang_rejects_warns_and_the_build_goes_on(tmp_path):
     assert _run([WRAPPER_CXX, "-arch=sm_90", "-o", "app2", src], tmp_path, env).returncode == 1
 
 
+@needs_nvcc
 def test_nvcc_errors_pass_through(tmp_path):
     src = tmp_path / "broken.cu"
     src.write_text("__global__ void k( { }\n")
@@ -96,6 +99,7 @@ def test_mneme_config_prints_usable_paths(capsys):
     assert Path(values["prefix"], "__init__.py").exists()
 
 
+@pytest.mark.skipif(not shutil.which("cc"), reason="no host C compiler")
 def test_cc_wrapper_runs_the_host_compiler(tmp_path):
     src = tmp_path / "m.c"
     src.write_text("int main(void) { return 3; }\n")
@@ -104,6 +108,7 @@ def test_cc_wrapper_runs_the_host_compiler(tmp_path):
     assert subprocess.run([str(tmp_path / "m")]).returncode == 3
 
 
+@needs_clang
 @pytest.mark.skipif(not shutil.which("cmake"), reason="cmake not installed")
 def test_cmake_add_mneme(tmp_path):
     src = tmp_path / "src"
@@ -129,6 +134,7 @@ def test_cmake_add_mneme(tmp_path):
     assert embedded_kernels(tmp_path / "build" / "demo") == ["_Z5scalePf"]
 
 
+@needs_nvcc
 def test_committed_records_embed_into_a_plain_nvcc_build(tmp_path):
     """What the GPU tests do on machines without clang: nvcc build + the committed records."""
     from mneme.llvm.section import decode_records
