@@ -1,14 +1,168 @@
-"""`mneme replay`: replay one recorded kernel instance and verify it"""
+"""`mneme replay`: replay one recorded kernel instance and verify it.
+
+    mneme replay -rdb DIR/<static>.json [-rid <dynamic>] ["default<O3>"] [overrides]
+
+The configuration starts from the recorded launch (grid, block, dynamic shared
+memory), then takes ``--config FILE`` (JSON or YAML, a ``Replay-config`` dict,
+partial is fine), then the flags. It prints the replay configuration and the
+result as the reference does (``"Replay-config": {...}`` and ``"Result": {...}``),
+or one JSON object with ``--json``. Exit status: 0 verified, 1 replayed but not
+verified (or failed), 2 could not replay (bad input, no GPU).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
 
-from mneme.cli.command import Command, not_landed
+from mneme.cli.command import Command
+from mneme.errors import ConfigurationError
+
+_DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    parser.add_argument("-rdb", "--record-db", required=True, metavar="DB.json",
+                        help="recording database (<static-hash>.json, a directory holding one, or an s3:// URL)")
+    parser.add_argument("-rid", "--record-id", metavar="ID",
+                        help="dynamic instance id (may be omitted when the database holds one instance)")
+    parser.add_argument("passes", nargs="?", default=None,
+                        help="LLVM pass pipeline, e.g. 'default<O3>' (other pipelines need a recording with bitcode)")
+    for key, short, long in _DIMS:
+        for axis in "xyz":
+            parser.add_argument(f"-{short}{axis}", f"--{long}-{axis}", dest=f"{key}_{axis}", type=int,
+                                metavar="N", help=f"{key}Dim.{axis} (default: recorded)")
+    parser.add_argument("-shem", "--shared-mem", type=int, metavar="BYTES", help="dynamic shared memory (default: recorded)")
+    parser.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
+                        help="recorded scalar arguments as constants in the code")
+    parser.add_argument("-slb", "--set-launch-bounds", action=argparse.BooleanOptionalAction, default=None,
+                        help="put launch bounds (.maxntid/.minnctapersm) on the kernel")
+    parser.add_argument("--max-threads", type=int, metavar="N", help="launch bound: max threads per block")
+    parser.add_argument("--min-blocks-per-sm", type=int, metavar="N", help="launch bound: min resident blocks per SM")
+    parser.add_argument("-sdims", "--specialize-dims", action=argparse.BooleanOptionalAction, default=None,
+                        help="block and grid dimensions as constants in the code")
+    parser.add_argument("-co", "--codegen-opt", type=int, metavar="0-4", help="code generation optimization level")
+    parser.add_argument("--max-registers", type=int, metavar="N", help="register cap per thread (ptxas --maxrregcount)")
+    parser.add_argument("-it", "--iterations", type=int, default=3, metavar="N", help="timed launches (default 3)")
+    parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed-for-ranking launches first (default 2)")
+    parser.add_argument("--config", metavar="FILE", help="configuration file (JSON or YAML Replay-config dict)")
+    parser.add_argument("--tolerance", action="append", default=[], metavar="SEL=dtype:mode:threshold[:norm]",
+                        help="verification policy for a region (by name, 0x base or '*'), e.g. c=f32:relative:1e-6:l2; "
+                        "repeatable")
+    parser.add_argument("--tolerance-file", action="append", default=[], metavar="FILE.json",
+                        help="verification policies as JSON {selector: {dtype, mode, threshold, norm}}")
+    parser.add_argument("--device", type=int, default=0, metavar="N", help="CUDA device ordinal (default 0)")
+    parser.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                        help="give up on a kernel that runs longer than this (default 60 s)")
+    parser.add_argument("--verify-every-launch", action="store_true",
+                        help="compare with the epilogue after every launch (default: after the first and the last)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
-COMMANDS = [Command("replay", "replay one recorded kernel instance and verify it", configure, not_landed("mneme replay", 4))]
+def load_config_file(path: str) -> dict[str, Any]:
+    """A configuration dict from JSON or YAML; a ``{"Replay-config": {...}}`` wrapper is accepted."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the configuration file {path}: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigurationError(f"the configuration file {path} is neither JSON nor YAML ({exc})") from None
+    if isinstance(data, dict) and "Replay-config" in data:
+        data = data["Replay-config"]
+    if not isinstance(data, dict):
+        raise ConfigurationError(f"the configuration file {path} must hold a dict of configuration keys")
+    return data
+
+
+def build_config(args: argparse.Namespace, instance: Any):
+    """Recorded launch, then the config file, then the flags."""
+    from mneme.mneme_types import ExperimentConfiguration
+
+    data: dict[str, Any] = {
+        "grid": instance.grid_dim.to_dict(),
+        "block": instance.block_dim.to_dict(),
+        "shared_mem": instance.shared_mem,
+    }
+    if args.config:
+        file_data = load_config_file(args.config)
+        for key in ("grid", "block"):
+            if isinstance(file_data.get(key), dict):
+                data[key] = {**data[key], **file_data.pop(key)}
+        data.update(file_data)
+    for key, _, _ in _DIMS:
+        for axis in "xyz":
+            value = getattr(args, f"{key}_{axis}")
+            if value is not None:
+                data[key] = {**data[key], axis: value}
+    flags = {
+        "shared_mem": args.shared_mem,
+        "specialize": args.specialize,
+        "set_launch_bounds": args.set_launch_bounds,
+        "max_threads": args.max_threads,
+        "min_blocks_per_sm": args.min_blocks_per_sm,
+        "specialize_dims": args.specialize_dims,
+        "codegen_opt": args.codegen_opt,
+        "passes": args.passes,
+    }
+    data.update({k: v for k, v in flags.items() if v is not None})
+    config = ExperimentConfiguration.from_dict(data)
+    errors = config.validation_errors()
+    if args.iterations < 1:
+        errors.append(f"--iterations {args.iterations} must be at least 1")
+    if args.warmup < 0:
+        errors.append(f"--warmup {args.warmup} must not be negative")
+    if errors:
+        raise ConfigurationError("invalid replay configuration: " + "; ".join(errors))
+    return config
+
+
+def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"Replay-config": config_dict, "Result": result_dict}, indent=2)
+    return (
+        f'"Replay-config": {json.dumps(config_dict, indent=2)}\n'
+        f'"Result": {json.dumps(result_dict, indent=2)}'
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from mneme.recorded_execution import RecordedExecution
+    from mneme.replay.compile import CompileOptions
+    from mneme.replay.engine import require_driver
+    from mneme.replay.tolerance import ToleranceOverrides
+
+    recording = RecordedExecution.from_json(args.record_db)
+    instance = recording[args.record_id] if args.record_id else recording.single_instance()
+    config = build_config(args, instance)
+    overrides = ToleranceOverrides.parse(args.tolerance, args.tolerance_file)
+    options = CompileOptions(max_registers=args.max_registers)
+    require_driver()  # no GPU: a clear error (exit 2) before any work
+
+    from mneme.replay import Replayer
+
+    with Replayer(
+        recording,
+        instance.record_id,
+        device=args.device,
+        tolerance_overrides=overrides,
+        compile_options=options,
+        verify_every_iteration=args.verify_every_launch,
+        timeout_s=args.timeout,
+    ) as replayer:
+        result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
+    print(format_output(config.to_dict(), result.to_dict(), args.json))
+    sys.stdout.flush()
+    return 0 if result.verified else 1
+
+
+COMMANDS = [Command("replay", "replay one recorded kernel instance and verify it", configure, run)]

@@ -141,6 +141,18 @@ PYBIND11_MODULE(_engine, m) {
                  check(driver().cuMemGetInfo(&free_b, &total), "cuMemGetInfo");
                  return py::make_tuple(free_b, total);
              })
+        .def("allocation_granularity",
+             [](const ContextState& c) {
+                 CUmemAllocationProp prop{};
+                 prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+                 prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+                 prop.location.id = c.device;
+                 size_t gran = 0;
+                 check(driver().cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+                       "cuMemGetAllocationGranularity");
+                 return gran;
+             },
+             "The granularity (bytes) of reservations and mappings.")
         .def("alloc", [](const ContextPtr& c, uint64_t size) { return std::make_shared<Buffer>(c, size); })
         .def("reserve",
              [](const ContextPtr& c, uint64_t base, uint64_t size) {
@@ -213,6 +225,7 @@ PYBIND11_MODULE(_engine, m) {
         .def_property_readonly("granularity", &Reservation::granularity)
         .def_property_readonly("mapped_bytes", &Reservation::mapped_bytes)
         .def("map", &Reservation::map, py::arg("offset"), py::arg("size"))
+        .def("unmap", &Reservation::unmap, py::arg("offset"), py::arg("size"))
         .def("release", &Reservation::release);
 
     py::class_<Module, std::shared_ptr<Module>>(m, "Module")
@@ -231,7 +244,8 @@ PYBIND11_MODULE(_engine, m) {
             "run",
             [](const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned shared_mem,
                const py::bytes& args, int launches, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& resets,
-               const std::vector<py::tuple>& checks, bool check_every, double timeout_s) {
+               const std::vector<py::tuple>& checks, const std::vector<int>& check_launches,
+               uint64_t queue_ahead_ns, double timeout_s) {
                 std::string arg_bytes = args;
                 std::vector<Copy> copies;
                 for (const auto& [dst, src, size] : resets) copies.push_back({dst, src, size});
@@ -240,8 +254,8 @@ PYBIND11_MODULE(_engine, m) {
                 RunResult r;
                 {
                     py::gil_scoped_release release;
-                    r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_every,
-                                     timeout_s);
+                    r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
+                                     queue_ahead_ns, timeout_s);
                 }
                 py::list per_launch;
                 for (const auto& launch : r.checks) {
@@ -254,10 +268,13 @@ PYBIND11_MODULE(_engine, m) {
                 out["checked_launches"] = r.checked_launches;
                 out["checks"] = per_launch;
                 out["wall_ns"] = r.wall_ns;
+                out["gpu_span_ns"] = r.gpu_span_ns;
                 return out;
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("args"), py::arg("launches"),
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},
-            py::arg("checks") = std::vector<py::tuple>{}, py::arg("check_every") = true, py::arg("timeout_s") = 0.0,
-            "Reset, launch (timed with events) and compare, `launches` times; one synchronization at the end.");
+            py::arg("checks") = std::vector<py::tuple>{}, py::arg("check_launches") = std::vector<int>{},
+            py::arg("queue_ahead_ns") = 0, py::arg("timeout_s") = 0.0,
+            "Reset, launch (timed with events) and compare (after the launches in check_launches), `launches` "
+            "times; one synchronization at the end.");
 }

@@ -142,3 +142,13 @@ MNEME_TOLERANCE_KERNEL(f16, __half)
 MNEME_TOLERANCE_KERNEL(bf16, __nv_bfloat16)
 MNEME_TOLERANCE_KERNEL(f32, float)
 MNEME_TOLERANCE_KERNEL(f64, double)
+
+// Keeps the GPU busy for `ns` nanoseconds, so that the launches enqueued behind it
+// run back to back: their events then time the kernels, not the host's enqueueing.
+extern "C" __global__ void mneme_spin(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}

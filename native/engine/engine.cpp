@@ -132,6 +132,7 @@ ContextState::ContextState(int ordinal_) : ordinal(ordinal_) {
     check(d.cuModuleLoadDataEx(&compare_module, fatbin.data(), 0, nullptr, nullptr),
           "cuModuleLoadDataEx(engine compare kernels)");
     check(d.cuModuleGetFunction(&bytes_diff, compare_module, "mneme_bytes_diff"), "cuModuleGetFunction");
+    check(d.cuModuleGetFunction(&spin, compare_module, "mneme_spin"), "cuModuleGetFunction");
     for (const auto& info : kDtypes) {
         CUfunction fn = nullptr;
         check(d.cuModuleGetFunction(&fn, compare_module, info.kernel), "cuModuleGetFunction");
@@ -220,6 +221,21 @@ void Reservation::map(uint64_t offset, uint64_t size) {
     }
     mappings_.push_back({base_ + offset, size, handle});
     mapped_bytes_ += size;
+}
+
+void Reservation::unmap(uint64_t offset, uint64_t size) {
+    const Driver& d = driver();
+    for (auto it = mappings_.begin(); it != mappings_.end(); ++it) {
+        if (it->address == base_ + offset && it->size == size) {
+            ctx_->make_current();
+            check(d.cuMemUnmap(it->address, it->size), "cuMemUnmap");
+            check(d.cuMemRelease(it->handle), "cuMemRelease");
+            mapped_bytes_ -= it->size;
+            mappings_.erase(it);
+            return;
+        }
+    }
+    throw std::invalid_argument("unmap: no mapping at that offset with that size");
 }
 
 void Reservation::release() {
@@ -341,7 +357,8 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
 // ------------------------------------------------------------------- launches
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
-                       const std::vector<Check>& checks, bool check_every, double timeout_s) {
+                       const std::vector<Check>& checks, const std::vector<int>& check_launches,
+                       uint64_t queue_ahead_ns, double timeout_s) {
     const Driver& d = driver();
     ContextState& ctx = *f.ctx;
     ctx.make_current();
@@ -349,8 +366,12 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
     ctx.ensure_events(2 * static_cast<size_t>(launches));
 
     RunResult result;
-    for (int i = 0; i < launches; ++i)
-        if (check_every || i == launches - 1) result.checked_launches.push_back(i);
+    for (int i : check_launches) {
+        if (i < 0 || i >= launches) throw std::invalid_argument("check_launches names a launch that does not exist");
+        if (!result.checked_launches.empty() && i <= result.checked_launches.back())
+            throw std::invalid_argument("check_launches must be sorted and distinct");
+        result.checked_launches.push_back(i);
+    }
     size_t slots = result.checked_launches.size() * checks.size();
     std::vector<uint64_t> host(slots * kSlotWords);
     for (size_t s = 0; s < slots; ++s) init_slot(host.data() + s * kSlotWords);
@@ -366,6 +387,11 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
 
     size_t checked = 0;
     int64_t t0 = now_ns();
+    if (queue_ahead_ns) {
+        unsigned long long ns = queue_ahead_ns;
+        void* params[] = {&ns};
+        check(d.cuLaunchKernel(ctx.spin, 1, 1, 1, 1, 1, 1, 0, ctx.stream, params, nullptr), "cuLaunchKernel(spin)");
+    }
     for (int i = 0; i < launches; ++i) {
         for (const Copy& c : resets)
             check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(reset)");
@@ -387,6 +413,9 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
         check(d.cuEventElapsedTime(&ms, ctx.events[2 * i], ctx.events[2 * i + 1]), "cuEventElapsedTime");
         result.times_ns.push_back(static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
     }
+    float span_ms = 0;
+    check(d.cuEventElapsedTime(&span_ms, ctx.events[0], ctx.events[2 * launches - 1]), "cuEventElapsedTime");
+    result.gpu_span_ns = static_cast<int64_t>(std::llround(static_cast<double>(span_ms) * 1e6));
     if (slots) check(d.cuMemcpyDtoH(host.data(), scratch.ptr, slots * kSlotBytes), "cuMemcpyDtoH(compare slots)");
     for (size_t c = 0; c < result.checked_launches.size(); ++c)
         result.checks.push_back(unpack(host, c * checks.size(), checks.size()));

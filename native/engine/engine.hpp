@@ -31,6 +31,7 @@ public:
     CUstream stream = nullptr;
     CUmodule compare_module = nullptr;
     CUfunction bytes_diff = nullptr;
+    CUfunction spin = nullptr;
     std::map<int, CUfunction> tolerance_kernels;  // dtype code -> kernel
     int sm_count = 0;
     std::vector<CUevent> events;                   // pool, grows on demand
@@ -45,6 +46,7 @@ public:
     Reservation(ContextPtr ctx, uint64_t base, uint64_t size);
     ~Reservation();
     void map(uint64_t offset, uint64_t size);  // offset/size multiples of granularity
+    void unmap(uint64_t offset, uint64_t size);  // exactly a range given to map()
     void release();
     uint64_t base() const { return base_; }
     uint64_t size() const { return size_; }
@@ -106,16 +108,20 @@ struct RunResult {
     std::vector<std::vector<CheckResult>> checks;      // one list per checked launch
     std::vector<int> checked_launches;                 // which launches were checked
     int64_t wall_ns = 0;                               // host time from first enqueue to completion
+    int64_t gpu_span_ns = 0;                           // GPU time from the first launch's start event to the last's stop
 };
 
 // Element size of a tolerance dtype code; the codes are mneme/replay/tolerance.py's.
 size_t dtype_size(int dtype);
 
 // The timed replay loop: for each launch reset (copies), record, launch, record,
-// then compare (every launch when check_every, else the last).
+// then compare when the launch is in check_launches. With queue_ahead_ns > 0 a
+// spin kernel runs first, so the loop is enqueued while the GPU is busy and the
+// launches run back to back (events then time kernels, not host enqueueing).
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
-                       const std::vector<Check>& checks, bool check_every, double timeout_s);
+                       const std::vector<Check>& checks, const std::vector<int>& check_launches,
+                       uint64_t queue_ahead_ns, double timeout_s);
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);

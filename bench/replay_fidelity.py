@@ -1,0 +1,150 @@
+"""Replay fidelity: the replayed baseline's kernel time against the same kernel inside an application,
+and what each replayed launch costs beyond the kernel itself.
+
+    python bench/replay_fidelity.py [--sizes 65536,1048576,16777216] [--launches 200] [--recording DB.json ...]
+
+For each recording (synthetic vector adds of several sizes by default, or the
+given ones) it measures, side by side in one process on one GPU:
+
+* in-app: the recorded ``app_kernel_time_ns`` when the recorder measured it;
+  otherwise the same cubin launched by a stand-in application (CuPy, its own
+  buffers with the recorded contents) and timed with CUDA events;
+* replay (events): ``Replayer.run`` of the baseline, median of the timed launches;
+* the difference in percent (target: within 3 %);
+* overhead per launch: wall time of the whole replay loop (resets, event
+  records, launches, comparisons, one synchronization) minus the kernels'
+  event time, divided by the launches, with verification after every launch
+  and after the last only (target: <= 10 us).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "replay"))
+
+
+def in_app_time_ns(recording, instance, launches: int) -> tuple[float, str]:
+    """Median kernel time of the recorded cubin launched by a stand-in application (CuPy)."""
+    if instance.record.app_kernel_time_ns:
+        return float(instance.record.app_kernel_time_ns), "recorded"
+    import cupy as cp
+
+    prologue = instance.load_prologue()
+    buffers = {}
+    for region in prologue.regions:
+        if region.kind == "heap":
+            host = region.read(recording.store)
+            buf = cp.empty(region.size, dtype=cp.uint8)
+            buf.set(__import__("numpy").frombuffer(host, dtype="uint8"))
+            buffers[region.base] = buf
+    # Rewrite the pointer arguments to the stand-in's buffers; scalars stay.
+    args = bytearray(instance.arguments)
+    for off in instance.pointer_args:
+        ptr = int.from_bytes(args[off : off + 8], "little")
+        for base, buf in buffers.items():
+            if base <= ptr < base + buf.size:
+                args[off : off + 8] = (buf.data.ptr + ptr - base).to_bytes(8, "little")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(recording.load_code("cubin"))
+        f.flush()
+        module = cp.RawModule(path=f.name)
+        kernel = module.get_function(recording.kernel_name)  # loads the file now
+    params = [p for p in recording.kernel.params]
+    values = []
+    for p in params:
+        raw = bytes(args[p.offset : p.offset + p.size])
+        values.append(__import__("numpy").frombuffer(raw, dtype={8: "uint64", 4: "uint32", 2: "uint16", 1: "uint8"}[p.size])[0])
+    grid, block = instance.grid_dim.as_tuple(), instance.block_dim.as_tuple()
+    # A busy application stream: launches queue up behind other work and run back to back.
+    spin = cp.RawKernel(SPIN_SOURCE, "spin")
+    events = [(cp.cuda.Event(), cp.cuda.Event()) for _ in range(launches)]
+    spin((1,), (1,), (cp.uint64(launches * 30_000),))
+    for start, stop in events:
+        start.record()
+        kernel(grid, block, tuple(values), shared_mem=instance.shared_mem)
+        stop.record()
+    cp.cuda.get_current_stream().synchronize()
+    times = [cp.cuda.get_elapsed_time(a, b) * 1e6 for a, b in events]
+    return statistics.median(times[5:]), "CuPy app stream, events"
+
+
+SPIN_SOURCE = r"""
+extern "C" __global__ void spin(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns);
+}
+"""
+
+
+def replay_times(recording, instance, launches: int, *, verify_every: bool, queue_ahead: bool) -> dict:
+    """Median replayed kernel time and the per-launch overheads of one replay mode."""
+    from mneme.replay import Replayer
+
+    with Replayer(
+        recording, instance.record_id, verify_every_iteration=verify_every, queue_ahead=queue_ahead
+    ) as replayer:
+        replayer.run(replayer.baseline(), iterations=5, warmup=2)  # load, first touch
+        result = replayer.run(replayer.baseline(), iterations=launches - 5, warmup=5)
+        if not result.verified:
+            raise SystemExit(f"baseline did not verify: {result.error}")
+        t = replayer.last_timing
+    kernels = sum(t["times_ns"])
+    return {
+        "kernel_ns": statistics.median(result.measured_times),
+        # GPU time per launch beyond the kernel: resets, event records, comparisons, gaps.
+        "gpu_overhead_ns": (t["gpu_span_ns"] - kernels) / t["launches"],
+        # Host wall time per launch beyond the kernel (queue-ahead spin excluded).
+        "wall_overhead_ns": (t["wall_ns"] - t["queue_ahead_ns"] - kernels) / t["launches"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="65536,1048576,16777216", help="vector-add sizes (elements)")
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--recording", action="append", default=[], help="recording databases to measure instead")
+    args = parser.parse_args(argv)
+
+    from mneme.recorded_execution import RecordedExecution
+
+    paths = [Path(p) for p in args.recording]
+    tmp = tempfile.TemporaryDirectory(prefix="mneme-bench-")
+    if not paths:
+        import synthetic_recordings as synth
+
+        for n in (int(s) for s in args.sizes.split(",")):
+            paths.append(synth.vecadd(Path(tmp.name) / f"vecadd-{n}", n=n))
+    rows = []
+    for path in paths:
+        recording = RecordedExecution.from_json(str(path))
+        instance = recording.single_instance()
+        app_ns, app_how = in_app_time_ns(recording, instance, args.launches)
+        label = f"{recording.kernel_name} grid={instance.grid_dim.x} block={instance.block_dim.x}"
+        for mode, kwargs in (
+            ("queue-ahead, verify first+last", {"verify_every": False, "queue_ahead": True}),
+            ("direct, verify first+last", {"verify_every": False, "queue_ahead": False}),
+            ("queue-ahead, verify every launch", {"verify_every": True, "queue_ahead": True}),
+        ):
+            m = replay_times(recording, instance, args.launches, **kwargs)
+            diff = 100 * (m["kernel_ns"] - app_ns) / app_ns
+            rows.append((label, mode, app_ns, app_how, m["kernel_ns"], diff, m["gpu_overhead_ns"], m["wall_overhead_ns"]))
+    header = ("instance", "replay mode", "in-app us", "in-app source", "replay us", "diff %",
+              "GPU ovh/launch us", "wall ovh/launch us")  # fmt: skip
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for label, mode, app, how, rep, diff, gpu_ovh, wall_ovh in rows:
+        print(f"{label} | {mode} | {app / 1e3:.2f} | {how} | {rep / 1e3:.2f} | {diff:+.2f} | "
+              f"{gpu_ovh / 1e3:.2f} | {wall_ovh / 1e3:.2f}")  # fmt: skip
+    tmp.cleanup()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,378 @@
+"""The code a configuration runs: the recorded cubin, or a recompile (PTX or LLVM tier).
+
+``compile_for`` is pure CPU work (PTX rewriting, ``ptxas`` in a subprocess, the
+LLVM tier through ``mneme.llvm``), with picklable inputs and output, so the
+replay server can run it in a process pool ahead of the GPU. Products are
+cached by content (the final PTX text and the ``ptxas`` options): in memory
+per process and on disk under ``$MNEME_CACHE_DIR`` (default
+``~/.cache/mneme``), so a compile done once is never done again.
+
+Which knobs recompile:
+
+* none (the baseline): the recorded cubin, byte for byte, as the application ran it;
+* ``codegen_opt`` != 3, a register cap, ``set_launch_bounds``, ``specialize``,
+  ``specialize_dims``: the recorded PTX, rewritten (``mneme.replay.ptx``), then
+  ``ptxas -O<n>`` (``codegen_opt`` 0..3 are ``-O0``..``-O3``; 4 is ``-O3`` with
+  ``--allow-expensive-optimizations true``);
+* ``passes`` other than ``default<O3>``: the LLVM tier, which needs the kernel's
+  bitcode (a recording of a program built with ``mneme config cxx`` /
+  ``add_mneme``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
+from mneme.mneme_types import DEFAULT_PASSES, ExperimentConfiguration
+from mneme.replay import ptx as ptxrw
+
+#: codegen_opt of the baseline (the recorded code was built at ptxas' default -O3).
+BASELINE_CODEGEN_OPT = 3
+#: ptxas gets at most this long per kernel.
+PTXAS_TIMEOUT_S = 120.0
+MEMORY_CACHE_ENTRIES = 256
+
+
+class CompileError(MnemeError):
+    """The configuration's code could not be produced (ptxas or the LLVM tier failed, or needs what is missing)."""
+
+
+@dataclass(frozen=True)
+class CompiledCode:
+    """A loadable image and how it was made. Picklable: it crosses process boundaries."""
+
+    image: bytes  # cubin
+    tier: str  # "recorded" (the application's cubin), "ptx" or "llvm"
+    key: str  # content hash of what was compiled ("" for the recorded cubin)
+    arch: str
+    ptx: str | None = None  # the PTX that was compiled (None for the recorded cubin)
+    codegen_time: float = 0.0  # seconds in ptxas (0 when it came from a cache)
+    opt_time: float = 0.0  # seconds in the LLVM tier
+    cached: bool = False
+    log: str = ""
+
+    @property
+    def obj_size(self) -> int:
+        return len(self.image)
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Replay-time compile settings that are not part of ExperimentConfiguration."""
+
+    max_registers: int | None = None  # ptxas --maxrregcount
+
+    def __post_init__(self) -> None:
+        if self.max_registers is not None and not 16 <= self.max_registers <= 255:
+            raise ConfigurationError(f"max_registers={self.max_registers} must be in 16..255")
+
+
+def needs_recompile(config: ExperimentConfiguration, options: CompileOptions = CompileOptions()) -> bool:
+    """Whether ``config`` runs other code than the recorded cubin."""
+    return bool(
+        config.passes.strip() != DEFAULT_PASSES
+        or config.codegen_opt != BASELINE_CODEGEN_OPT
+        or config.specialize
+        or config.specialize_dims
+        or config.set_launch_bounds
+        or options.max_registers is not None
+    )
+
+
+def compile_for(
+    recording: Any,
+    instance: Any,
+    config: ExperimentConfiguration,
+    arch: str,
+    options: CompileOptions = CompileOptions(),
+    *,
+    cache: "CompileCache | None" = None,
+) -> CompiledCode:
+    """The code ``config`` runs for ``instance`` on a GPU of ``arch`` (``sm_90``). CPU only.
+
+    Raises ConfigurationError for an invalid configuration and CompileError when
+    the code cannot be produced.
+    """
+    errors = config.validation_errors()
+    if errors:
+        raise ConfigurationError("invalid configuration: " + "; ".join(errors))
+    cache = cache if cache is not None else default_cache()
+    if not needs_recompile(config, options):
+        if recording.code.cubin is not None and _cubin_runs_on(recording.code.arch, arch):
+            return CompiledCode(recording.load_code("cubin"), "recorded", "", recording.code.arch)
+        # No usable cubin (PTX-only recording, or another GPU): the baseline is the recorded PTX at -O3.
+    tier = "ptx"
+    opt_time = 0.0
+    if config.passes.strip() != DEFAULT_PASSES:
+        if recording.code.bitcode is None:
+            raise CompileError(
+                f"passes={config.passes!r} needs the LLVM tier, and this recording has no LLVM bitcode for "
+                f"{recording.kernel_name}; record a build made with `mneme config cxx` / CMake add_mneme(), "
+                "or tune only PTX-tier knobs (codegen_opt, launch bounds, specialization, launch shape)"
+            )
+        t0 = time.perf_counter()
+        source = _llvm_ptx(recording, instance, config, arch)
+        opt_time = time.perf_counter() - t0
+        tier = "llvm"
+    else:
+        if recording.code.ptx is None:
+            raise CompileError(
+                f"this configuration recompiles {recording.kernel_name}, but the recording has no PTX "
+                "(cubin only): only the launch shape can be tuned; rebuild the application with PTX embedded "
+                "(nvcc's default -arch=sm_XX embeds it)"
+            )
+        source = rewrite_ptx(
+            recording.load_code("ptx").decode("utf-8"),
+            recording.kernel_name,
+            config,
+            instance.arguments,
+            _scalar_offsets(recording),
+        )
+    flags = ptxas_flags(config.codegen_opt, arch, options)
+    product = cache.compile(source, flags, arch)
+    return CompiledCode(
+        product.image, tier, product.key, arch, source, product.codegen_time, opt_time, product.cached, product.log
+    )
+
+
+def rewrite_ptx(
+    source: str, kernel: str, config: ExperimentConfiguration, args: bytes, scalar_offsets: set[int] | None
+) -> str:
+    """The PTX tier's rewrites of the recorded PTX for ``config`` (in a fixed order)."""
+    out = source
+    if config.specialize:
+        out = ptxrw.specialize_params(out, kernel, args, scalar_offsets)
+    if config.specialize_dims:
+        out = ptxrw.specialize_dims(out, kernel, config.grid.as_tuple(), config.block.as_tuple())
+    if config.set_launch_bounds:
+        grounded = config.ground()
+        out = ptxrw.set_launch_bounds(out, kernel, int(grounded.max_threads), grounded.min_blocks_per_sm)
+    return out
+
+
+def ptxas_flags(codegen_opt: int, arch: str, options: CompileOptions = CompileOptions()) -> tuple[str, ...]:
+    """The ptxas command-line options for a compile (part of the cache key)."""
+    if codegen_opt not in range(0, 5):
+        raise ConfigurationError(f"codegen_opt={codegen_opt} must be in 0..4")
+    flags = [f"-arch={arch}", f"-O{min(codegen_opt, 3)}"]
+    if codegen_opt == 4:
+        flags += ["--allow-expensive-optimizations", "true"]
+    if options.max_registers is not None:
+        flags += ["--maxrregcount", str(options.max_registers)]
+    return tuple(flags)
+
+
+def _scalar_offsets(recording: Any) -> set[int] | None:
+    params = recording.kernel.params
+    if not params:
+        return None
+    return {p.offset for p in params if p.kind == "scalar"}
+
+
+def _cubin_runs_on(recorded_arch: str, device_arch: str) -> bool:
+    """SASS runs on the architecture it was built for (and on the same major family's minor revisions)."""
+    r, d = recorded_arch.removeprefix("sm_"), device_arch.removeprefix("sm_")
+    if r == d:
+        return True
+    if r[-1:].isalpha() or d[-1:].isalpha():  # sm_90a and friends run only where built
+        return False
+    return r[:-1] == d[:-1] and int(r[-1]) <= int(d[-1])
+
+
+def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, arch: str) -> str:
+    try:
+        from mneme.llvm import compile_to_ptx  # lazy: llvmlite is an optional dependency
+    except ImportError as exc:
+        raise CompileError(
+            f"the LLVM tier is not available in this installation ({exc}); install mneme[llvm] (llvmlite)"
+        ) from None
+    grounded = config.ground()
+    specialize = None
+    if config.specialize:
+        offsets = _scalar_offsets(recording)
+        specialize = {
+            p.offset: instance.arguments[p.offset : p.offset + p.size]
+            for p in recording.kernel.params
+            if offsets is None or p.offset in offsets
+        }
+    try:
+        return compile_to_ptx(
+            recording.load_code("bitcode"),
+            kernel=recording.kernel_name,
+            passes=config.passes,
+            codegen_opt=config.codegen_opt,
+            specialize=specialize,
+            dims=(config.grid.as_tuple(), config.block.as_tuple()) if config.specialize_dims else None,
+            launch_bounds=(grounded.max_threads, grounded.min_blocks_per_sm) if config.set_launch_bounds else None,
+            prune=config.prune,
+            internalize=config.internalize,
+            arch=arch,
+        )
+    except MnemeError:
+        raise
+    except Exception as exc:  # llvmlite reports pipeline and codegen errors as plain exceptions
+        raise CompileError(f"the LLVM tier failed for passes={config.passes!r}: {exc}") from None
+
+
+# -- ptxas and the cache ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Product:
+    image: bytes
+    key: str
+    codegen_time: float
+    cached: bool
+    log: str
+
+
+def find_ptxas() -> str:
+    """ptxas from $CUDA_HOME/bin, $PATH, or /usr/local/cuda/bin."""
+    candidates = []
+    for var in ("CUDA_HOME", "CUDA_PATH"):
+        if os.environ.get(var):
+            candidates.append(Path(os.environ[var]) / "bin" / "ptxas")
+    found = shutil.which("ptxas")
+    if found:
+        candidates.append(Path(found))
+    candidates.append(Path("/usr/local/cuda/bin/ptxas"))
+    for c in candidates:
+        if c.is_file() and os.access(c, os.X_OK):
+            return str(c)
+    raise NotAvailableError(
+        "ptxas (CUDA toolkit) not found in $CUDA_HOME/bin, on PATH or in /usr/local/cuda/bin; recompiling "
+        "configurations needs it: install the CUDA toolkit or set CUDA_HOME"
+    )
+
+
+def ptxas_version(ptxas: str) -> str:
+    return _ptxas_version(ptxas, os.stat(ptxas).st_mtime_ns)
+
+
+_version_lock = threading.Lock()
+_versions: dict[tuple[str, int], str] = {}
+
+
+def _ptxas_version(ptxas: str, mtime: int) -> str:
+    with _version_lock:
+        if (ptxas, mtime) not in _versions:
+            out = subprocess.run([ptxas, "--version"], capture_output=True, text=True, timeout=30)
+            _versions[(ptxas, mtime)] = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else "unknown"
+        return _versions[(ptxas, mtime)]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("MNEME_CACHE_DIR") or Path.home() / ".cache" / "mneme") / "compile"
+
+
+class CompileCache:
+    """Content-addressed cubins: memory (LRU) in front of a directory.
+
+    The key is SHA-256 over the PTX text, the ptxas flags and the ptxas
+    version, so a changed toolkit never serves stale code. Disk entries are
+    written atomically (temporary file, then rename); an unreadable entry is
+    ignored and recompiled.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *, memory_entries: int = MEMORY_CACHE_ENTRIES):
+        self.directory = Path(directory) if directory is not None else default_cache_dir()
+        self._memory: OrderedDict[str, bytes] = OrderedDict()
+        self._memory_entries = memory_entries
+        self._lock = threading.Lock()
+
+    def key(self, ptx: str, flags: tuple[str, ...], ptxas: str) -> str:
+        h = hashlib.sha256()
+        h.update(json.dumps({"flags": list(flags), "ptxas": ptxas_version(ptxas)}, sort_keys=True).encode())
+        h.update(b"\0")
+        h.update(ptx.encode("utf-8"))
+        return h.hexdigest()
+
+    def compile(self, ptx: str, flags: tuple[str, ...], arch: str) -> _Product:
+        ptxas = find_ptxas()
+        key = self.key(ptx, flags, ptxas)
+        hit = self._get(key)
+        if hit is not None:
+            return _Product(hit, key, 0.0, True, "")
+        t0 = time.perf_counter()
+        image, log = run_ptxas(ptxas, ptx, flags)
+        elapsed = time.perf_counter() - t0
+        self._put(key, image)
+        return _Product(image, key, elapsed, False, log)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.cubin"
+
+    def _get(self, key: str) -> bytes | None:
+        with self._lock:
+            if key in self._memory:
+                self._memory.move_to_end(key)
+                return self._memory[key]
+        try:
+            data = self._path(key).read_bytes()
+        except OSError:
+            return None
+        if not data.startswith(b"\x7fELF"):
+            return None  # a damaged entry: recompile and overwrite it
+        self._remember(key, data)
+        return data
+
+    def _put(self, key: str, image: bytes) -> None:
+        self._remember(key, image)
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as f:
+                f.write(image)
+            os.replace(tmp, path)
+        except OSError:
+            pass  # a read-only or full cache directory costs recompiles, not failures
+
+    def _remember(self, key: str, image: bytes) -> None:
+        with self._lock:
+            self._memory[key] = image
+            self._memory.move_to_end(key)
+            while len(self._memory) > self._memory_entries:
+                self._memory.popitem(last=False)
+
+
+def run_ptxas(ptxas: str, ptx: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+    """Compile PTX text to a cubin with ``ptxas``; CompileError with its diagnostics on failure."""
+    with tempfile.TemporaryDirectory(prefix="mneme-ptxas-") as tmp:
+        src, out = Path(tmp) / "kernel.ptx", Path(tmp) / "kernel.cubin"
+        src.write_text(ptx, encoding="utf-8")
+        try:
+            proc = subprocess.run(
+                [ptxas, *flags, "-o", str(out), str(src)], capture_output=True, text=True, timeout=PTXAS_TIMEOUT_S
+            )
+        except subprocess.TimeoutExpired:
+            raise CompileError(f"ptxas {' '.join(flags)} ran longer than {PTXAS_TIMEOUT_S:.0f} s") from None
+        log = (proc.stdout + proc.stderr).strip()
+        if proc.returncode != 0:
+            raise CompileError(f"ptxas {' '.join(flags)} failed: {log or 'exit status ' + str(proc.returncode)}")
+        return out.read_bytes(), log
+
+
+_default_cache: CompileCache | None = None
+_default_lock = threading.Lock()
+
+
+def default_cache() -> CompileCache:
+    """The process-wide cache (directory from $MNEME_CACHE_DIR at first use)."""
+    global _default_cache
+    with _default_lock:
+        if _default_cache is None:
+            _default_cache = CompileCache()
+        return _default_cache

@@ -1,0 +1,442 @@
+"""``Replayer``: one recorded kernel instance, restored on a GPU, replayed under configurations.
+
+The policy layer over the native engine: which code a configuration runs
+(``compile.compile_for``), which memory is restored and reset
+(``state.DeviceState``), what is compared and how (``tolerance``), and how
+the outcome is reported (``ExperimentResult``). ``run`` never raises for what a
+configuration does wrong; it returns a failed result with a status. A fault
+that destroys the CUDA context (illegal address, trap, a kernel that never
+ends) leaves the Replayer unhealthy: the process must be replaced, which is
+what the replay server's worker processes are for.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import traceback
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mneme.errors import ArtifactError, ConfigurationError, MnemeError
+from mneme.mneme_types import (
+    STATUS_COMPILE_ERROR,
+    STATUS_FAILED_VERIFICATION,
+    STATUS_INTERNAL_ERROR,
+    STATUS_INVALID_CONFIG,
+    STATUS_INVALID_LAUNCH,
+    STATUS_RUNTIME_ERROR,
+    STATUS_TIMEOUT,
+    STATUS_VERIFIED,
+    ExperimentConfiguration,
+    ExperimentResult,
+)
+from mneme.replay import engine as eng
+from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, compile_for
+from mneme.replay.state import DeviceState
+from mneme.replay.tolerance import ToleranceOverrides, engine_check, judge
+
+#: Dynamic shared memory above this needs the kernel's opt-in attribute.
+DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
+MODULE_CACHE_ENTRIES = 32
+
+
+@dataclass
+class _LoadedCode:
+    """A module loaded in this context, with what a launch of its kernel needs."""
+
+    code: CompiledCode
+    module: Any
+    function: Any
+    attributes: dict[str, int]
+    global_homes: dict[int, int]  # recorded global base -> address in this module
+    args: bytes  # the argument buffer with pointers translated for this module
+    load_seconds: float
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+
+
+def device_arch(ctx: Any) -> str:
+    major, minor = ctx.compute_capability
+    return f"sm_{major}{minor}"
+
+
+class Replayer:
+    """A recorded instance restored on ``device``, ready to run configurations."""
+
+    def __init__(
+        self,
+        recording: Any,
+        record_id: str,
+        device: int = 0,
+        *,
+        tolerance_overrides: ToleranceOverrides | Mapping[str, Any] | None = None,
+        compile_options: CompileOptions | None = None,
+        verify_every_iteration: bool = False,
+        queue_ahead: bool = True,
+        timeout_s: float = 0.0,
+        relocate: bool | None = None,
+    ):
+        """Restore ``recording[record_id]`` on ``device``.
+
+        ``tolerance_overrides`` replace the recorded verification policies per
+        region; ``compile_options`` carry replay-time compile settings (register
+        cap); ``verify_every_iteration`` compares after every launch instead
+        of after the first and the last (which already catches a reset that
+        does not work, at a fraction of the cost for large states);
+        ``queue_ahead`` keeps the GPU busy while the launches are enqueued, so
+        that the events time the kernel rather than the host; ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
+        still running then makes the Replayer unhealthy); ``relocate`` forces
+        (True) or forbids (False) relocating heap buffers instead of restoring
+        them at their recorded addresses (default: relocate when the recording
+        is relocatable or the recorded window cannot be reserved here).
+        """
+        self.recording = recording
+        self.instance = recording[record_id]
+        self.record_id = str(record_id)
+        self.device = int(device)
+        self.compile_options = compile_options or CompileOptions()
+        self.verify_every_iteration = verify_every_iteration
+        self.queue_ahead = queue_ahead
+        self.timeout_s = float(timeout_s)
+        if isinstance(tolerance_overrides, ToleranceOverrides):
+            self.overrides = tolerance_overrides
+        elif tolerance_overrides:
+            self.overrides = ToleranceOverrides.from_mapping(tolerance_overrides)
+        else:
+            self.overrides = ToleranceOverrides.empty()
+        self.healthy = True
+        self.last_timing: dict[str, Any] = {}
+        self._modules: OrderedDict[str, _LoadedCode] = OrderedDict()
+        self._state: DeviceState | None = None
+        self.ctx = eng.open_context(self.device)
+        self.arch = device_arch(self.ctx)
+        prologue = self.instance.load_prologue()
+        epilogue = self.instance.load_epilogue()
+        if relocate is None:
+            relocate = recording.address_space.mode == "relocatable"
+        try:
+            self._state = DeviceState(self.ctx, recording.store, prologue, epilogue, relocate=relocate)
+        except Exception:
+            self.close()
+            raise
+        unused = self.overrides.unused_selectors((r.name, r.recorded_base) for r in self._state.regions)
+        if unused:
+            names = ", ".join(r.label for r in self._state.regions)
+            self.close()
+            raise ConfigurationError(
+                f"tolerance override(s) {', '.join(unused)} match no recorded region; regions are: {names}"
+            )
+
+    # -- public --------------------------------------------------------------------------
+    @property
+    def relocated(self) -> bool:
+        """Whether recorded addresses were moved (heap relocated, or pointers to globals rewritten)."""
+        return bool(self._state and (self._state.relocated_heap or self._state.has_pointer_sites))
+
+    @property
+    def window_error(self) -> str:
+        """Why the recorded window could not be reserved ('' when it was, or was not tried)."""
+        return self._state.window_error if self._state else ""
+
+    @property
+    def device_bytes(self) -> int:
+        """Device memory this Replayer holds (state copies, window mappings; modules not counted)."""
+        return self._state.device_bytes if self._state else 0
+
+    @property
+    def regions(self) -> list[Any]:
+        return list(self._state.regions) if self._state else []
+
+    def baseline(self) -> ExperimentConfiguration:
+        """The recorded launch as a configuration (runs the recorded cubin unchanged)."""
+        return ExperimentConfiguration(
+            grid=self.instance.grid_dim, block=self.instance.block_dim, shared_mem=self.instance.shared_mem
+        )
+
+    def compile(self, config: ExperimentConfiguration) -> CompiledCode:
+        """The code ``config`` runs on this GPU (CPU work; cached by content)."""
+        return compile_for(self.recording, self.instance, config, self.arch, self.compile_options)
+
+    def run(
+        self,
+        config: ExperimentConfiguration,
+        iterations: int = 3,
+        warmup: int = 2,
+        compiled: CompiledCode | None = None,
+    ) -> ExperimentResult:
+        """Replay ``warmup + iterations`` launches under ``config``; verify; report. Never raises."""
+        start = _now()
+        base = {"gpu_id": self.device, "start_time": start, "warmup": max(int(warmup), 0)}
+        try:
+            return self._run(config, int(iterations), int(warmup), compiled, base)
+        except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
+            return ExperimentResult.failure(
+                STATUS_INTERNAL_ERROR,
+                f"internal error in the replay engine: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+                end_time=_now(),
+                **base,
+            )
+
+    def close(self) -> None:
+        """Release device memory and modules; the Replayer cannot run afterwards."""
+        self._modules.clear()
+        if self._state is not None:
+            try:
+                self._state.close()
+            except Exception:
+                pass  # a destroyed context cannot free; the process is going away anyway
+            self._state = None
+        self.healthy = False
+
+    def __enter__(self) -> "Replayer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the replay -----------------------------------------------------------------------
+    def _run(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
+    ) -> ExperimentResult:
+        def fail(status: str, error: str, **extra: Any) -> ExperimentResult:
+            return ExperimentResult.failure(status, error, end_time=_now(), **base, **extra)
+
+        if not self.healthy or self._state is None:
+            return fail(
+                STATUS_RUNTIME_ERROR,
+                "this replayer's CUDA context was destroyed by an earlier fault (or it was closed); "
+                "open a new Replayer in a fresh process",
+            )
+        if not isinstance(config, ExperimentConfiguration):
+            return fail(STATUS_INVALID_CONFIG, f"expected an ExperimentConfiguration, got {type(config).__name__}")
+        errors = config.validation_errors()
+        if iterations < 1:
+            errors.append(f"iterations={iterations} must be at least 1")
+        if warmup < 0:
+            errors.append(f"warmup={warmup} must not be negative")
+        if errors:
+            return fail(STATUS_INVALID_CONFIG, "invalid configuration: " + "; ".join(errors))
+
+        # Code.
+        try:
+            code = compiled if compiled is not None else self.compile(config)
+        except ConfigurationError as exc:
+            return fail(STATUS_INVALID_CONFIG, str(exc))
+        except (CompileError, MnemeError) as exc:
+            return fail(STATUS_COMPILE_ERROR, str(exc))
+        try:
+            loaded = self._load(code)
+        except ArtifactError as exc:
+            return fail(STATUS_COMPILE_ERROR, str(exc))
+        except Exception as exc:
+            code_no = eng.cuda_error_code(exc)
+            if code_no is None:
+                raise
+            if code_no in eng.CONTEXT_DESTROYING:
+                self.healthy = False
+                return fail(STATUS_RUNTIME_ERROR, f"loading the kernel destroyed the CUDA context: {exc}")
+            return fail(STATUS_COMPILE_ERROR, f"the driver could not load the compiled kernel: {exc}")
+        attrs = loaded.attributes
+        measured = {
+            "obj_size": code.obj_size,
+            "reg_usage": attrs.get("num_regs", -1),
+            "local_mem_usage": attrs.get("local_size_bytes", -1),
+            "const_mem_usage": attrs.get("const_size_bytes", -1),
+            "shared_mem_usage": attrs.get("shared_size_bytes", -1),
+            "codegen_time": code.codegen_time + loaded.load_seconds,
+            "opt_time": code.opt_time,
+            "compile_cached": code.cached,
+        }
+
+        # Launch checks the driver would refuse less clearly.
+        if config.threads_per_block > attrs.get("max_threads_per_block", 1024):
+            return fail(
+                STATUS_INVALID_LAUNCH,
+                f"{config.threads_per_block} threads per block exceed what this kernel can launch with "
+                f"({attrs['max_threads_per_block']}: registers or launch bounds limit it)",
+                **measured,
+            )
+        try:
+            self._set_dynamic_shared(loaded, config.shared_mem)
+        except Exception as exc:
+            if eng.cuda_error_code(exc) is None:
+                raise
+            return fail(STATUS_INVALID_LAUNCH, f"shared_mem={config.shared_mem} is not possible: {exc}", **measured)
+
+        # State, launches, comparisons.
+        state = self._state
+        homes = loaded.global_homes
+        checks, checked_regions = [], []
+        for r in state.regions:
+            live = state.live_address(r, homes)
+            if live is None:
+                continue  # a global the recompiled module no longer has: the kernel cannot touch it
+            policy = self.overrides.policy_for(r.name, r.recorded_base, r.policy)
+            checks.append(engine_check(live, r.expected.ptr, r.size, policy))
+            checked_regions.append((r, policy))
+        launches = warmup + iterations
+        try:
+            state.apply_map(state.relocation_map(homes))
+            state.full_reset(homes)
+            out = loaded.function.run(
+                config.grid.as_tuple(),
+                config.block.as_tuple(),
+                config.shared_mem,
+                loaded.args,
+                launches,
+                state.iteration_resets(homes),
+                checks,
+                self._checked_launches(launches),
+                _queue_ahead_ns(launches) if self.queue_ahead else 0,
+                self.timeout_s,
+            )
+        except Exception as exc:
+            code_no = eng.cuda_error_code(exc)
+            if code_no is None:
+                raise
+            if code_no in eng.LAUNCH_REFUSED:
+                return fail(STATUS_INVALID_LAUNCH, f"the driver refused the launch: {exc}", **measured)
+            if code_no in eng.CONTEXT_DESTROYING:
+                self.healthy = False
+                status = STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR
+                return fail(
+                    status,
+                    f"the kernel failed ({exc}); the CUDA context is destroyed: this replayer must be dropped "
+                    "and the process replaced",
+                    executed=True,
+                    **measured,
+                )
+            return fail(STATUS_RUNTIME_ERROR, f"the replay failed: {exc}", executed=True, **measured)
+        self.last_timing = {
+            "wall_ns": out["wall_ns"],
+            "gpu_span_ns": out["gpu_span_ns"],
+            "queue_ahead_ns": _queue_ahead_ns(launches) if self.queue_ahead else 0,
+            "launches": launches,
+            "times_ns": list(out["times_ns"]),
+            "checked_launches": list(out["checked_launches"]),
+        }
+
+        mismatches = self._judge(checked_regions, out, warmup, homes)
+        verified = not mismatches
+        result = ExperimentResult(
+            exec_time=[int(t) for t in out["times_ns"]],
+            verified=verified,
+            executed=True,
+            failed=False,
+            end_time=_now(),
+            status=STATUS_VERIFIED if verified else STATUS_FAILED_VERIFICATION,
+            mismatches=mismatches,
+            error="" if verified else _mismatch_summary(mismatches),
+            **base,
+            **measured,
+        )
+        return result
+
+    def _judge(self, checked_regions: list, out: dict, warmup: int, homes: dict[int, int]) -> list[dict[str, Any]]:
+        """One mismatch entry per region that failed in any checked launch (the first failing launch's numbers)."""
+        failures: dict[int, dict[str, Any]] = {}
+        failed_launches: dict[int, list[int]] = {}
+        for launch, per_check in zip(out["checked_launches"], out["checks"]):
+            for i, ((region, policy), (stats, counters)) in enumerate(zip(checked_regions, per_check)):
+                verdict = judge(policy, stats, counters, region.size)
+                if verdict.passed:
+                    continue
+                failed_launches.setdefault(i, []).append(launch)
+                if i not in failures:
+                    failures[i] = verdict.report
+        mismatches = []
+        for i, report in sorted(failures.items()):
+            region, _ = checked_regions[i]
+            entry = {
+                "region": region.label,
+                "kind": region.kind,
+                "base": hex(region.recorded_base),
+                "size": region.size,
+                "failed_launches": failed_launches[i],
+                "launches_checked": len(out["checked_launches"]),
+                **report,
+            }
+            last = out["checked_launches"][-1]
+            offset = report.get("first_mismatch_offset")
+            if offset is not None and last in failed_launches[i]:
+                live = self._state.live_address(region, homes)
+                n = min(16, region.size - offset)
+                entry["at_first_mismatch"] = {
+                    "replayed": self.ctx.download(live + offset, n).hex(),
+                    "recorded": self.ctx.download(region.expected.ptr + offset, n).hex(),
+                }
+            mismatches.append(entry)
+        return mismatches
+
+    def _checked_launches(self, launches: int) -> list[int]:
+        if self.verify_every_iteration:
+            return list(range(launches))
+        return sorted({0, launches - 1})
+
+    # -- modules --------------------------------------------------------------------------
+    def _load(self, code: CompiledCode) -> _LoadedCode:
+        key = code.key or f"recorded:{code.arch}:{len(code.image)}"
+        if key in self._modules:
+            self._modules.move_to_end(key)
+            return self._modules[key]
+        module = self.ctx.load_module(code.image)
+        function = module.function(self.recording.kernel_name)
+        homes: dict[int, int] = {}
+        for r in self._state.regions:
+            if r.kind != "global" or not r.name:
+                continue
+            try:
+                address, size = module.global_(r.name)
+            except Exception as exc:
+                if eng.cuda_error_code(exc) is None:
+                    raise
+                if code.tier == "recorded":
+                    raise ArtifactError(
+                        f"the recorded module has no global {r.name!r} the recording restores; "
+                        "the recording's code and snapshots do not belong together"
+                    ) from None
+                continue  # pruned from a recompiled module
+            if size < r.size:
+                raise ArtifactError(f"global {r.name} has {size} bytes in the module, the recording {r.size}")
+            homes[r.recorded_base] = address
+        rmap = self._state.relocation_map(homes)
+        args = rmap.patch_args(self.instance.arguments, self._pointer_offsets())
+        loaded = _LoadedCode(code, module, function, function.attributes(), homes, args, module.load_seconds)
+        self._modules[key] = loaded
+        while len(self._modules) > MODULE_CACHE_ENTRIES:
+            self._modules.popitem(last=False)
+        return loaded
+
+    def _pointer_offsets(self) -> list[int]:
+        offsets = set(self.instance.pointer_args)
+        offsets.update(p.offset for p in self.recording.kernel.params if p.kind == "pointer")
+        return sorted(offsets)
+
+    def _set_dynamic_shared(self, loaded: _LoadedCode, shared_mem: int) -> None:
+        static = max(loaded.attributes.get("shared_size_bytes", 0), 0)
+        if shared_mem + static > DEFAULT_DYNAMIC_SHARED_LIMIT or shared_mem > loaded.attributes.get(
+            "max_dynamic_shared_size_bytes", DEFAULT_DYNAMIC_SHARED_LIMIT
+        ):
+            loaded.function.set_attribute("max_dynamic_shared_size_bytes", shared_mem)
+            loaded.attributes["max_dynamic_shared_size_bytes"] = shared_mem
+
+
+def _queue_ahead_ns(launches: int) -> int:
+    """How long the GPU spins while the loop is enqueued: ~20 us of host work per launch, at most 10 ms."""
+    return min(20_000 + 20_000 * launches, 10_000_000)
+
+
+def _mismatch_summary(mismatches: list[dict[str, Any]]) -> str:
+    parts = []
+    for m in mismatches:
+        if "mismatched_bytes" in m:
+            what = f"{m['mismatched_bytes']} of {m['size']} bytes differ (first at offset {m.get('first_mismatch_offset')})"
+        elif "diff_norm" in m:
+            what = f"{m['policy']['norm']} norm of the difference {m['diff_norm']:.3g} > {m['limit']:.3g}"
+        else:
+            what = f"{m.get('mismatched_elements', '?')} of {m['elements']} elements outside tolerance (max abs diff {m['max_abs_diff']:.3g})"
+        parts.append(f"region {m['region']} ({m['kind']}): {what}; failed launches {m['failed_launches']}")
+    return "verification failed: " + "; ".join(parts)

@@ -1,0 +1,253 @@
+"""The recorded memory state on the device: live regions, pristine copies, expected epilogue.
+
+For every recorded heap buffer and module global the replay keeps
+
+* the live memory the kernel works on (heap: at the recorded address when the
+  fixed window could be reserved, else relocated; globals: in the loaded module),
+* the expected epilogue, on the device, which verification compares against,
+* a pristine prologue copy, only for regions the kernel writes (the prologue
+  and epilogue chunk hashes differ); unwritten regions reset from the
+  expected copy, which is the same bytes.
+
+Before each launch only the written chunks are copied back; at the start of
+each configuration everything is, so a bad configuration that scribbled
+elsewhere cannot leak into the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mneme.errors import ArtifactError
+from mneme.format.snapshot import Region, Snapshot
+from mneme.replay.relocation import Move, RelocationMap, pages_covering, read_values
+
+ADDRESS_KINDS = ("heap", "global")
+
+
+@dataclass
+class RegionState:
+    """One recorded region and its device copies."""
+
+    kind: str
+    name: str
+    recorded_base: int
+    size: int
+    policy: Any  # VerifyPolicy | None, as recorded
+    written: list[tuple[int, int]]  # (offset, size) spans whose contents the kernel changes
+    expected: Any = None  # engine Buffer
+    pristine: Any = None  # engine Buffer, only when written
+    live: int = 0  # heap: current address (globals: per module)
+    # Pointer sites, kept only when the region holds pointers into recorded ranges.
+    prologue_bytes: bytearray | None = None
+    epilogue_bytes: bytearray | None = None
+    prologue_sites: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    epilogue_sites: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    prologue_values: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
+    epilogue_values: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
+
+    @property
+    def reset_source(self) -> int:
+        return (self.pristine or self.expected).ptr
+
+    @property
+    def has_pointers(self) -> bool:
+        return len(self.prologue_sites) > 0 or len(self.epilogue_sites) > 0
+
+    @property
+    def label(self) -> str:
+        return self.name or hex(self.recorded_base)
+
+
+def written_spans(prologue: Region, epilogue: Region, chunk_size: int) -> list[tuple[int, int]]:
+    """The byte spans whose chunks differ between prologue and epilogue (merged)."""
+    if prologue.size != epilogue.size or len(prologue.chunks) != len(epilogue.chunks):
+        return [(0, prologue.size)]
+    spans: list[list[int]] = []
+    offset = 0
+    for a, b in zip(prologue.chunks, epilogue.chunks):
+        if a != b:
+            if spans and spans[-1][0] + spans[-1][1] == offset:
+                spans[-1][1] += a.length
+            else:
+                spans.append([offset, a.length])
+        offset += a.length
+    return [(o, s) for o, s in spans]
+
+
+def pair_regions(prologue: Snapshot, epilogue: Snapshot) -> list[tuple[Region, Region]]:
+    """Prologue and epilogue regions of heap and global kind, matched by (kind, base, size)."""
+    ends = {(r.kind, r.base): r for r in epilogue.regions if r.kind in ADDRESS_KINDS}
+    pairs = []
+    for r in prologue.regions:
+        if r.kind not in ADDRESS_KINDS:
+            continue
+        e = ends.get((r.kind, r.base))
+        if e is None or e.size != r.size:
+            raise ArtifactError(
+                f"{prologue.name}: {r.kind} region {r.name or hex(r.base)} ({r.size} bytes) has no counterpart of "
+                f"the same size in {epilogue.name}; the recording is inconsistent"
+            )
+        pairs.append((r, e))
+    return pairs
+
+
+class DeviceState:
+    """Builds and owns the device copies of a recorded instance's memory."""
+
+    def __init__(self, ctx: Any, store: Any, prologue: Snapshot, epilogue: Snapshot, *, relocate: bool):
+        self.ctx = ctx
+        self.regions: list[RegionState] = []
+        self.reservation: Any = None
+        self.allocations: list[Any] = []  # live heap buffers when relocated
+        self.relocated_heap = False
+        self.window_error = ""  # why the fixed window could not be reserved, when it could not
+        pairs = pair_regions(prologue, epilogue)
+        heap = [(p, e) for p, e in pairs if p.kind == "heap"]
+        self._place_heap(heap, relocate)
+        recorded_ranges = [Move(p.base, p.size, p.base) for p, _ in pairs]
+        scan_map = RelocationMap(recorded_ranges)
+        # Pointers need following when anything can move: globals always can, heap when relocated.
+        scan = self.relocated_heap or any(p.kind == "global" for p, _ in pairs)
+        for p, e in pairs:
+            state = RegionState(
+                p.kind, p.name, p.base, p.size, e.policy or p.policy, written_spans(p, e, prologue.chunk_size)
+            )
+            if p.kind == "heap":
+                state.live = self._heap_home[p.base]
+            pro = bytearray(p.read(store))
+            epi = bytearray(e.read(store))
+            if scan:
+                align = p.base % 8
+                state.prologue_sites = scan_map.pointer_sites(pro, align)
+                state.epilogue_sites = scan_map.pointer_sites(epi, align)
+                state.prologue_values = read_values(pro, state.prologue_sites)
+                state.epilogue_values = read_values(epi, state.epilogue_sites)
+                if state.has_pointers:
+                    state.prologue_bytes, state.epilogue_bytes = pro, epi
+            state.expected = ctx.alloc(p.size)
+            ctx.upload(state.expected.ptr, epi)
+            if state.written:
+                state.pristine = ctx.alloc(p.size)
+                ctx.upload(state.pristine.ptr, pro)
+            self.regions.append(state)
+        self._uploaded_map: tuple | None = None
+
+    # -- placement ------------------------------------------------------------------
+    def _place_heap(self, heap: list[tuple[Region, Region]], relocate: bool) -> None:
+        self._heap_home: dict[int, int] = {}
+        if not heap:
+            return
+        if not relocate:
+            try:
+                self._reserve_window([(p.base, p.size) for p, _ in heap])
+                self._heap_home = {p.base: p.base for p, _ in heap}
+                return
+            except Exception as exc:  # the range is taken in this process: fall back to relocation
+                if self.reservation is not None:
+                    self.reservation.release()
+                    self.reservation = None
+                self.window_error = str(exc)
+        self.relocated_heap = True
+        for p, _ in heap:
+            # Keep the low address bits, so alignment-sensitive code sees the same alignment.
+            buf = self.ctx.alloc(p.size + 256)
+            self.allocations.append(buf)
+            self._heap_home[p.base] = buf.ptr + (p.base - buf.ptr) % 256
+
+    def _reserve_window(self, ranges: list[tuple[int, int]]) -> None:
+        """Map the pages the regions touch at their recorded addresses (in the shared window if it holds them)."""
+        from mneme.replay.engine import shared_window
+
+        granularity = self.ctx.allocation_granularity()
+        window = shared_window()
+        if window is not None:
+            lo, hi = min(b for b, _ in ranges), max(b + s for b, s in ranges)
+            if window.base <= lo and hi <= window.base + window.size:
+                self.reservation = window.lease(pages_covering(ranges, window.base, granularity))
+                return
+        lo = min(b for b, _ in ranges) // granularity * granularity
+        hi = -(-max(b + s for b, s in ranges) // granularity) * granularity
+        reservation = self.ctx.reserve(lo, hi - lo)
+        for offset, size in pages_covering(ranges, lo, granularity):
+            reservation.map(offset, size)
+        self.reservation = reservation
+
+    # -- per module --------------------------------------------------------------------
+    def relocation_map(self, global_homes: dict[int, int]) -> RelocationMap:
+        """Where every recorded range lives with a module whose globals sit at ``global_homes``."""
+        moves = []
+        for r in self.regions:
+            if r.kind == "heap":
+                moves.append(Move(r.recorded_base, r.size, r.live))
+            elif r.recorded_base in global_homes:
+                moves.append(Move(r.recorded_base, r.size, global_homes[r.recorded_base]))
+        return RelocationMap(moves)
+
+    def apply_map(self, rmap: RelocationMap) -> None:
+        """Rewrite recorded pointers in the pristine and expected copies for ``rmap`` (once per distinct map)."""
+        key = tuple((m.recorded, m.current) for m in rmap.moves)
+        if key == self._uploaded_map:
+            return
+        for r in self.regions:
+            if not r.has_pointers:
+                continue
+            pro = bytearray(r.prologue_bytes)
+            epi = bytearray(r.epilogue_bytes)
+            rmap.patch(pro, r.prologue_sites, r.prologue_values)
+            rmap.patch(epi, r.epilogue_sites, r.epilogue_values)
+            self.ctx.upload(r.expected.ptr, epi)
+            if r.pristine is not None:
+                self.ctx.upload(r.pristine.ptr, pro)
+        self._uploaded_map = key
+
+    def live_address(self, r: RegionState, global_homes: dict[int, int]) -> int | None:
+        if r.kind == "heap":
+            return r.live
+        return global_homes.get(r.recorded_base)
+
+    def full_reset(self, global_homes: dict[int, int]) -> None:
+        """Copy every region's prologue into its live memory."""
+        for r in self.regions:
+            live = self.live_address(r, global_homes)
+            if live is not None:
+                self.ctx.copy(live, r.reset_source, r.size)
+
+    def iteration_resets(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
+        """(dst, src, size) copies that restore what the kernel writes, before each launch."""
+        out = []
+        for r in self.regions:
+            live = self.live_address(r, global_homes)
+            if live is None or r.pristine is None:
+                continue
+            for offset, size in r.written:
+                out.append((live + offset, r.pristine.ptr + offset, size))
+        return out
+
+    @property
+    def has_pointer_sites(self) -> bool:
+        return any(r.has_pointers for r in self.regions)
+
+    @property
+    def device_bytes(self) -> int:
+        total = sum(r.size * (2 if r.pristine is not None else 1) for r in self.regions)
+        if self.reservation is not None:
+            total += self.reservation.mapped_bytes
+        total += sum(b.size for b in self.allocations)
+        return total
+
+    def close(self) -> None:
+        for r in self.regions:
+            for buf in (r.expected, r.pristine):
+                if buf is not None:
+                    buf.free()
+            r.expected = r.pristine = None
+        for b in self.allocations:
+            b.free()
+        self.allocations = []
+        if self.reservation is not None:
+            self.reservation.release()
+            self.reservation = None
