@@ -66,6 +66,14 @@ def vecadd_expected(a: bytes, b: bytes) -> bytes:
     return struct.pack(f"<{n}f", *(x + y for x, y in zip(av, bv)))
 
 
+def vecadd_arrays(n: int, seed: int = 0) -> tuple[bytes, bytes, bytes, bytes]:
+    """Inputs ``a``, ``b``, the prologue ``c`` (zeros) and the epilogue ``c`` (``a + b``), as float32 bytes."""
+    rng = random.Random(seed)
+    a = struct.pack(f"<{n}f", *_floats(rng, n))
+    b = struct.pack(f"<{n}f", *_floats(rng, n))
+    return a, b, bytes(4 * n), vecadd_expected(a, b)
+
+
 def write_vecadd_recording(
     store_or_path: Store | str | os.PathLike[str],
     *,
@@ -116,11 +124,7 @@ def write_vecadd_recording(
     grid = (n + block - 1) // block
     dyns = []
     for k in range(instances):
-        rng = random.Random(seed * 1_000_003 + k)
-        a = struct.pack(f"<{n}f", *_floats(rng, n))
-        b = struct.pack(f"<{n}f", *_floats(rng, n))
-        c0 = bytes(nbytes)
-        c1 = vecadd_expected(a, b)
+        a, b, c0, c1 = vecadd_arrays(n, seed * 1_000_003 + k)
         db, inst = writer.write_instance(
             db,
             grid=(grid, 1, 1),
