@@ -13,7 +13,7 @@ from mneme import __version__
 from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
 from mneme.tuning.sample_strategy import make_strategy
-from mneme.tuning.search_space import SearchSpace, describe_space, space_size
+from mneme.tuning.search_space import SearchSpace, baseline_checked, describe_space
 from tuner.errors import TuningError
 from tuner.export import write_export
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
@@ -102,10 +102,7 @@ class TuneRun:
             return 0
         kernel, identity = self.instance_loader(o.record_database, o.record_id)
         space = build_space(o, kernel)
-        baseline_config = space.baseline()
-        problems = baseline_config.validation_errors()
-        if problems:
-            raise ConfigurationError(f"the space's baseline() configuration is invalid: {'; '.join(problems)}")
+        baseline_config = baseline_checked(space)
         description = describe_space(space)
         if o.print_space:
             _print_json(description, self.out)
@@ -193,7 +190,7 @@ class TuneRun:
     def _baseline(self, space: SearchSpace, executor: Executor, results: ResultsDirectory,
                   reporter: Reporter) -> dict[str, Any]:
         o = self.options
-        config = space.baseline()
+        config = baseline_checked(space)
         if o.resume and not o.rerun_baseline:
             earlier = results.read_json("baseline.json")
             if earlier and earlier.get("verified") and earlier.get("hash") == config.ground().hash() \

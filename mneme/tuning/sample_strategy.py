@@ -27,6 +27,7 @@ from mneme.mneme_types import ExperimentConfiguration
 from mneme.tuning.search_space import (
     Candidate,
     SearchSpace,
+    constraints_checked,
     derive_checked,
     dimensions_of,
     iterate_points,
@@ -97,7 +98,7 @@ class ExhaustiveSamplingStrategy(SamplingStrategy):
     def ask(self) -> Candidate | None:
         for params in self._points:
             self._index += 1
-            if not self.space.constraints(params):
+            if not constraints_checked(self.space, params):
                 self.skipped_by_constraints += 1
                 continue
             config = derive_checked(self.space, params)
@@ -235,7 +236,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 return None
             trial = self.study.ask()
             params = {name: param.suggest(trial) for name, param in self._dims.items()}
-            if not self.space.constraints(params):
+            if not constraints_checked(self.space, params):
                 self.skipped_by_constraints += 1
                 self.study.tell(trial, list(self.penalty))
                 continue
@@ -262,7 +263,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
         """
         unseen = []
         for params in iterate_points(self.space):
-            if not self.space.constraints(params):
+            if not constraints_checked(self.space, params):
                 continue
             key = Candidate(params, derive_checked(self.space, params)).hash
             if key not in self._values and key not in self._in_flight:

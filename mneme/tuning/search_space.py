@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
-from mneme.errors import ConfigurationError
+from mneme.errors import ConfigurationError, MnemeError
 from mneme.mneme_types import ExperimentConfiguration
 
 # The five pipelines the reference tunes by default, weakest to smallest code.
@@ -288,6 +288,19 @@ def dimensions_of(space: SearchSpace) -> dict[str, Param]:
     return out
 
 
+def constraints_checked(space: SearchSpace, params: Mapping[str, Any]) -> bool:
+    """``space.constraints(params)``; a crash names the space."""
+    try:
+        return bool(space.constraints(dict(params)))
+    except MnemeError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{type(space).__name__}.constraints({dict(params)}) raised {type(exc).__name__}: {exc}; "
+            "fix the search space"
+        ) from exc
+
+
 def space_size(space: SearchSpace) -> int | None:
     """Number of points of the grid (before constraints); None when a dimension is continuous."""
     total = 1
@@ -310,8 +323,15 @@ def iterate_points(space: SearchSpace) -> Iterator[dict[str, Any]]:
 
 
 def derive_checked(space: SearchSpace, params: Mapping[str, Any]) -> ExperimentConfiguration:
-    """``space.derived(params)``, insisting on an ExperimentConfiguration."""
-    config = space.derived(dict(params))
+    """``space.derived(params)``, insisting on an ExperimentConfiguration; a crash names the space."""
+    try:
+        config = space.derived(dict(params))
+    except MnemeError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{type(space).__name__}.derived({dict(params)}) raised {type(exc).__name__}: {exc}; fix the search space"
+        ) from exc
     if not isinstance(config, ExperimentConfiguration):
         raise ConfigurationError(
             f"{type(space).__name__}.derived() returned {type(config).__name__}; "
@@ -320,10 +340,33 @@ def derive_checked(space: SearchSpace, params: Mapping[str, Any]) -> ExperimentC
     return config
 
 
+def baseline_checked(space: SearchSpace) -> ExperimentConfiguration:
+    """``space.baseline()``, insisting on a valid ExperimentConfiguration."""
+    try:
+        config = space.baseline()
+    except MnemeError:
+        raise
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{type(space).__name__}.baseline() raised {type(exc).__name__}: {exc}; fix the search space"
+        ) from exc
+    if not isinstance(config, ExperimentConfiguration):
+        raise ConfigurationError(
+            f"{type(space).__name__}.baseline() returned {type(config).__name__}; "
+            "return ExperimentConfiguration.from_dict({...})"
+        )
+    problems = config.validation_errors()
+    if problems:
+        raise ConfigurationError(
+            f"{type(space).__name__}.baseline() is not a valid configuration: {'; '.join(problems)}"
+        )
+    return config
+
+
 def describe_space(space: SearchSpace) -> dict[str, Any]:
     """The JSON description written to ``search_space.json`` and printed by ``--print-space``."""
     dims = dimensions_of(space)
-    baseline = space.baseline()
+    baseline = baseline_checked(space)
     return {
         "class": f"{type(space).__module__}.{type(space).__qualname__}",
         "dimensions": {name: p.describe() for name, p in dims.items()},

@@ -101,3 +101,39 @@ def test_dimensions_are_checked():
             return [IntRangeParam("a", 1, 2), BoolParam("b")]
 
     assert list(dimensions_of(AsList())) == ["a", "b"]
+
+
+def test_a_crashing_space_is_named():
+    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+
+    class Crashing(TwoDims):
+        def derived(self, params):
+            return {"block": params["missing"]}
+
+    with pytest.raises(ConfigurationError, match="Crashing.derived.*KeyError"):
+        list(ExhaustiveSamplingStrategy(Crashing()))
+
+    class NotAConfig(TwoDims):
+        def derived(self, params):
+            return {"block": {"x": 1}}
+
+    with pytest.raises(ConfigurationError, match="ExperimentConfiguration.from_dict"):
+        list(ExhaustiveSamplingStrategy(NotAConfig()))
+
+    class BadConstraint(TwoDims):
+        def constraints(self, params):
+            return 1 / 0
+
+    with pytest.raises(ConfigurationError, match="BadConstraint.constraints.*ZeroDivisionError"):
+        list(ExhaustiveSamplingStrategy(BadConstraint()))
+
+
+def test_a_bad_baseline_is_named():
+    from mneme.tuning.search_space import baseline_checked
+
+    class Oversized(TwoDims):
+        def baseline(self):
+            return ExperimentConfiguration.from_dict({"block": {"x": 2048}})
+
+    with pytest.raises(ConfigurationError, match="Oversized.baseline.*exceeds"):
+        baseline_checked(Oversized())
