@@ -129,8 +129,15 @@ class ReplayServer:
         )
         replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        address = f"{o.host}:{o.port}"
-        port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+        port = 0
+        for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
+            address = f"{host}:{o.port}"
+            try:
+                port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+            except RuntimeError:  # grpcio raises instead of returning 0 for some failures
+                port = 0
+            if port:
+                break
         if port == 0:
             raise ConfigurationError(f"cannot listen on {address}: the port is taken or the address is wrong")
         if o.metrics_port is not None:

@@ -365,7 +365,8 @@ class WorkerPool:
         self.stopping = True
         self.queue.close()
         for slot in self.slots:
-            slot.thread.join(10)
+            if slot.thread.ident is not None:  # started
+                slot.thread.join(10)
         leftovers = self.queue.drain()
         for slot in self.slots:
             leftovers += list(slot.inflight) + list(slot.directed)

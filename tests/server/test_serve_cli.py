@@ -36,3 +36,19 @@ def test_sigterm_stops_the_server_and_its_workers(store, tmp_path):
     process, address = start_server(store, tmp_path / "log", "--workers", "2")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
+
+
+def test_a_taken_port_is_a_clear_error(store, tmp_path):
+    from conftest import make_server
+
+    from mneme.errors import ConfigurationError
+
+    first = make_server(store, tmp_path / "log")
+    port = first.start()
+    try:
+        second = make_server(store, tmp_path / "log2", port=port)
+        with pytest.raises(ConfigurationError, match="port is taken"):
+            second.start()
+        second.stop()
+    finally:
+        first.stop()
