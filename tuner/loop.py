@@ -102,6 +102,7 @@ class TuningLoop:
         self.fail_fast = fail_fast
         self.adaptive_invalid_ban = adaptive_invalid_ban
         self._consecutive_executor_errors = 0
+        self._earlier = {r["hash"]: r for r in state.records if r.get("hash")}
         for record in state.records:  # an earlier run's (--resume): its best and its bans hold
             self._update_best(record)
             if record.get("status") == STATUS_INVALID_LAUNCH and adaptive_invalid_ban:
@@ -146,7 +147,7 @@ class TuningLoop:
         config = candidate.configuration
         if key in self.state.done_hashes:
             self.state.resumed_skipped += 1
-            prior = next((r for r in self.state.records if r.get("hash") == key), None)
+            prior = self._earlier.get(key)
             values = prior.get("objective_values") if prior else None
             self.strategy.tell(candidate, values)
             return
