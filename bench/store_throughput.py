@@ -39,7 +39,7 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database  # n
 from mneme.store import LocalStore  # noqa: E402
 from mneme.store.config import S3Settings  # noqa: E402
 from mneme.store.s3 import S3Store  # noqa: E402
-from mneme.store.transfer import gc, pull, push, summarize  # noqa: E402
+from mneme.store.transfer import pull, push, summarize  # noqa: E402
 
 BASE = 0x7F0000000000
 MiB = 1 << 20

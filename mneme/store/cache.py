@@ -18,24 +18,20 @@ takes it past the bound, the least recently used chunks are evicted.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
 from pathlib import Path
 from typing import Iterator
 
-import zstandard
-
 from mneme.errors import ArtifactError
 from mneme.store import LocalStore, Store, open_store
 from mneme.store.base import validate_name
+from mneme.store.transfer import check_chunk_blob
 
 #: Where caches live unless told otherwise (``MNEME_CACHE_DIR`` overrides).
 DEFAULT_CACHE_DIR = Path("~/.cache/mneme/store").expanduser()
 _CHUNK = re.compile(r"chunks/[0-9a-f]{2}/([0-9a-f]{64})")
-#: A compressed chunk is never larger than this (the format's chunk size limit plus zstd overhead).
-_MAX_CHUNK_OBJECT = (1 << 30) + (1 << 20)
 
 
 def default_cache_dir() -> Path:
@@ -76,7 +72,10 @@ class CachedStore(Store):
             _touch(path)
             return data
         data = self.remote.get(name)
-        _check_chunk(name, match.group(1), data, self.remote.url)
+        try:
+            check_chunk_blob(data, match.group(1), f"chunk {name} in {self.remote.url}")
+        except ArtifactError as exc:
+            raise ArtifactError(f"{exc}; it was not cached") from None
         self.cache.put(name, data)
         with self._lock:
             self.misses += 1
@@ -163,20 +162,6 @@ def _touch(path: Path) -> None:
         os.utime(path)
     except OSError:
         pass
-
-
-def _check_chunk(name: str, sha256: str, data: bytes, where: str) -> None:
-    """A fetched chunk must decompress to content with the hash in its name before it enters the cache."""
-    if len(data) > _MAX_CHUNK_OBJECT:
-        raise ArtifactError(f"chunk {name} in {where} is {len(data)} bytes, larger than any chunk; it is corrupt")
-    try:
-        piece = zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 30)
-    except zstandard.ZstdError as exc:
-        raise ArtifactError(f"chunk {name} in {where} is corrupt (zstd: {exc}); it was not cached") from None
-    if hashlib.sha256(piece).hexdigest() != sha256:
-        raise ArtifactError(
-            f"chunk {name} in {where} is corrupt: its content does not match its name; it was not cached"
-        )
 
 
 def cached_store(

@@ -25,7 +25,6 @@ import sys
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence, TypeVar
@@ -171,19 +170,29 @@ def read_recording(
     return RecordingContents(name, raw, database, objects, tuple(chunks), logical)
 
 
+def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = None) -> None:
+    """Raise ArtifactError unless ``blob`` (a stored chunk) decompresses to content with hash ``sha256``.
+
+    ``length`` (from the snapshot, when known) is checked against the size the
+    zstd frame declares before anything is allocated.
+    """
+    declared = zstandard.frame_content_size(blob) if len(blob) >= 4 else -2
+    limit = MAX_CHUNK_SIZE if length is None else length
+    if declared == -2 or declared > limit or (length is not None and declared not in (-1, length)):
+        raise ArtifactError(f"{what} is corrupt: its header declares {declared} bytes"
+                            + ("" if length is None else f", the snapshot says {length}"))
+    try:
+        piece = zstandard.ZstdDecompressor().decompress(blob, max_output_size=max(limit, 1))
+    except zstandard.ZstdError as exc:
+        raise ArtifactError(f"{what} is corrupt (zstd: {exc})") from None
+    if (length is not None and len(piece) != length) or hashlib.sha256(piece).hexdigest() != sha256:
+        raise ArtifactError(f"{what} is corrupt: its content does not match its name")
+
+
 def verified_chunk(store: Store, ref: ChunkRef) -> bytes:
     """The stored (compressed) bytes of chunk ``ref``, after checking they decompress to its content."""
     blob = store.get(ref.name)
-    declared = zstandard.frame_content_size(blob) if len(blob) >= 4 else -2
-    if declared not in (-1, ref.length) or ref.length > MAX_CHUNK_SIZE:
-        raise ArtifactError(f"chunk {ref.name} in {store.url} is corrupt: it declares {declared} bytes, "
-                            f"the snapshot says {ref.length}")
-    try:
-        piece = zstandard.ZstdDecompressor().decompress(blob, max_output_size=max(ref.length, 1))
-    except zstandard.ZstdError as exc:
-        raise ArtifactError(f"chunk {ref.name} in {store.url} is corrupt (zstd: {exc})") from None
-    if len(piece) != ref.length or hashlib.sha256(piece).hexdigest() != ref.sha256:
-        raise ArtifactError(f"chunk {ref.name} in {store.url} is corrupt: its content does not match its name")
+    check_chunk_blob(blob, ref.sha256, f"chunk {ref.name} in {store.url}", ref.length)
     return blob
 
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from synthetic import write_recording
+from store_recordings import write_recording
 from mneme.errors import ArtifactError
 from mneme.recorded_execution import RecordedExecution
 from mneme.store import LocalStore, open_store

@@ -7,7 +7,7 @@ import urllib.request
 
 import pytest
 
-from conftest import make_bucket, s3_environment, start_moto_server, stop
+from moto_s3 import make_bucket, s3_environment, start_moto_server, stop
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.store import InvalidNameError, open_store
 from mneme.store.config import load_s3_settings
@@ -77,7 +77,7 @@ def test_bad_urls_and_missing_bucket(s3_env):
 
 
 def test_unreachable_endpoint_is_retryable_error(monkeypatch):
-    from conftest import free_port
+    from moto_s3 import free_port
 
     monkeypatch.setenv("MNEME_S3_ENDPOINT", f"http://127.0.0.1:{free_port()}")
     monkeypatch.setenv("MNEME_S3_CONFIG", "/dev/null")

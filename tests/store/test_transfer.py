@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from synthetic import tree, write_recording
+from store_recordings import tree, write_recording
 from mneme.errors import ArtifactError
 from mneme.format.database import load_database
 from mneme.format.snapshot import read_snapshot

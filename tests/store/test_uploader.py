@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from conftest import ACCESS_KEY, SECRET_KEY, free_port, make_bucket, start_moto_server, stop
-from synthetic import tree, write_recording
+from moto_s3 import ACCESS_KEY, SECRET_KEY, free_port, make_bucket, start_moto_server, stop
+from store_recordings import tree, write_recording
 from mneme.errors import MnemeError
 from mneme.store import open_store
 from mneme.store.config import S3Settings

@@ -10,9 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from synthetic import tree, write_recording
+from store_recordings import tree, write_recording
 from mneme.store import open_store
 
 ROOT = Path(__file__).resolve().parents[2]
