@@ -23,7 +23,8 @@ pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "llvm" / "data"
-KERNELS = {"saxpy": "_Z5saxpyifPKfPf", "wave": "_Z4waveiPKfPf", "stencil": "_Z7stencilPKdPdii"}
+KERNELS = {"saxpy": "_Z5saxpyifPKfPf", "wave": "_Z4waveiPKfPf", "stencil": "_Z7stencilPKdPdii",
+           "affine": "_Z6affine6AffinePf6float4"}
 PIPELINES = ["default<O0>", "default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>",
              "sroa,instcombine,simplifycfg,newgvn"]
 
@@ -137,7 +138,6 @@ def test_specialization_changes_the_ptx_and_still_verifies(recorded):
 
 def test_a_broken_transformation_fails_verification(recorded):
     from mneme.llvm import load
-    from mneme.replay.compile import CompiledCode, default_cache, ptxas_flags
 
     recording, replayer = _replayer(recorded, "saxpy")
     with replayer:
@@ -145,13 +145,46 @@ def test_a_broken_transformation_fails_verification(recorded):
         module = load(recording.load_code("bitcode"), kernel=recording.kernel_name)
 
         def run(transformed) -> object:
-            ptx = transformed.to_ptx(passes="default<O3>", arch=replayer.arch)
-            product = default_cache().compile(ptx, ptxas_flags(3, replayer.arch), replayer.arch)
-            code = CompiledCode(product.image, "llvm", product.key, replayer.arch, ptx)
-            return replayer.run(config, iterations=2, warmup=1, compiled=code)
+            return _run_ptx(replayer, config, transformed.to_ptx(passes="default<O3>", arch=replayer.arch))
 
         same = run(module.transform(lambda ir: ir))  # the control: the path itself is faithful
         assert same.verified, f"{same.status}: {same.error}"
         broken = run(module.transform(lambda ir: ir.replace("fadd contract float", "fsub contract float")))
         assert not broken.verified and broken.status == "failed_verification"
         assert broken.mismatches
+
+
+def _run_ptx(replayer, config, ptx):
+    from mneme.replay.compile import CompiledCode, default_cache, ptxas_flags
+
+    product = default_cache().compile(ptx, ptxas_flags(3, replayer.arch), replayer.arch)
+    return replayer.run(config, iterations=2, warmup=1, compiled=CompiledCode(product.image, "llvm", product.key,
+                                                                                replayer.arch, ptx))
+
+
+@pytest.mark.parametrize("key", ["affine", "stencil"])
+def test_every_parameter_specialized_through_compile_to_ptx_verifies(recorded, key):
+    """compile_to_ptx's own contract (parameter index -> recorded bytes), byval structs and
+    vectors included, with the launch dimensions folded too."""
+    from mneme.llvm import compile_to_ptx
+
+    recording, replayer = _replayer(recorded, key)
+    with replayer:
+        config = _baseline(replayer)
+        args = replayer.instance.arguments
+        # pointers only where buffers sit at their recorded addresses (a relocated replay moves them)
+        values = {
+            i: bytes(args[p.offset : p.offset + p.size])
+            for i, p in enumerate(recording.kernel.params)
+            if not (replayer.relocated and p.kind == "pointer")
+        }
+        assert values, "the recording has no parameter layout"
+        ptx = compile_to_ptx(
+            recording.load_code("bitcode"), kernel=recording.kernel_name, specialize=values,
+            dims=(config.grid.as_tuple(), config.block.as_tuple()), arch=replayer.arch,
+        )
+        entry = ptx[ptx.index(".entry"):]
+        if not replayer.relocated:
+            assert "ld.param" not in entry  # every parameter is a constant now
+        result = _run_ptx(replayer, config, ptx)
+        assert result.verified, f"{result.status}: {result.error}"

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.usefixtures("llvmlite_available")
 STENCIL = "_Z7stencilPKdPdii"
 SAXPY = "_Z5saxpyifPKfPf"
 WAVE = "_Z4waveiPKfPf"
+AFFINE = "_Z6affine6AffinePf6float4"
 DEFAULT_PIPELINES = [f"default<{lvl}>" for lvl in ("O0", "O1", "O2", "O3", "Os", "Oz")]
 
 
@@ -25,7 +26,7 @@ def _entry(ptx: str) -> str:
 
 
 @pytest.mark.parametrize("passes", DEFAULT_PIPELINES + ["sroa,instcombine,simplifycfg", "function(sroa,newgvn),default<O1>"])
-@pytest.mark.parametrize("kernel", [SAXPY, WAVE, STENCIL])
+@pytest.mark.parametrize("kernel", [SAXPY, WAVE, STENCIL, AFFINE])
 def test_every_pipeline_gives_ptx_ptxas_accepts(vecops_records, ptxas, tmp_path, kernel, passes):
     ptx, timings = compile_to_ptx_timed(vecops_records[kernel], kernel=kernel, passes=passes)
     assert f".entry {kernel}(" in ptx and ".target sm_90" in ptx
@@ -71,6 +72,20 @@ def test_specializing_floats_and_pointers(vecops_records, ptxas, tmp_path):
     assert "0f40200000" in body  # 2.5f as an immediate
     assert "139637976727552" in body or "0x7f0000000000" in body.lower()  # the recorded pointer
     assert ptxas_check(ptx, tmp_path).returncode == 0
+
+
+def test_specializing_byval_structs_and_vectors(vecops_records, ptxas, tmp_path):
+    affine = struct.pack("<ifd", 100, 2.5, 0.5)  # struct Affine {int n; float scale; double shift;}
+    bias = struct.pack("<4f", 1.0, 2.0, 3.0, 4.0)  # float4
+    ptx = compile_to_ptx(vecops_records[AFFINE], kernel=AFFINE, specialize={0: affine, 2: bias})
+    body = _entry(ptx)
+    assert body.count("ld.param") == 1  # only y; the struct and the vector are constants now
+    assert ", 99;" in body  # i < p.n with n = 100
+    assert "0f40200000" in body and "0f3F000000" in body and "0f3F800000" in body  # 2.5, 0.5, 1.0
+    assert "_param_0[16]" in body and "_param_2[16]" in body  # the launch ABI is unchanged
+    assert ptxas_check(ptx, tmp_path).returncode == 0
+    with pytest.raises(ConfigurationError, match="16 bytes"):
+        compile_to_ptx(vecops_records[AFFINE], kernel=AFFINE, specialize={0: affine[:8]})
 
 
 def test_specialize_dims_and_launch_bounds(vecops_records, ptxas, tmp_path):

@@ -13,7 +13,7 @@ from conftest import DATA, REPO, WRAPPER_CXX, build_tools_missing, wrapper_env
 from mneme.cli import main as cli_main
 from mneme.llvm.embedded import embedded_kernels, find_kernel_bitcode, read_records
 
-KERNELS = ["_Z5saxpyifPKfPf", "_Z4waveiPKfPf", "_Z7stencilPKdPdii"]
+KERNELS = ["_Z5saxpyifPKfPf", "_Z4waveiPKfPf", "_Z7stencilPKdPdii", "_Z6affine6AffinePf6float4"]
 
 
 _MISSING = build_tools_missing()

@@ -25,6 +25,18 @@ __global__ void stencil(const double* in, double* out, int nx, int ny) {
     out[y * nx + x] = 0.25 * (in[y * nx + x - 1] + in[y * nx + x + 1] + in[(y - 1) * nx + x] + in[(y + 1) * nx + x]);
 }
 
+struct Affine {
+  int n;
+  float scale;
+  double shift;
+};
+
+// Aggregates by value: specialization folds byval structs and vectors too.
+__global__ void affine(Affine p, float* y, float4 bias) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < p.n) y[i] = p.scale * y[i] + (float)p.shift + bias.x;
+}
+
 #define CHECK(call)                                                              \
   do {                                                                           \
     cudaError_t err = (call);                                                    \
@@ -53,6 +65,7 @@ int main() {
   saxpy<<<(n + 255) / 256, 256>>>(n, 2.0f, x, y);
   wave<<<(n + 127) / 128, 128>>>(n, x, y);
   stencil<<<dim3(nx / 16, ny / 16), dim3(16, 16)>>>(in, out, nx, ny);
+  affine<<<(n + 255) / 256, 256>>>(Affine{n, 0.5f, 0.25}, y, make_float4(1.0f, 2.0f, 3.0f, 4.0f));
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(host, y, sizeof(float), cudaMemcpyDeviceToHost));
   printf("vecops done y[0]=%f\n", host[0]);
