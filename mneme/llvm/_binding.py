@@ -50,10 +50,19 @@ def parse_assembly(text: str, what: str = "the IR"):
     return module
 
 
-@functools.lru_cache(maxsize=32)
+_per_thread = threading.local()
+
+
 def target_machine(arch: str, features: str, opt_level: int):
-    """An NVPTX TargetMachine (cached: creating one costs more than a small kernel's codegen)."""
-    binding = llvm()
-    with _lock:
-        target = binding.Target.from_triple(NVPTX_TRIPLE)
-        return target.create_target_machine(cpu=arch, features=features, opt=opt_level)
+    """An NVPTX TargetMachine, cached per thread (creating one costs more than a small
+    kernel's code generation; LLVM does not promise concurrent use of one machine)."""
+    cache = getattr(_per_thread, "machines", None)
+    if cache is None:
+        cache = _per_thread.machines = {}
+    key = (arch, features, opt_level)
+    if key not in cache:
+        binding = llvm()
+        with _lock:
+            target = binding.Target.from_triple(NVPTX_TRIPLE)
+            cache[key] = target.create_target_machine(cpu=arch, features=features, opt=opt_level)
+    return cache[key]

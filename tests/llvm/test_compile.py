@@ -203,3 +203,13 @@ def test_launch_bounds_as_nvvm_annotations_for_older_llvm(vecops_records):
     module = _binding.parse_assembly(annotated)
     ptx = _binding.target_machine("sm_90", "+ptx85,+sm_90", 3).emit_assembly(module)
     assert ".maxntid 128" in ptx and ".minnctapersm 3" in ptx
+
+
+def test_concurrent_compiles_from_threads(vecops_records):
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(k, p) for k in (SAXPY, STENCIL) for p in DEFAULT_PIPELINES]
+    serial = [compile_to_ptx(vecops_records[k], kernel=k, passes=p) for k, p in jobs]
+    with ThreadPoolExecutor(4) as pool:
+        parallel = list(pool.map(lambda job: compile_to_ptx(vecops_records[job[0]], kernel=job[0], passes=job[1]), jobs))
+    assert parallel == serial  # deterministic, and no shared state between threads
