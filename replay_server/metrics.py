@@ -70,4 +70,12 @@ class ServerMetrics:
 
     def serve_http(self, port: int, addr: str = "0.0.0.0") -> None:
         """Expose /metrics over HTTP (prometheus-client's own server thread)."""
-        start_http_server(port, addr=addr, registry=self.registry)
+        started = start_http_server(port, addr=addr, registry=self.registry)
+        self._http = started[0] if isinstance(started, tuple) else None  # (server, thread) since 0.17
+
+    def stop_http(self) -> None:
+        http = getattr(self, "_http", None)
+        if http is not None:
+            http.shutdown()
+            http.server_close()
+            self._http = None

@@ -157,6 +157,7 @@ class ReplayServer:
         if self._grpc is not None:
             self._grpc.stop(grace)
         self.pool.stop()
+        self.metrics.stop_http()
         if self.compile_cache is not None:
             self.compile_cache.close()
 

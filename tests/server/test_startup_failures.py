@@ -31,6 +31,9 @@ def test_repeated_start_failures_mark_the_server_not_serving(store, tmp_path):
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE
         assert "self-test failed" in err.value.details() and "simulated" in err.value.details()
         health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+        watch = health.Watch(health_pb2.HealthCheckRequest(service=""), timeout=10)
+        assert next(watch).status == health_pb2.HealthCheckResponse.NOT_SERVING
+        watch.cancel()
         status = health.Check(health_pb2.HealthCheckRequest(service="mneme.v1.ReplayService")).status
         assert status == health_pb2.HealthCheckResponse.NOT_SERVING
         with pytest.raises(grpc.RpcError) as err:  # new work is refused at once, not queued forever
