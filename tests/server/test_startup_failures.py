@@ -43,3 +43,23 @@ def test_repeated_start_failures_mark_the_server_not_serving(store, tmp_path):
         assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready == 0
     finally:
         server.stop()
+
+
+def test_the_cuda_engine_without_a_gpu_says_why(store, tmp_path):
+    from replay_server.cuda_engine import CudaEngineSpec
+
+    try:
+        CudaEngineSpec().self_test(0)
+    except Exception as exc:
+        reason = str(exc)
+    else:
+        pytest.skip("a GPU is usable here: the start-up failure path is not reachable")
+    server = make_server(store, tmp_path / "log", engine=CudaEngineSpec(), max_start_failures=1)
+    port = server.start()
+    try:
+        with pytest.raises(grpc.RpcError) as err:
+            stub_for(port).Replay(request(), timeout=30)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        assert "self-test failed" in err.value.details() and reason[:40] in err.value.details()
+    finally:
+        server.stop()
