@@ -38,12 +38,12 @@ PIPELINES = ["default<O0>", "default<O1>", "default<O2>", "default<O3>", "defaul
              "sroa,instcombine,simplifycfg"]
 CODEGEN_OPTS = [0, 1, 2, 3, 4]
 BLOCK_SIZES = [64, 128, 256, 512, 1024]
-# example workload -> (kernel pattern, small arguments)
+# example workload (bench/headline_apps.py) -> (kernel pattern, arguments after the workload's own)
 GPU_WORKLOADS = {
-    "vecadd": ("vecadd", ["4194304", "1"]),
-    "stencil3d": ("jacobi7", ["96", "3"]),
-    "matmul_tiled": ("matmul_tiled", ["512", "2"]),
-    "minife_cg": ("spmv_csr", ["48", "6"]),
+    "vecadd": ("vecadd", []),  # the workload's 10240000 elements, 1 launch
+    "stencil3d": ("jacobi7", ["128", "3"]),  # 128^3 points, 3 sweeps
+    "matmul_tiled": ("matmul_tiled", ["1024", "16"]),  # n = 1024, 16 x 16 tiles
+    "minife_cg": ("spmv_csr", ["64", "6"]),  # 64^3 grid, 6 CG iterations
 }
 
 
