@@ -892,6 +892,8 @@ class Uploader:
                 return
 
     def _one_pass(self) -> None:
+        if not self.staging_dir.is_dir():
+            return  # the producer has not created it yet
         report = transfer(self._source, self.destination, resume=True, workers=self._workers,
                           retry=self._retry, progress=self._progress, sent=self._sent)
         self.passes += 1

@@ -62,6 +62,14 @@ def test_spool_limit_applies_back_pressure_until_the_store_comes_back(tmp_path):
         stop(proc)
 
 
+def test_staging_directory_may_appear_later(tmp_path, s3_url):
+    staging = tmp_path / "not-yet"
+    uploader = Uploader(staging, s3_url, poll_interval_s=0.05, retry=FAST_RETRY).start()
+    uploader.notify()
+    name = write_recording(staging, instances=1)
+    assert uploader.close(timeout=30).committed == [name]
+
+
 def test_a_permanent_error_stops_the_uploader_and_says_how_to_finish(tmp_path, s3_env):
     uploader = Uploader(tmp_path / "staging", "s3://no-such-bucket-anywhere/x", poll_interval_s=0.05,
                         retry=FAST_RETRY).start()
