@@ -183,3 +183,22 @@ def test_innocent_work_queued_behind_a_crash_is_not_lost(store, tmp_path):
         assert [r.exec_time[0] for r in results] == [10, 11, 12, 13] and all(r.verified for r in results)
     finally:
         server.stop()
+
+
+def test_a_cancelled_stream_takes_its_queued_work_with_it(store, tmp_path):
+    server = make_server(store, tmp_path / "log", workers=1, depth=1)
+    port = server.start()
+    try:
+        stub = stub_for(port)
+        call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("default<O3>", i, str(i)) for i in (2, 3, 4)]))
+        deadline = time.monotonic() + 10
+        while not runs(tmp_path / "log"):
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        call.cancel()
+        time.sleep(0.8)
+        assert [line.split()[1] for line in runs(tmp_path / "log")] == ["1"]
+        assert server.metrics.cancelled._value.get() == 3 and len(server.pool.queue) == 0
+        assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
+    finally:
+        server.stop()
