@@ -808,7 +808,10 @@ class Uploader:
         return spool_bytes(self.staging_dir)
 
     def wait_for_space(self, timeout: float | None = None) -> bool:
-        """Block while the spool holds more than ``spool_limit`` bytes; False if ``timeout`` ran out first."""
+        """Block while the spool holds more than ``spool_limit`` bytes; False if ``timeout`` ran out first.
+
+        Raises MnemeError if the uploader stopped on a permanent error (nothing would ever free space).
+        """
         if self.spool_limit is None:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -878,7 +881,8 @@ class Uploader:
                 if closing:
                     self._failure = exc
                     return
-                time.sleep(backoff)
+                with self._cond:  # sleep, but wake at once for close()
+                    self._cond.wait_for(lambda: self._closing, timeout=backoff)
                 backoff = min(backoff * 2, self._retry_pass_max_s)
                 continue
             except BaseException as exc:  # a real error (corrupt staging, refused credentials): stop
