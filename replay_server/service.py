@@ -212,6 +212,9 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             capabilities=capabilities,
             store=_public_url(self.store),
             watchdog_seconds=self.watchdog,
+            gpu_name=str(self.pool.device.get("name", "")),
+            arch=str(self.pool.device.get("arch", "")),
+            gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
 
 

@@ -352,6 +352,7 @@ class WorkerPool:
         self.completed = 0
         self.in_flight = 0
         self.arch = ""
+        self.device: dict = {}  # what the last worker's self-test reported (name, arch, total_memory)
         self._on_health = on_health
         self.compile_cache: Any = None  # replay_server.compile_cache.CompileCache, set by the server
         self._lock = threading.Lock()
@@ -390,8 +391,9 @@ class WorkerPool:
         return "; ".join(f"{s.name}: {s.last_start_error}" for s in self.slots if s.last_start_error)
 
     def slot_changed(self, info: dict | None = None) -> None:
-        if info and info.get("arch"):
-            self.arch = info["arch"]
+        if info:
+            self.device = dict(info)
+            self.arch = info.get("arch", self.arch)
         self.metrics.workers_ready.set(self.workers_ready)
         self.metrics.prepared_bytes.set(self.held_bytes)
         if not self.serving:

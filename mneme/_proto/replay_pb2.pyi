@@ -148,7 +148,7 @@ class ServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("version", "gpu", "engine", "workers", "workers_ready", "queue_depth", "in_flight", "replays_completed", "worker_restarts", "compile_cache_entries", "compile_cache_hits", "compile_cache_misses", "prepared_instance_bytes", "capabilities", "store", "watchdog_seconds")
+    __slots__ = ("version", "gpu", "engine", "workers", "workers_ready", "queue_depth", "in_flight", "replays_completed", "worker_restarts", "compile_cache_entries", "compile_cache_hits", "compile_cache_misses", "prepared_instance_bytes", "capabilities", "store", "watchdog_seconds", "gpu_name", "arch", "gpu_memory_bytes")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     GPU_FIELD_NUMBER: _ClassVar[int]
     ENGINE_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,9 @@ class ServerInfo(_message.Message):
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
     WATCHDOG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    GPU_NAME_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    GPU_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     version: str
     gpu: int
     engine: str
@@ -181,4 +184,7 @@ class ServerInfo(_message.Message):
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     store: str
     watchdog_seconds: float
-    def __init__(self, version: _Optional[str] = ..., gpu: _Optional[int] = ..., engine: _Optional[str] = ..., workers: _Optional[int] = ..., workers_ready: _Optional[int] = ..., queue_depth: _Optional[int] = ..., in_flight: _Optional[int] = ..., replays_completed: _Optional[int] = ..., worker_restarts: _Optional[int] = ..., compile_cache_entries: _Optional[int] = ..., compile_cache_hits: _Optional[int] = ..., compile_cache_misses: _Optional[int] = ..., prepared_instance_bytes: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., watchdog_seconds: _Optional[float] = ...) -> None: ...
+    gpu_name: str
+    arch: str
+    gpu_memory_bytes: int
+    def __init__(self, version: _Optional[str] = ..., gpu: _Optional[int] = ..., engine: _Optional[str] = ..., workers: _Optional[int] = ..., workers_ready: _Optional[int] = ..., queue_depth: _Optional[int] = ..., in_flight: _Optional[int] = ..., replays_completed: _Optional[int] = ..., worker_restarts: _Optional[int] = ..., compile_cache_entries: _Optional[int] = ..., compile_cache_hits: _Optional[int] = ..., compile_cache_misses: _Optional[int] = ..., prepared_instance_bytes: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., watchdog_seconds: _Optional[float] = ..., gpu_name: _Optional[str] = ..., arch: _Optional[str] = ..., gpu_memory_bytes: _Optional[int] = ...) -> None: ...

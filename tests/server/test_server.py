@@ -48,6 +48,7 @@ def test_faults_and_hangs_fail_only_their_configuration(served):
     assert outcomes["raise"].status == "internal_error" and "simulated engine bug" in outcomes["raise"].error
     info = stub.GetServerInfo(replay_pb2.ServerInfoRequest())
     assert info.worker_restarts == 3 and info.replays_completed == 7 and info.engine == "fake"
+    assert (info.gpu_name, info.arch) == ("fake GPU", "sm_test")
     deadline = time.monotonic() + 10
     while stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready < 2:  # respawned workers come back
         assert time.monotonic() < deadline, "replaced workers did not pass their self-test"
