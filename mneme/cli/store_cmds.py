@@ -52,6 +52,14 @@ def _grace_argument(parser: argparse.ArgumentParser) -> None:
                              "progress (default 3600)")
 
 
+def _grace(args: argparse.Namespace) -> float:
+    from mneme.errors import ConfigurationError
+
+    if not args.grace >= 0:
+        raise ConfigurationError(f"--grace must be a number of seconds >= 0, got {args.grace}")
+    return args.grace
+
+
 def _check_workers(args: argparse.Namespace) -> None:
     from mneme.errors import ConfigurationError
 
@@ -82,7 +90,7 @@ def _run_move(args: argparse.Namespace) -> int:
     from mneme.store.transfer import move
 
     _check_workers(args)
-    report, cleaned = move(args.source, args.destination, recordings=args.recordings or None, grace_s=args.grace,
+    report, cleaned = move(args.source, args.destination, recordings=args.recordings or None, grace_s=_grace(args),
                            resume=args.resume, workers=args.workers, progress=args.progress, retry=_retry(args))
     print(report.summary())
     print(cleaned.summary())
@@ -150,7 +158,7 @@ def _configure_gc(parser: argparse.ArgumentParser) -> None:
 def _run_gc(args: argparse.Namespace) -> int:
     from mneme.store.transfer import gc
 
-    print(gc(args.location, grace_s=args.grace, dry_run=args.dry_run, retry=_retry(args)).summary())
+    print(gc(args.location, grace_s=_grace(args), dry_run=args.dry_run, retry=_retry(args)).summary())
     return 0
 
 
@@ -171,7 +179,7 @@ def _run_clean(args: argparse.Namespace) -> int:
 
     if bool(args.recordings) == bool(args.all):
         raise ConfigurationError("name the recordings to delete (static hashes, see `mneme ls`) or pass --all")
-    report = clean(args.location, args.recordings or None, grace_s=args.grace,
+    report = clean(args.location, args.recordings or None, grace_s=_grace(args),
                    collect_chunks=not args.keep_chunks, dry_run=args.dry_run, retry=_retry(args))
     print(report.summary())
     return 0
