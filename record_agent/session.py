@@ -84,8 +84,9 @@ def _run_unrecorded(command: tuple[str, ...]) -> int:
         raise NotAvailableError(f"cannot start {command[0]!r}: {exc.strerror}; check the path after '--'") from exc
 
 
-def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=sys.stderr) -> RecordSummary:
+def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=None) -> RecordSummary:
     """Run the application under the recorder and write its recordings; see the module docstring."""
+    log = log or sys.stderr
     base_env = dict(os.environ if env is None else env)
     rank = detect_rank(base_env)
     if not rank_selected(rank, options.record_ranks):

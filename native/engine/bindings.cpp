@@ -127,6 +127,13 @@ PYBIND11_MODULE(_engine, m) {
                                          "cuDeviceGetAttribute");
                                    return py::make_tuple(major, minor);
                                })
+        .def_property_readonly("l2_cache_size",
+                               [](const ContextState& c) {
+                                   int v = 0;
+                                   check(driver().cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, c.device),
+                                         "cuDeviceGetAttribute(L2_CACHE_SIZE)");
+                                   return v;
+                               })
         .def("attribute",
              [](const ContextState& c, int attr) {
                  int v = 0;
@@ -245,7 +252,7 @@ PYBIND11_MODULE(_engine, m) {
             [](const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned shared_mem,
                const py::bytes& args, int launches, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& resets,
                const std::vector<py::tuple>& checks, const std::vector<int>& check_launches,
-               uint64_t queue_ahead_ns, double timeout_s) {
+               uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s) {
                 std::string arg_bytes = args;
                 std::vector<Copy> copies;
                 for (const auto& [dst, src, size] : resets) copies.push_back({dst, src, size});
@@ -255,7 +262,7 @@ PYBIND11_MODULE(_engine, m) {
                 {
                     py::gil_scoped_release release;
                     r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
-                                     queue_ahead_ns, timeout_s);
+                                     queue_ahead_ns, l2_scrub_bytes, timeout_s);
                 }
                 py::list per_launch;
                 for (const auto& launch : r.checks) {
@@ -274,7 +281,7 @@ PYBIND11_MODULE(_engine, m) {
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("args"), py::arg("launches"),
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},
             py::arg("checks") = std::vector<py::tuple>{}, py::arg("check_launches") = std::vector<int>{},
-            py::arg("queue_ahead_ns") = 0, py::arg("timeout_s") = 0.0,
+            py::arg("queue_ahead_ns") = 0, py::arg("l2_scrub_bytes") = 0, py::arg("timeout_s") = 0.0,
             "Reset, launch (timed with events) and compare (after the launches in check_launches), `launches` "
             "times; one synchronization at the end.");
 }

@@ -133,6 +133,7 @@ ContextState::ContextState(int ordinal_) : ordinal(ordinal_) {
           "cuModuleLoadDataEx(engine compare kernels)");
     check(d.cuModuleGetFunction(&bytes_diff, compare_module, "mneme_bytes_diff"), "cuModuleGetFunction");
     check(d.cuModuleGetFunction(&spin, compare_module, "mneme_spin"), "cuModuleGetFunction");
+    check(d.cuModuleGetFunction(&l2_scrub, compare_module, "mneme_l2_scrub"), "cuModuleGetFunction");
     for (const auto& info : kDtypes) {
         CUfunction fn = nullptr;
         check(d.cuModuleGetFunction(&fn, compare_module, info.kernel), "cuModuleGetFunction");
@@ -144,6 +145,7 @@ ContextState::~ContextState() {
     const Driver& d = driver();
     d.cuCtxSetCurrent(context);
     for (CUevent e : events) d.cuEventDestroy(e);
+    if (scrub_buffer) d.cuMemFree(scrub_buffer);
     if (compare_module) d.cuModuleUnload(compare_module);
     if (stream) d.cuStreamDestroy(stream);
     d.cuDevicePrimaryCtxRelease(device);
@@ -157,6 +159,18 @@ void ContextState::ensure_events(size_t n) {
         check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
         events.push_back(e);
     }
+}
+
+void ContextState::ensure_scrub(uint64_t bytes) {
+    bytes = (bytes + 15) / 16 * 16;
+    if (bytes <= scrub_bytes) return;
+    const Driver& d = driver();
+    if (scrub_buffer) d.cuMemFree(scrub_buffer);
+    scrub_buffer = 0;
+    scrub_bytes = 0;
+    check(d.cuMemAlloc(&scrub_buffer, bytes + 16), "cuMemAlloc(L2 scrub buffer)");
+    check(d.cuMemsetD8(scrub_buffer, 0, bytes + 16), "cuMemsetD8(L2 scrub buffer)");
+    scrub_bytes = bytes;
 }
 
 // ------------------------------------------------------------------ Reservation
@@ -358,12 +372,17 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, double timeout_s) {
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s) {
     const Driver& d = driver();
     ContextState& ctx = *f.ctx;
     ctx.make_current();
     if (launches < 1) throw std::invalid_argument("launches must be at least 1");
     ctx.ensure_events(2 * static_cast<size_t>(launches));
+    if (l2_scrub_bytes) ctx.ensure_scrub(l2_scrub_bytes);
+    unsigned long long scrub_words = l2_scrub_bytes / 16;
+    CUdeviceptr scrub_ptr = ctx.scrub_buffer, scrub_sink = ctx.scrub_buffer + ctx.scrub_bytes;
+    void* scrub_params[] = {&scrub_ptr, &scrub_words, &scrub_sink};
+    unsigned scrub_blocks = static_cast<unsigned>(ctx.sm_count * 4);
 
     RunResult result;
     for (int i : check_launches) {
@@ -395,6 +414,9 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
     for (int i = 0; i < launches; ++i) {
         for (const Copy& c : resets)
             check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(reset)");
+        if (scrub_words)
+            check(d.cuLaunchKernel(ctx.l2_scrub, scrub_blocks, 1, 1, 256, 1, 1, 0, ctx.stream, scrub_params, nullptr),
+                  "cuLaunchKernel(L2 scrub)");
         check(d.cuEventRecord(ctx.events[2 * i], ctx.stream), "cuEventRecord");
         check(d.cuLaunchKernel(f.fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem, ctx.stream,
                                nullptr, extra_ptr),

@@ -32,6 +32,10 @@ public:
     CUmodule compare_module = nullptr;
     CUfunction bytes_diff = nullptr;
     CUfunction spin = nullptr;
+    CUfunction l2_scrub = nullptr;
+    CUdeviceptr scrub_buffer = 0;  // lazily allocated, scrub_bytes long (+16 for the sink)
+    uint64_t scrub_bytes = 0;
+    void ensure_scrub(uint64_t bytes);
     std::map<int, CUfunction> tolerance_kernels;  // dtype code -> kernel
     int sm_count = 0;
     std::vector<CUevent> events;                   // pool, grows on demand
@@ -121,7 +125,7 @@ size_t dtype_size(int dtype);
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, double timeout_s);
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s);
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);

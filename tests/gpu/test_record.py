@@ -242,3 +242,15 @@ def test_unselected_rank_runs_the_application_unrecorded(recorder_lib, programs,
             os.environ.pop("OMPI_COMM_WORLD_RANK", None)
         else:
             os.environ["OMPI_COMM_WORLD_RANK"] = env_before
+
+
+def test_annotated_policy_reaches_the_recording(recorder_lib, programs, tmp_path):
+    proc = mneme_record(recorder_lib, tmp_path / "rdb", [programs / "annotated"])
+    assert "annotate returned 0" in proc.stdout
+    rec = only_database(tmp_path / "rdb", "softish")
+    inst = next(iter(rec.instances.values()))
+    y_ptr = struct.unpack("<QQ", inst.arguments[:16])[1]
+    policies = {r.base: r.policy for r in inst.load_epilogue().regions}
+    assert (policies[y_ptr].dtype, policies[y_ptr].mode, policies[y_ptr].threshold, policies[y_ptr].norm) == ("f32", "relative", 1e-5, "linf")
+    x_ptr = struct.unpack("<Q", inst.arguments[:8])[0]
+    assert policies[x_ptr] is None

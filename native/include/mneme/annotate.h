@@ -2,12 +2,14 @@
  * output may be compared at replay (its verification policy).
  *
  *   #include <mneme/annotate.h>
- *   mneme::annotate(d_out, mneme::Metadata{"float32", "relative", 1e-5, "max"});
+ *   mneme::annotate(d_out, mneme::Metadata{"f32", "relative", 1e-5, "none"});
  *
- * dtype:     element type ("float32", "float64", "float16", "bfloat16", "int32", ...)
- * mode:      "bitwise" (default policy), "absolute" or "relative" tolerance
- * threshold: the tolerance for the absolute/relative modes
- * norm:      how element errors combine: "max" (every element) or "l2"
+ * dtype:     element type: "f32", "f64", "f16", "bf16", "i8".."i64", "u8".."u64"
+ *            ("float32", "double", "int32"... are accepted too)
+ * mode:      "bitwise" (the default policy), "absolute" or "relative" tolerance
+ * threshold: the tolerance of the absolute/relative modes
+ * norm:      "none" (every element within the tolerance), or the tolerance
+ *            applies to the "l1", "l2" or "linf" norm of the difference
  *
  * The call is a no-op when the program does not run under `mneme record`: the
  * recorder's entry point is looked up at run time (dlsym), so nothing links
@@ -41,10 +43,10 @@ static inline int mneme_annotate_c(const void* ptr, const char* dtype, const cha
 namespace mneme {
 
 struct Metadata {
-  const char* dtype = "uint8";
+  const char* dtype = "u8";
   const char* mode = "bitwise";
   double threshold = 0.0;
-  const char* norm = "max";
+  const char* norm = "none";
 };
 
 inline int annotate(const void* ptr, const Metadata& m) {

@@ -35,7 +35,7 @@ extern "C" __attribute__((visibility("default"))) int mneme_annotate_v1(const vo
                                                                        const char* mode, double threshold,
                                                                        const char* norm) {
   using namespace mneme::rec;
-  if (!dtype || !*dtype || !one_of(mode, {"bitwise", "absolute", "relative"}) || !one_of(norm, {"max", "l2"}) ||
+  if (!dtype || !*dtype || !one_of(mode, {"bitwise", "absolute", "relative"}) || !one_of(norm, {"none", "l1", "l2", "linf", "max"}) ||
       threshold < 0)
     return 2;
   Allocation a;

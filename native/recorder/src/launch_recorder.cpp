@@ -41,6 +41,7 @@ struct ModuleInfo {
 struct KernelState {
   std::string name;
   bool selected = false;
+  std::atomic<bool> finished{false};  // nothing more will be recorded: skip without locking
   long launches = 0;
   long recorded = 0;
   std::unordered_set<uint64_t> seen;  // launch-identity hashes already recorded
@@ -291,12 +292,20 @@ SnapshotWriter& writer_for_current_context() {
 }
 
 // Called at API enter of a launch: decide, then capture the prologue.
+// Launches of kernels the filter rejected (or that are done) take this path on
+// every call: one thread-local hash lookup, no lock.
+thread_local std::unordered_map<CUfunction, const KernelState*> t_known;
+
 void before_launch(const Launch& l, const char* symbol_name) {
   g_launches_seen++;
   if (g_disabled) return;
+  auto known = t_known.find(l.f);
+  if (known != t_known.end() && (!known->second->selected || known->second->finished.load(std::memory_order_relaxed)))
+    return;
   std::lock_guard<std::mutex> lock(g_mu);
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
+  t_known[l.f] = &ks;
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
   if (settings().max_instances > 0 && ks.recorded >= settings().max_instances) return;
@@ -499,6 +508,7 @@ void after_launch(CUresult launch_result) {
   g_committed.emplace_back(p->final_dir, p->prologue_bytes + epilogue_bytes);
   p->kernel->recorded++;
   p->kernel->seen.insert(p->identity);
+  if (settings().max_instances > 0 && p->kernel->recorded >= settings().max_instances) p->kernel->finished = true;
   g_recorded++;
 }
 

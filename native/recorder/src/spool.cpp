@@ -119,9 +119,9 @@ uint64_t tree_bytes(const std::string& path) {
 // ---------------------------------------------------------------------------
 
 namespace {
-constexpr int kBuffers = 4;
-constexpr size_t kChunk = 32ull << 20;
-constexpr int kWriters = 2;
+constexpr int kBuffers = 8;
+constexpr size_t kChunk = 16ull << 20;
+constexpr int kWriters = 4;
 }  // namespace
 
 struct SnapshotWriter::Impl {

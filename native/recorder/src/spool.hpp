@@ -31,7 +31,7 @@ struct DeviceRegion {
 
 // Copies device regions into one file, region after region, through pinned
 // staging buffers: the device-to-host copy of one chunk overlaps the file
-// writes of the chunks before it (two writer threads, positional writes).
+// writes of the chunks before it (several writer threads, positional writes).
 class SnapshotWriter {
  public:
   SnapshotWriter();

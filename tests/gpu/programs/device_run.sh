@@ -1,12 +1,16 @@
 #!/bin/bash
 # What the recorder's GPU session runs on the device machine (kept for re-runs):
-# build the recorder, run the GPU recording tests, make the committed vecadd recording.
+# build the recorder, run the GPU recording tests, the overhead benchmark, and
+# (with MAKE_RECORDING=1) the committed vecadd recording.
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 mkdir -p /tmp/recsrc && printf "cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory($PWD/native/recorder recorder)\n" > /tmp/recsrc/CMakeLists.txt
 cmake -S /tmp/recsrc -B /tmp/recbuild -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build /tmp/recbuild >/dev/null || exit 1
 export MNEME_RECORDER_LIB=/tmp/recbuild/recorder/libmneme_recorder.so
-python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_record.py "$@" 2>&1 | tee $OUT/pytest.log | tail -40
-make -s -C examples/vecadd vecadd
-rm -rf /tmp/vecadd_rec && python3 -m mneme record -rdb /tmp/vecadd_rec -- examples/vecadd/vecadd 16384 2 && tar -C /tmp -czf $OUT/vecadd_recording.tgz vecadd_rec && ls -la /tmp/vecadd_rec
+python3 -m pytest -q -p no:cacheprovider tests/gpu/test_record.py 2>&1 | tee $OUT/pytest.log | tail -30
+[ "$BENCH" = 1 ] && python3 bench/record_overhead.py --json $OUT/record_overhead.json 2>&1 | tee $OUT/bench.log
+if [ "$MAKE_RECORDING" = 1 ]; then
+  make -s -C examples/vecadd vecadd
+  rm -rf /tmp/vecadd_rec && python3 -m mneme record -rdb /tmp/vecadd_rec -- examples/vecadd/vecadd 16384 2 && tar -C /tmp -czf $OUT/vecadd_recording.tgz vecadd_rec
+fi
