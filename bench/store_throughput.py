@@ -62,7 +62,8 @@ def write_solver_recording(directory: Path, scale: float, iterations: int, seed:
     ptx = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry cg_step() { ret; }\n"
     sh = static_hash("cg_step", ptx)
     code = writer.write_code(sh, ptx=ptx)
-    signature = KernelSignature("cg_step", "cg_step(...)", tuple(KernelParam(8 * i, 8, "pointer") for i in range(7)), 56)
+    pointers = tuple(KernelParam(8 * i, 8, "pointer") for i in range(7))
+    signature = KernelSignature("cg_step", "cg_step(...)", pointers, 56)
     db = new_database(sh, signature, code)
 
     def regions(vecs: dict[str, np.ndarray]) -> list[RegionSource]:

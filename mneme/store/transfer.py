@@ -27,7 +27,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Sequence, TypeVar, Union
 
 import zstandard
 
@@ -47,6 +47,8 @@ from mneme.store import Store, open_store
 from mneme.store.s3 import ObjectInfo, StoreUnavailableError
 
 T = TypeVar("T")
+#: What transfers accept for a store: a Store, a directory path or an s3:// URL.
+Location = Union[Store, str, "os.PathLike[str]"]
 
 DATABASE_NAME = re.compile(r"[0-9]{1,20}\.json")
 #: Objects a recording consists of besides its database (what gc may remove when nothing names them).
@@ -102,7 +104,7 @@ def with_retries(action: Callable[[], T], policy: RetryPolicy, sleep: Callable[[
 # -- reading what a store holds -------------------------------------------------------------------
 
 
-def as_store(store_or_url: Store | str | os.PathLike[str]) -> Store:
+def as_store(store_or_url: Location) -> Store:
     return store_or_url if isinstance(store_or_url, Store) else open_store(store_or_url)
 
 
@@ -453,8 +455,8 @@ class _Transfer:
 
 
 def transfer(
-    source: Store | str | os.PathLike[str],
-    destination: Store | str | os.PathLike[str],
+    source: Location,
+    destination: Location,
     *,
     recordings: Sequence[str] | None = None,
     resume: bool = False,
@@ -492,12 +494,12 @@ def transfer(
     return report
 
 
-def push(source: Store | str | os.PathLike[str], destination: Store | str | os.PathLike[str], **options) -> TransferReport:
+def push(source: Location, destination: Location, **options) -> TransferReport:
     """Upload recordings (usually a directory to ``s3://``); see :func:`transfer` for the options."""
     return transfer(source, destination, **options)
 
 
-def pull(source: Store | str | os.PathLike[str], destination: Store | str | os.PathLike[str], **options) -> TransferReport:
+def pull(source: Location, destination: Location, **options) -> TransferReport:
     """Download recordings; into an empty directory this reproduces the source layout byte-exact."""
     return transfer(source, destination, **options)
 
@@ -506,8 +508,8 @@ copy = transfer
 
 
 def move(
-    source: Store | str | os.PathLike[str],
-    destination: Store | str | os.PathLike[str],
+    source: Location,
+    destination: Location,
     *,
     recordings: Sequence[str] | None = None,
     grace_s: float = DEFAULT_GC_GRACE_S,
@@ -538,7 +540,9 @@ class CleanReport:
 
     def summary(self) -> str:
         verb = "would remove" if self.dry_run else "removed"
-        young = f"; kept {self.kept_young} unreferenced object(s) younger than the grace period" if self.kept_young else ""
+        young = ""
+        if self.kept_young:
+            young = f"; kept {self.kept_young} unreferenced object(s) younger than the grace period"
         recs = f"{len(self.databases)} recording(s), " if self.databases else ""
         return (f"{self.store}: {verb} {recs}{self.objects} file(s) and {self.chunks} chunk(s), "
                 f"{self.bytes / 1e6:.1f} MB{young}")
@@ -566,7 +570,7 @@ def referenced_names(store: Store, databases: Iterable[str], retry: RetryPolicy 
 
 
 def gc(
-    store_or_url: Store | str | os.PathLike[str],
+    store_or_url: Location,
     *,
     grace_s: float = DEFAULT_GC_GRACE_S,
     dry_run: bool = False,
@@ -606,7 +610,7 @@ def gc(
 
 
 def clean(
-    store_or_url: Store | str | os.PathLike[str],
+    store_or_url: Location,
     recordings: Sequence[str] | None = None,
     *,
     grace_s: float = DEFAULT_GC_GRACE_S,
@@ -699,7 +703,7 @@ class StoreSummary:
         return self.logical_bytes / self.stored_chunk_bytes if self.stored_chunk_bytes else 0.0
 
 
-def summarize(store_or_url: Store | str | os.PathLike[str], retry: RetryPolicy = RetryPolicy()) -> StoreSummary:
+def summarize(store_or_url: Location, retry: RetryPolicy = RetryPolicy()) -> StoreSummary:
     """Read every database and snapshot manifest of a store and size what they use."""
     store = as_store(store_or_url)
     sizes = {info.name: info.size for info in with_retries(lambda: list(list_info(store, CHUNKS_DIR + "/")), retry)}

@@ -13,7 +13,10 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database
 from mneme.store import LocalStore
 
 BASE = 0x7F0000000000
-PTX = ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry {name}(.param .u64 a, .param .u64 b, .param .u32 n)\n{{ ret; }}\n"
+PTX = (
+    ".version 8.0\n.target sm_90\n.address_size 64\n"
+    ".visible .entry {name}(.param .u64 a, .param .u64 b, .param .u32 n)\n{{ ret; }}\n"
+)
 
 
 def write_recording(

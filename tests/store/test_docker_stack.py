@@ -128,7 +128,8 @@ def test_dashboard_is_valid_and_covers_the_required_views():
     uid = datasources["datasources"][0]["uid"]
     assert all(p["datasource"]["uid"] == uid for p in dashboard["panels"])
     used = set().union(*(metric_families(e) for e in dashboard_exprs()))
-    assert used == SERVER_METRICS, f"dashboard uses {sorted(used - SERVER_METRICS)}, misses {sorted(SERVER_METRICS - used)}"
+    assert used == SERVER_METRICS, (
+        f"dashboard uses {sorted(used - SERVER_METRICS)}, misses {sorted(SERVER_METRICS - used)}")
     for expr in dashboard_exprs():
         assert expr.count("(") == expr.count(")"), expr
     provider = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "dashboards" / "mneme.yml").read_text())
@@ -143,7 +144,8 @@ def test_dashboard_metrics_are_what_the_replay_server_exports():
 
     server = metrics.ServerMetrics(gpu=0, engine="test")
     exposition = generate_latest(server.registry).decode()
-    exported = {line.split("{")[0].split(" ")[0] for line in exposition.splitlines() if line and not line.startswith("#")}
+    samples = [line for line in exposition.splitlines() if line and not line.startswith("#")]
+    exported = {line.split("{")[0].split(" ")[0] for line in samples}
     exported = {re.sub(r"_(bucket|sum|count|created)$", "", n) for n in exported}
     missing = SERVER_METRICS - exported
     assert not missing, f"the replay server no longer exports {sorted(missing)}; update the dashboard"
