@@ -83,13 +83,11 @@ extern "C" __global__ void spin(unsigned long long ns) {
 """
 
 
-def replay_times(recording, instance, launches: int, *, verify_every: bool, queue_ahead: bool) -> dict:
-    """Median replayed kernel time and the per-launch overheads of one replay mode."""
+def replay_times(recording, instance, launches: int, **options) -> dict:
+    """Median replayed kernel time and the per-launch overheads of one replay mode (Replayer options)."""
     from mneme.replay import Replayer
 
-    with Replayer(
-        recording, instance.record_id, verify_every_iteration=verify_every, queue_ahead=queue_ahead
-    ) as replayer:
+    with Replayer(recording, instance.record_id, **options) as replayer:
         replayer.run(replayer.baseline(), iterations=5, warmup=2)  # load, first touch
         result = replayer.run(replayer.baseline(), iterations=launches - 5, warmup=5)
         if not result.verified:
@@ -128,9 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         app_ns, app_how = in_app_time_ns(recording, instance, args.launches)
         label = f"{recording.kernel_name} grid={instance.grid_dim.x} block={instance.block_dim.x}"
         for mode, kwargs in (
-            ("queue-ahead, verify first+last", {"verify_every": False, "queue_ahead": True}),
-            ("direct, verify first+last", {"verify_every": False, "queue_ahead": False}),
-            ("queue-ahead, verify every launch", {"verify_every": True, "queue_ahead": True}),
+            ("default (queue-ahead, verify first+last)", {}),
+            ("no queue-ahead", {"queue_ahead": False}),
+            ("L2 scrub after resets", {"l2_scrub": True}),
+            ("verify every launch", {"verify_every_iteration": True}),
         ):
             m = replay_times(recording, instance, args.launches, **kwargs)
             diff = 100 * (m["kernel_ns"] - app_ns) / app_ns

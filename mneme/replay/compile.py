@@ -58,8 +58,9 @@ class CompiledCode:
     key: str  # content hash of what was compiled ("" for the recorded cubin)
     arch: str
     ptx: str | None = None  # the PTX that was compiled (None for the recorded cubin)
-    codegen_time: float = 0.0  # seconds in ptxas (0 when it came from a cache)
-    opt_time: float = 0.0  # seconds in the LLVM tier
+    codegen_time: float = 0.0  # seconds in ptxas (0 when it came from a cache) and LLVM code generation
+    opt_time: float = 0.0  # seconds in the LLVM pass pipeline
+    preprocess_ir_time: float = 0.0  # seconds preparing the IR (specialization, pruning)
     cached: bool = False
     log: str = ""
 
@@ -114,7 +115,7 @@ def compile_for(
             return CompiledCode(recording.load_code("cubin"), "recorded", "", recording.code.arch)
         # No usable cubin (PTX-only recording, or another GPU): the baseline is the recorded PTX at -O3.
     tier = "ptx"
-    opt_time = 0.0
+    timings = None
     if config.passes.strip() != DEFAULT_PASSES:
         if recording.code.bitcode is None:
             raise CompileError(
@@ -122,9 +123,7 @@ def compile_for(
                 f"{recording.kernel_name}; record a build made with `mneme config cxx` / CMake add_mneme(), "
                 "or tune only PTX-tier knobs (codegen_opt, launch bounds, specialization, launch shape)"
             )
-        t0 = time.perf_counter()
-        source = _llvm_ptx(recording, instance, config, arch)
-        opt_time = time.perf_counter() - t0
+        source, timings = _llvm_ptx(recording, instance, config, arch)
         tier = "llvm"
     else:
         if recording.code.ptx is None:
@@ -142,9 +141,12 @@ def compile_for(
         )
     flags = ptxas_flags(config.codegen_opt, arch, options)
     product = cache.compile(source, flags, arch)
+    llvm_codegen = timings.codegen_time if timings else 0.0
     return CompiledCode(
-        product.image, tier, product.key, arch, source, product.codegen_time, opt_time, product.cached, product.log
-    )
+        product.image, tier, product.key, arch, source, product.codegen_time + llvm_codegen,
+        timings.opt_time if timings else 0.0, timings.preprocess_ir_time if timings else 0.0,
+        product.cached, product.log,
+    )  # fmt: skip
 
 
 def rewrite_ptx(
@@ -191,9 +193,10 @@ def _cubin_runs_on(recorded_arch: str, device_arch: str) -> bool:
     return r[:-1] == d[:-1] and int(r[-1]) <= int(d[-1])
 
 
-def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, arch: str) -> str:
+def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, arch: str) -> tuple[str, Any]:
+    """PTX from the recorded bitcode through mneme.llvm, and its phase timings."""
     try:
-        from mneme.llvm import compile_to_ptx  # lazy: llvmlite is an optional dependency
+        from mneme.llvm.compile import compile_to_ptx_timed  # lazy: llvmlite is an optional dependency
     except ImportError as exc:
         raise CompileError(
             f"the LLVM tier is not available in this installation ({exc}); install mneme[llvm] (llvmlite)"
@@ -203,12 +206,12 @@ def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, ar
     if config.specialize:
         offsets = _scalar_offsets(recording)
         specialize = {
-            p.offset: instance.arguments[p.offset : p.offset + p.size]
-            for p in recording.kernel.params
-            if offsets is None or p.offset in offsets
+            index: instance.arguments[p.offset : p.offset + p.size]
+            for index, p in enumerate(recording.kernel.params)
+            if p.kind != "pointer" and (offsets is None or p.offset in offsets)
         }
     try:
-        return compile_to_ptx(
+        return compile_to_ptx_timed(
             recording.load_code("bitcode"),
             kernel=recording.kernel_name,
             passes=config.passes,
@@ -220,9 +223,7 @@ def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, ar
             internalize=config.internalize,
             arch=arch,
         )
-    except MnemeError:
-        raise
-    except Exception as exc:  # llvmlite reports pipeline and codegen errors as plain exceptions
+    except Exception as exc:  # a bad pipeline, IR that does not compile, unreadable bitcode
         raise CompileError(f"the LLVM tier failed for passes={config.passes!r}: {exc}") from None
 
 

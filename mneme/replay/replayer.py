@@ -76,6 +76,7 @@ class Replayer:
         compile_options: CompileOptions | None = None,
         verify_every_iteration: bool = False,
         queue_ahead: bool = True,
+        l2_scrub: bool = False,
         timeout_s: float = 0.0,
         relocate: bool | None = None,
     ):
@@ -87,12 +88,17 @@ class Replayer:
         of after the first and the last (which already catches a reset that
         does not work, at a fraction of the cost for large states);
         ``queue_ahead`` keeps the GPU busy while the launches are enqueued, so
-        that the events time the kernel rather than the host; ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
+        that the events time the kernel rather than the host; ``l2_scrub``
+        reads a scratch buffer after the resets so that the kernel does not
+        start with an L2 full of the reset's dirty lines (off by default:
+        bench/replay_fidelity.py measured it further from the in-application
+        time than leaving the L2 as the reset leaves it); ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
         still running then makes the Replayer unhealthy); ``relocate`` forces
         (True) or forbids (False) relocating heap buffers instead of restoring
         them at their recorded addresses (default: relocate when the recording
         is relocatable or the recorded window cannot be reserved here).
         """
+        eng.require_driver()  # no GPU here: say so before reading anything
         self.recording = recording
         self.instance = recording[record_id]
         self.record_id = str(record_id)
@@ -100,6 +106,7 @@ class Replayer:
         self.compile_options = compile_options or CompileOptions()
         self.verify_every_iteration = verify_every_iteration
         self.queue_ahead = queue_ahead
+        self.l2_scrub = l2_scrub
         self.timeout_s = float(timeout_s)
         if isinstance(tolerance_overrides, ToleranceOverrides):
             self.overrides = tolerance_overrides
@@ -248,6 +255,7 @@ class Replayer:
             "shared_mem_usage": attrs.get("shared_size_bytes", -1),
             "codegen_time": code.codegen_time + loaded.load_seconds,
             "opt_time": code.opt_time,
+            "preprocess_ir_time": code.preprocess_ir_time,
             "compile_cached": code.cached,
         }
 
@@ -278,6 +286,7 @@ class Replayer:
             checks.append(engine_check(live, r.expected.ptr, r.size, policy))
             checked_regions.append((r, policy))
         launches = warmup + iterations
+        resets = state.iteration_resets(homes)
         try:
             state.apply_map(state.relocation_map(homes))
             state.full_reset(homes)
@@ -287,11 +296,12 @@ class Replayer:
                 config.shared_mem,
                 loaded.args,
                 launches,
-                state.iteration_resets(homes),
-                checks,
-                self._checked_launches(launches),
-                _queue_ahead_ns(launches) if self.queue_ahead else 0,
-                self.timeout_s,
+                resets=resets,
+                checks=checks,
+                check_launches=self._checked_launches(launches),
+                queue_ahead_ns=_queue_ahead_ns(launches) if self.queue_ahead else 0,
+                l2_scrub_bytes=self._l2_scrub_bytes(sum(size for _, _, size in resets)),
+                timeout_s=self.timeout_s,
             )
         except Exception as exc:
             code_no = eng.cuda_error_code(exc)
@@ -370,6 +380,9 @@ class Replayer:
                 }
             mismatches.append(entry)
         return mismatches
+
+    def _l2_scrub_bytes(self, reset_bytes: int) -> int:
+        return 2 * self.ctx.l2_cache_size if self.l2_scrub and reset_bytes else 0
 
     def _checked_launches(self, launches: int) -> list[int]:
         if self.verify_every_iteration:

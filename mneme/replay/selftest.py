@@ -85,9 +85,9 @@ def _run(native, device: int) -> None:
         grid = (ELEMENTS + block - 1) // block
         out = fn.run(
             (grid, 1, 1), (block, 1, 1), 0, args, 3,
-            [(live.ptr, pristine.ptr, size)],
-            [(live.ptr, expected.ptr, size, -1, False, 0.0)],
-            [0, 1, 2], 0, 10.0,
+            resets=[(live.ptr, pristine.ptr, size)],
+            checks=[(live.ptr, expected.ptr, size, -1, False, 0.0)],
+            check_launches=[0, 1, 2], timeout_s=10.0,
         )  # fmt: skip
         for launch, per_check in zip(out["checked_launches"], out["checks"]):
             differing = per_check[0][1][0]
