@@ -3,39 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
-from conftest import HERE, RECORD_DB, RECORD_ID, ROOT, free_port
+from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, start_server, store, subprocess_env  # noqa: F401
 
 from mneme.async_executor import AsyncReplayExecutor, ReplayServerError
 from mneme.mneme_types import ExperimentConfiguration
-
-
-def _env(log_dir) -> dict[str, str]:
-    log_dir.mkdir(exist_ok=True)
-    return {
-        "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir)}),
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
-    }
-
-
-ENGINE = ["--engine", "fake_engine:spec_from_env"]
-
-
-def start_server(store, log_dir, *extra) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "replay_server", "--gpu", "0", "--port", "0", "--host", "127.0.0.1",
-         "--store", str(store), "--log-level", "WARNING", *ENGINE, *extra],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, **_env(log_dir)},
-    )
-    line = process.stdout.readline()
-    assert "listening on" in line, line
-    return process, line.split("listening on ", 1)[1].split()[0]
 
 
 def config(passes="default<O3>", block_x=64) -> ExperimentConfiguration:
@@ -46,7 +21,7 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
     results_dir = tmp_path / "results"
     executor = AsyncReplayExecutor(
         record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=5, results_db_dir=str(results_dir),
-        num_workers=3, local_gpus=[0, 1], server_args=ENGINE, server_env=_env(tmp_path / "log"),
+        num_workers=3, local_gpus=[0, 1], server_args=ENGINE_ARGS, server_env=subprocess_env(tmp_path / "log"),
     )
     with executor:
         assert len(executor.servers) == 2

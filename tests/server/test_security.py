@@ -7,7 +7,7 @@ import ipaddress
 
 import grpc
 import pytest
-from conftest import make_server, request
+from server_helpers import make_server, request, store  # noqa: F401
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2_grpc
 from mneme._proto.convert import result_from_proto

@@ -5,7 +5,7 @@ from __future__ import annotations
 import signal
 
 import pytest
-from test_executor import start_server
+from server_helpers import make_server, start_server, store  # noqa: F401
 
 from mneme.cli import main
 
@@ -39,8 +39,6 @@ def test_sigterm_stops_the_server_and_its_workers(store, tmp_path):
 
 
 def test_a_taken_port_is_a_clear_error(store, tmp_path):
-    from conftest import make_server
-
     from mneme.errors import ConfigurationError
 
     first = make_server(store, tmp_path / "log")

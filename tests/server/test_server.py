@@ -7,7 +7,7 @@ import urllib.request
 
 import grpc
 import pytest
-from conftest import RECORD_DB, free_port, make_server, request, runs, stub_for
+from server_helpers import free_port, make_server, request, runs, store, stub_for  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2

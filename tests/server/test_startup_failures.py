@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from conftest import make_server, request, stub_for
+from server_helpers import make_server, request, store, stub_for  # noqa: F401
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2
 from mneme._proto.convert import result_from_proto

@@ -1,9 +1,17 @@
-"""Fixtures of the server tests: real servers (in-process supervisor, spawned
-worker processes) running the test engine, and requests over real gRPC."""
+"""Helpers and fixtures of the server tests: real servers (in-process supervisor,
+spawned worker processes, or ``mneme serve`` subprocesses) running the test
+engine, and requests over real gRPC.
+
+A module with its own name rather than a conftest.py: test modules of several
+folders import from "conftest", and one folder's would shadow another's.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -67,3 +75,27 @@ def stub_for(port: int) -> replay_pb2_grpc.ReplayServiceStub:
 def runs(log_dir: Path) -> list[str]:
     path = log_dir / "runs.log"
     return path.read_text().splitlines() if path.exists() else []
+
+
+ENGINE_ARGS = ["--engine", "fake_engine:spec_from_env"]
+
+
+def subprocess_env(log_dir: Path) -> dict[str, str]:
+    """Environment of a ``mneme serve`` subprocess running the test engine."""
+    log_dir.mkdir(exist_ok=True)
+    return {
+        "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir)}),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+    }
+
+
+def start_server(store: Path, log_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
+    """A ``mneme serve`` process with the test engine on a free port; (process, address)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "replay_server", "--gpu", "0", "--port", "0", "--host", "127.0.0.1",
+         "--store", str(store), "--log-level", "WARNING", *ENGINE_ARGS, *extra],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **subprocess_env(log_dir)},
+    )
+    line = process.stdout.readline()
+    assert "listening on" in line, line
+    return process, line.split("listening on ", 1)[1].split()[0]
