@@ -82,7 +82,7 @@ class CudaEngineSpec:
 
     def compiler(self) -> CompileFunction | None:
         try:
-            import mneme.replay.compile  # noqa: F401
+            import mneme.replay.compile  # noqa: F401  (only whether it is there)
         except ImportError:
             return None
         return compile_in_pool

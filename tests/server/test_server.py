@@ -133,14 +133,14 @@ def test_unknown_objects_are_not_found(served):
 
 
 def test_prepare_restores_on_every_worker(served):
-    stub, server = served[0], served[1]
+    stub = served[0]
     response = stub.Prepare(replay_pb2.PrepareRequest(instance=request().instance), timeout=20)
     assert response.workers_prepared == 2 and response.device_bytes == 1 << 20
     assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).prepared_instance_bytes == 2 << 20
 
 
 def test_health_reports_serving(served):
-    stub, server = served[0], served[1]
+    server = served[1]
     health = health_pb2_grpc.HealthStub(grpc.insecure_channel(f"127.0.0.1:{server.port}"))
     for service in ("", "mneme.v1.ReplayService"):
         assert health.Check(health_pb2.HealthCheckRequest(service=service)).status == \
