@@ -87,7 +87,18 @@ class _Server:
 
 
 class AsyncReplayExecutor:
-    """Evaluate configurations of ``record_id`` in ``record_db`` asynchronously, on replay servers."""
+    """Evaluate configurations of ``record_id`` in ``record_db`` asynchronously, on replay servers.
+
+    The reference's arguments come first (``record_db``, ``record_id``,
+    ``iterations``, ``results_db_dir``, ``num_workers``, ``servers``, ``warmup``).
+    The keyword-only rest: ``record_key`` (the database's key in remote servers'
+    stores; default its file name), ``timeout_seconds`` (per-replay watchdog,
+    0 = the servers' own), ``token``/``token_file`` (bearer token of remote
+    servers), ``tls_ca``/``tls_cert``/``tls_key``/``tls_server_name`` (TLS and
+    mutual TLS to remote servers), ``max_attempts`` and ``retry_window``
+    (retries when servers go away), ``local_gpus``, ``server_args``,
+    ``server_env`` and ``server_startup_timeout`` (local servers).
+    """
 
     def __init__(
         self,
