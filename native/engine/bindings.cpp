@@ -25,7 +25,7 @@ public:
     }
     ~Buffer() { free(); }
     void free() {
-        if (!ptr_) return;
+        if (!ptr_ || driver_cleanup_abandoned()) return;
         driver().cuCtxSetCurrent(ctx_->context);
         driver().cuMemFree(ptr_);
         ptr_ = 0;
@@ -99,6 +99,8 @@ PYBIND11_MODULE(_engine, m) {
         return n;
     });
     m.def("dtype_size", &dtype_size);
+    m.def("abandon_cleanup", &abandon_driver_cleanup,
+          "The context is lost: from now on the engine's destructors leave the driver alone.");
 
     py::class_<Buffer, std::shared_ptr<Buffer>>(m, "Buffer")
         .def_property_readonly("ptr", &Buffer::ptr)

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <atomic>
 #include <mutex>
 
 namespace mneme {
@@ -86,7 +87,12 @@ const Loaded& loaded() {
     return *instance;
 }
 
+std::atomic<bool> g_abandoned{false};
+
 }  // namespace
+
+void abandon_driver_cleanup() { g_abandoned = true; }
+bool driver_cleanup_abandoned() { return g_abandoned; }
 
 const Driver& driver() {
     const Loaded& l = loaded();

@@ -95,6 +95,12 @@ std::string driver_unavailable_reason();
 // Throws CudaError for anything but CUDA_SUCCESS.
 void check(CUresult result, const char* call);
 
+// Once the context is lost (a kernel fault, a kernel that never ends), destructors
+// stop calling the driver: freeing could block forever on the busy context, and the
+// process is going away anyway.
+void abandon_driver_cleanup();
+bool driver_cleanup_abandoned();
+
 // The name of a CUresult ("CUDA_ERROR_ILLEGAL_ADDRESS").
 std::string error_name(CUresult result);
 

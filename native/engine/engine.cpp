@@ -68,7 +68,7 @@ struct DeviceScratch {
         if (bytes) check(driver().cuMemAlloc(&ptr, bytes), "cuMemAlloc(compare results)");
     }
     ~DeviceScratch() {
-        if (ptr) driver().cuMemFree(ptr);
+        if (ptr && !driver_cleanup_abandoned()) driver().cuMemFree(ptr);
     }
 };
 
@@ -142,6 +142,7 @@ ContextState::ContextState(int ordinal_) : ordinal(ordinal_) {
 }
 
 ContextState::~ContextState() {
+    if (driver_cleanup_abandoned()) return;
     const Driver& d = driver();
     d.cuCtxSetCurrent(context);
     for (CUevent e : events) d.cuEventDestroy(e);
@@ -253,7 +254,7 @@ void Reservation::unmap(uint64_t offset, uint64_t size) {
 }
 
 void Reservation::release() {
-    if (!reserved_) return;
+    if (!reserved_ || driver_cleanup_abandoned()) return;
     const Driver& d = driver();
     d.cuCtxSetCurrent(ctx_->context);
     for (const auto& m : mappings_) {
@@ -303,6 +304,10 @@ Module::Module(ContextPtr ctx_, const std::string& image, const std::map<std::st
     }
     ContextPtr keep = ctx;
     module = std::shared_ptr<CUmodule>(new CUmodule(mod), [keep](CUmodule* m) {
+        if (driver_cleanup_abandoned()) {
+            delete m;
+            return;
+        }
         const Driver& dd = driver();
         dd.cuCtxSetCurrent(keep->context);
         dd.cuModuleUnload(*m);

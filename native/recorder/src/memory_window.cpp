@@ -1,5 +1,9 @@
 #include "memory_window.hpp"
 
+#include <algorithm>
+
+#include <sys/mman.h>
+
 #include <cstdio>
 
 #include "driver_api.hpp"
@@ -18,7 +22,32 @@ int current_device() {
   return 0;
 }
 
+constexpr int kGuardedDevices = 8;
+uint64_t g_guard_base = 0, g_guard_size = 0;
+
+// Where to try when the configured base is taken: below the range where the
+// kernel places shared libraries and mmap (randomized near 0x7fxx...), above
+// the program and its brk heap.
+const uint64_t kFallbackBases[] = {0x200000000000ull, 0x300000000000ull, 0x100000000000ull};
+
+void release_guard(uint64_t base, uint64_t size) {
+  uint64_t lo = std::max(base, g_guard_base), hi = std::min(base + size, g_guard_base + g_guard_size);
+  if (g_guard_size && lo < hi) munmap(reinterpret_cast<void*>(lo), hi - lo);
+}
+
 }  // namespace
+
+void MemoryWindow::guard_address_ranges() {
+  uint64_t size = round_up(settings().va_size, 2ull << 20) * kGuardedDevices;
+  void* want = reinterpret_cast<void*>(settings().va_base);
+  void* got = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+  if (got == want) {
+    g_guard_base = settings().va_base;
+    g_guard_size = size;
+  } else if (got != MAP_FAILED) {
+    munmap(got, size);  // old kernels ignore MAP_FIXED_NOREPLACE and map elsewhere
+  }
+}
 
 MemoryWindow& MemoryWindow::instance() {
   static MemoryWindow* w = new MemoryWindow();  // never destroyed: used until exit
@@ -47,22 +76,38 @@ bool MemoryWindow::reserve(Window& w) {
   if (d.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) == CUDA_SUCCESS && gran)
     w.granularity = gran;
   w.info.size = round_up(w.info.size, w.granularity);
-  CUdeviceptr got = 0;
-  CUresult r = d.cuMemAddressReserve(&got, w.info.size, 0, w.info.base, 0);
-  if (r != CUDA_SUCCESS || got != w.info.base) {
-    if (r == CUDA_SUCCESS) d.cuMemAddressFree(got, w.info.size);
+  uint64_t wanted = w.info.base;
+  bool ok = try_reserve_at(w, wanted);
+  for (uint64_t alt : kFallbackBases) {
+    if (ok) break;
+    ok = try_reserve_at(w, alt + static_cast<uint64_t>(w.info.device) * w.info.size);
+  }
+  if (!ok) {
     std::fprintf(stderr,
-                 "mneme record: warning: could not reserve the address window 0x%llx (+%llu bytes) on device %d (%s);"
-                 " allocations keep driver addresses and replay will relocate pointers. Set MNEME_VA_BASE to a free"
-                 " range or lower -vass.\n",
-                 (unsigned long long)w.info.base, (unsigned long long)w.info.size, w.info.device,
-                 r == CUDA_SUCCESS ? "granted elsewhere" : error_string(r));
+                 "mneme record: warning: could not reserve a fixed address window of %llu bytes on device %d (tried"
+                 " 0x%llx and fallbacks); allocations keep driver addresses and replay will relocate pointers. Set"
+                 " MNEME_VA_BASE to a free range or lower -vass.\n",
+                 (unsigned long long)w.info.size, w.info.device, (unsigned long long)wanted);
+    w.info.base = wanted;
     w.failed = true;
     return false;
   }
   w.info.reserved = true;
   w.free_list[0] = w.info.size;
   return true;
+}
+
+bool MemoryWindow::try_reserve_at(Window& w, uint64_t base) {
+  auto& d = driver();
+  release_guard(base, w.info.size);
+  CUdeviceptr got = 0;
+  CUresult r = d.cuMemAddressReserve(&got, w.info.size, 0, base, 0);
+  if (r == CUDA_SUCCESS && got == base) {
+    w.info.base = base;
+    return true;
+  }
+  if (r == CUDA_SUCCESS) d.cuMemAddressFree(got, w.info.size);
+  return false;
 }
 
 bool MemoryWindow::map_up_to(Window& w, uint64_t end_offset) {

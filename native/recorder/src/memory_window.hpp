@@ -33,6 +33,13 @@ class MemoryWindow {
  public:
   static MemoryWindow& instance();
 
+  // Called at load time (before the application maps much): holds the host
+  // address range of the windows with a PROT_NONE mapping, so that no library
+  // or host allocation lands there (CUDA's unified addressing needs the same
+  // range free on the host). Each window's part is released just before the
+  // driver reserves it.
+  static void guard_address_ranges();
+
   // Allocate `size` bytes on the current context's device; falls back to the
   // driver's allocator (via `fallback`) when the window cannot serve it.
   CUresult allocate(CUdeviceptr* out, size_t size, CUresult (*fallback)(CUdeviceptr*, size_t));
@@ -56,6 +63,7 @@ class MemoryWindow {
   };
   Window& window_for(int device);
   bool reserve(Window& w);
+  bool try_reserve_at(Window& w, uint64_t base);
   bool map_up_to(Window& w, uint64_t end_offset);
   bool take_from_window(Window& w, uint64_t size, uint64_t* offset);
 
