@@ -30,7 +30,7 @@ from mneme.format import (
     new_database,
     static_hash,
 )
-from mneme.store import Store
+from mneme.store import Store, open_store
 from record_agent import fatbin
 from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
 
@@ -143,13 +143,13 @@ class SpoolConverter:
         self.store = store
         self.executable = executable
         self.recorder = recorder
-        self.writer = RecordingWriter(store)
         self.stats = ConversionStats()
+        self._writers: dict[int, RecordingWriter] = {}
         self._on_commit = on_commit
         self._before_write = before_write
         self._modules: dict[int, SpoolModule] = {}
         self._code: dict[tuple[int, str], KernelCodeFiles] = {}
-        self._databases: dict[str, RecordingDatabase] = {}
+        self._databases: dict[tuple[int, str], RecordingDatabase] = {}
         self._exe_fatbin: bytes | None | bool = False  # False: not read yet
 
     # -- code -------------------------------------------------------------------------
@@ -184,11 +184,24 @@ class SpoolConverter:
         return files
 
     # -- databases --------------------------------------------------------------------
+    def writer_for(self, device: int) -> RecordingWriter:
+        """Device 0 records into the output itself, device d > 0 into ``device<d>/``.
+
+        A database describes one address window, and every device has its own
+        (base + d x size), so launches on different GPUs cannot share one.
+        """
+        if device not in self._writers:
+            store = self.store if device == 0 else open_store(f"{self.store.url.rstrip('/')}/device{device}")
+            self._writers[device] = RecordingWriter(store)
+        return self._writers[device]
+
     def _database(self, entry: SpoolEntry, code: KernelCodeFiles, params: tuple[KernelParam, ...]) -> RecordingDatabase:
         static = static_hash(entry.kernel, code.identity())
-        if static in self._databases:
-            return self._databases[static]
-        stored_code: KernelCode = self.writer.write_code(
+        key = (entry.device, static)
+        if key in self._databases:
+            return self._databases[key]
+        writer = self.writer_for(entry.device)
+        stored_code: KernelCode = writer.write_code(
             static, ptx=code.ptx, cubin=code.cubin, bitcode=code.bitcode, arch=entry.arch
         )
         space, _ = address_space(entry)
@@ -202,11 +215,11 @@ class SpoolConverter:
             address_space=space,
             recorder=self.recorder,
         )
-        if self.store.exists(db.name):
-            # Recording again into the same directory: keep what is there (commit merges).
-            existing = load_database(self.store, db.name)
-            db = RecordingDatabase(db.static_hash, db.kernel, db.code, db.device, db.address_space, db.recorder, dict(existing.instances))
-        self._databases[static] = db
+        if writer.store.exists(db.name):
+            # Recording again into the same directory: continue the database there
+            # (its signature and window stay; the commit checks the code matches).
+            db = load_database(writer.store, db.name)
+        self._databases[key] = db
         return db
 
     @staticmethod
@@ -249,7 +262,7 @@ class SpoolConverter:
         prologue, epilogue = sources(entry.prologue_path), sources(entry.epilogue_path)
         if self._before_write:
             self._before_write()
-        db, _instance = self.writer.write_instance(
+        db, _instance = self.writer_for(entry.device).write_instance(
             db,
             grid=entry.grid,
             block=entry.block,
@@ -262,10 +275,10 @@ class SpoolConverter:
             occurrence=self._occurrence(db, entry),
             warnings=tuple(dict.fromkeys(warnings)),
         )
-        self._databases[db.static_hash] = db
+        self._databases[(entry.device, db.static_hash)] = db
         self.stats.instances += 1
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)
-        self.stats.databases.add(db.name)
+        self.stats.databases.add(db.name if entry.device == 0 else f"device{entry.device}/{db.name}")
         self.stats.kernels.add(entry.kernel)
         shutil.rmtree(path, ignore_errors=True)
         if self._on_commit:

@@ -254,3 +254,34 @@ def test_annotated_policy_reaches_the_recording(recorder_lib, programs, tmp_path
     assert (policies[y_ptr].dtype, policies[y_ptr].mode, policies[y_ptr].threshold, policies[y_ptr].norm) == ("f32", "relative", 1e-5, "linf")
     x_ptr = struct.unpack("<Q", inst.arguments[:8])[0]
     assert policies[x_ptr] is None
+
+
+def test_unsupported_features_are_reported_not_recorded_wrong(recorder_lib, programs, tmp_path):
+    proc = mneme_record(recorder_lib, tmp_path / "rdb", [programs / "unsupported"], "-mr", "0", "--record-duplicates")
+    assert "managed[0]=1" in proc.stdout
+    assert "CUDA graphs" in proc.stderr and "captured into a CUDA graph" in proc.stderr
+    rec = only_database(tmp_path / "rdb", "bump")
+    (inst,) = rec.instances.values()  # the captured and graph-launched ones are not recorded
+    assert any("managed memory" in w for w in inst.warnings)
+    assert "managed memory" in proc.stderr
+
+
+def test_several_gpus_in_one_process(recorder_lib, programs, tmp_path):
+    import ctypes
+
+    count = ctypes.c_int(0)
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuInit(0)
+    cuda.cuDeviceGetCount(ctypes.byref(count))
+    if count.value < 2:
+        pytest.skip("needs two GPUs")
+    proc = mneme_record(recorder_lib, tmp_path / "rdb", [programs / "multi_gpu"])
+    window = 4 << 30
+    for device in range(count.value):
+        rec = only_database(tmp_path / "rdb" / (f"device{device}" if device else ""), "fill")
+        assert rec.device.ordinal == device and rec.address_space.base == WINDOW + device * window
+        (inst,) = rec.instances.values()
+        ptr, n, value = struct.unpack("<Qii", inst.arguments)
+        assert value == 1000 * (device + 1) and ptr == WINDOW + device * window, proc.stdout
+        data = regions(inst.load_epilogue(), rec.store)[ptr]
+        assert struct.unpack(f"<{n}i", data) == tuple(value + i for i in range(n))

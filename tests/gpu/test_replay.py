@@ -312,6 +312,29 @@ def test_faulting_kernel_is_a_runtime_error_and_poisons_the_replayer(tmp_path):
     assert second_status == "runtime_error" and "fresh process" in second_error
 
 
+def test_hanging_kernel_times_out_and_poisons_the_replayer(tmp_path):
+    """Run in a child: the hanging kernel keeps its context busy until the process ends."""
+    path = synth.hang(tmp_path)
+    code = textwrap.dedent(
+        f"""
+        import json, time
+        from mneme.recorded_execution import RecordedExecution
+        from mneme.replay import Replayer
+        rec = RecordedExecution.from_json({str(path)!r})
+        r = Replayer(rec, rec.single_instance().record_id, timeout_s=1.0)
+        t0 = time.monotonic()
+        result = r.run(r.baseline(), iterations=1, warmup=0)
+        print(json.dumps([result.status, result.error, r.healthy, time.monotonic() - t0]))
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    status, error, healthy, seconds = json.loads(out.stdout.strip().splitlines()[-1])
+    assert status == "timeout" and "timeout" in error and healthy is False
+    assert seconds < 10
+
+
 def test_cli_replay_prints_config_and_result(vecadd_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(

@@ -51,6 +51,7 @@ def write_entry(
     policy: dict | None = None,
     warnings=(),
     extra_regions=(),
+    device: int = 0,
 ) -> Path:
     a, b, c0, c1 = vecadd_arrays(n, k)
     size = 4 * n
@@ -70,12 +71,12 @@ def write_entry(
     entry = {
         "format": "mneme-spool-entry/1", "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
         "demangled": vecadd_code.DEMANGLED, "api": "cuLaunchKernel", "launch_index": launch_index,
-        "identity": "0", "device": 0, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
+        "identity": "0", "device": device, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
         "grid": [(n + 255) // 256, 1, 1], "block": [256, 1, 1], "shared_mem": 0, "module_id": module_id,
         "param_offsets": [0, 8, 16, 24], "param_sizes": [8, 8, 8, 4], "param_buffer_size": len(args),
         "args": args.hex(), "attributes": [],
         "allocations": [{"base": base, "size": size, "in_window": window_reserved} for base in bases],
-        "windows": [{"device": 0, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
+        "windows": [{"device": device, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
         "snapshot_scope": "all", "regions": regions, "prologue_bytes": len(pro), "epilogue_bytes": len(epi),
         "prologue_seconds": 0.001, "epilogue_seconds": 0.001, "warnings": list(warnings),
     }

@@ -149,3 +149,15 @@ def test_policy_spellings():
     assert (p.dtype, p.norm) == ("f64", "l2")
     with pytest.raises(ArtifactError):
         verify_policy({"dtype": "complex", "mode": "absolute"})
+
+
+def test_each_gpu_gets_its_own_databases(tmp_path):
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    write_module(spool)
+    write_entry(spool, 0, device=0)
+    write_entry(spool, 1, device=1, k=1)
+    conv = convert_all(spool, out)
+    (db0,) = out.glob("*.json")
+    (db1,) = (out / "device1").glob("*.json")
+    assert db0.name == db1.name and len(RecordedExecution.from_json(db1).instances) == 1
+    assert conv.stats.databases == {db0.name, f"device1/{db1.name}"}

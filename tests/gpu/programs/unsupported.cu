@@ -1,0 +1,32 @@
+// Uses what a recording cannot reproduce faithfully: managed memory, and a
+// kernel launched through a CUDA graph (and inside stream capture). The
+// recording must say so per instance and on stderr, not record wrong.
+#include <cstdio>
+
+__global__ void bump(int* v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) v[i] += 1;
+}
+
+int main() {
+  const int n = 256;
+  int* managed;  // small: never ask for much managed memory
+  cudaMallocManaged(&managed, n * sizeof(int));
+  int* plain;
+  cudaMalloc(&plain, n * sizeof(int));
+  cudaMemset(plain, 0, n * sizeof(int));
+  bump<<<1, n>>>(plain, n);  // recorded, with a managed-memory warning
+
+  cudaStream_t s;
+  cudaStreamCreate(&s);
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  bump<<<1, n, 0, s>>>(managed, n);  // captured: not recorded
+  cudaStreamEndCapture(s, &graph);
+  cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphLaunch(exec, s);  // graph launch: not recorded, warned
+  cudaStreamSynchronize(s);
+  std::printf("unsupported: managed[0]=%d\n", managed[0]);
+  return managed[0] == 1 ? 0 : 1;
+}
