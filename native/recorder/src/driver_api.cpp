@@ -45,6 +45,7 @@ DriverApi& driver() {
     MNEME_BIND(cuMemAlloc_v2);
     MNEME_BIND(cuMemAllocPitch_v2);
     MNEME_BIND(cuMemFree_v2);
+    MNEME_BIND(cuMemGetAddressRange_v2);
     MNEME_BIND(cuMemAllocAsync);
     MNEME_BIND(cuMemAllocFromPoolAsync);
     MNEME_BIND(cuMemFreeAsync);

@@ -13,6 +13,7 @@ struct DriverApi {
   CUresult (*cuMemAlloc_v2)(CUdeviceptr*, size_t) = nullptr;
   CUresult (*cuMemAllocPitch_v2)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int) = nullptr;
   CUresult (*cuMemFree_v2)(CUdeviceptr) = nullptr;
+  CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr*, size_t*, CUdeviceptr) = nullptr;
   CUresult (*cuMemAllocAsync)(CUdeviceptr*, size_t, CUstream) = nullptr;
   CUresult (*cuMemAllocFromPoolAsync)(CUdeviceptr*, size_t, CUmemoryPool, CUstream) = nullptr;
   CUresult (*cuMemFreeAsync)(CUdeviceptr, CUstream) = nullptr;

@@ -63,6 +63,20 @@ __attribute__((visibility("default"))) CUresult cuMemFree_v2(CUdeviceptr dptr) {
   return driver().cuMemFree_v2(dptr);
 }
 
+// The driver would answer with the bounds of the window's physical mapping;
+// applications expect the bounds of their allocation.
+__attribute__((visibility("default"))) CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size,
+                                                                         CUdeviceptr dptr) {
+  Allocation a;
+  if (redirecting() && MemoryWindow::instance().find(dptr, &a) && a.in_window) {
+    if (base) *base = a.base;
+    if (size) *size = a.size;
+    return CUDA_SUCCESS;
+  }
+  return driver().cuMemGetAddressRange_v2 ? driver().cuMemGetAddressRange_v2(base, size, dptr)
+                                          : CUDA_ERROR_NOT_INITIALIZED;
+}
+
 __attribute__((visibility("default"))) CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream) {
   // Served synchronously from the window: the memory is valid at once, which
   // is a stronger guarantee than stream order.
@@ -107,6 +121,7 @@ static void substitute(const char* symbol, void** pfn, int version) {
   if (std::strcmp(symbol, "cuMemAlloc") == 0) *pfn = reinterpret_cast<void*>(&cuMemAlloc_v2);
   else if (std::strcmp(symbol, "cuMemAllocPitch") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocPitch_v2);
   else if (std::strcmp(symbol, "cuMemFree") == 0) *pfn = reinterpret_cast<void*>(&cuMemFree_v2);
+  else if (std::strcmp(symbol, "cuMemGetAddressRange") == 0) *pfn = reinterpret_cast<void*>(&cuMemGetAddressRange_v2);
   else if (std::strcmp(symbol, "cuMemAllocAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocAsync);
   else if (std::strcmp(symbol, "cuMemAllocFromPoolAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocFromPoolAsync);
   else if (std::strcmp(symbol, "cuMemFreeAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemFreeAsync);
@@ -151,6 +166,9 @@ static void* substitute_cuda_symbol(void* handle, const char* name) {
     }
   } else if (std::strcmp(name, "cuMemAlloc_v2") == 0 && p == reinterpret_cast<void*>(driver().cuMemAlloc_v2)) {
     return reinterpret_cast<void*>(&cuMemAlloc_v2);
+  } else if (std::strcmp(name, "cuMemGetAddressRange_v2") == 0 &&
+             p == reinterpret_cast<void*>(driver().cuMemGetAddressRange_v2)) {
+    return reinterpret_cast<void*>(&cuMemGetAddressRange_v2);
   } else if (std::strcmp(name, "cuMemFree_v2") == 0 && p == reinterpret_cast<void*>(driver().cuMemFree_v2)) {
     return reinterpret_cast<void*>(&cuMemFree_v2);
   } else if (std::strcmp(name, "cuMemAllocPitch_v2") == 0 && p == reinterpret_cast<void*>(driver().cuMemAllocPitch_v2)) {

@@ -1,6 +1,8 @@
 // An iterative solver shape: two kernels, many launches each, same arguments
 // (memory differs per iteration), plus cudaMallocAsync, cudaMallocPitch and a
 // cudaLaunchKernelExC launch, to exercise instance selection and allocators.
+#include <cuda.h>
+
 #include <cstdio>
 
 __global__ void relax(float* x, const float* b, int n) {
@@ -53,6 +55,11 @@ int main(int argc, char** argv) {
   cudaFreeAsync(x, s);
   cudaFreeAsync(b, s);
   cudaStreamSynchronize(s);
-  std::printf("iterative: residual=%g pitched=%g pitch=%zu\n", last, p, pitch);
-  return p == 7099.0f ? 0 : 1;
+  // Allocation bounds as the application asked for them (not the window's mapping).
+  CUdeviceptr range_base = 0;
+  size_t range_size = 0;
+  cuMemGetAddressRange(&range_base, &range_size, (CUdeviceptr)(r + 10));
+  bool range_ok = range_base == (CUdeviceptr)r && range_size == n * sizeof(float);
+  std::printf("iterative: residual=%g pitched=%g pitch=%zu range_ok=%d\n", last, p, pitch, (int)range_ok);
+  return p == 7099.0f && range_ok ? 0 : 1;
 }
