@@ -2,25 +2,8 @@
 
 from __future__ import annotations
 
-import ctypes
-import functools
-
 import pytest
-
-
-@functools.lru_cache(maxsize=1)
-def gpu_unavailable_reason() -> str | None:
-    """None when a CUDA driver and at least one GPU are usable, else why not."""
-    try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no NVIDIA driver on this machine (libcuda.so.1 not found)"
-    if cuda.cuInit(0) != 0:
-        return "the CUDA driver failed to initialize (cuInit); is a GPU visible?"
-    count = ctypes.c_int(0)
-    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
-        return "no CUDA device visible"
-    return None
+from gpu_env import gpu_unavailable_reason
 
 
 def pytest_collection_modifyitems(config, items):

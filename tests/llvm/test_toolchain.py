@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import DATA, REPO, WRAPPER_CXX, build_tools_missing, wrapper_env
+from llvm_test_support import DATA, REPO, WRAPPER_CXX, build_tools_missing, wrapper_env
 
 from mneme.cli import main as cli_main
 from mneme.llvm.embedded import embedded_kernels, find_kernel_bitcode, read_records

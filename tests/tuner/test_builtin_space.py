@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import vecadd_kernel
+from tuner_fakes import vecadd_kernel
 from mneme.errors import ConfigurationError
 from mneme.mneme_types import Dim3
 from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy

@@ -9,7 +9,7 @@ import pytest
 
 import tuner.report
 import tuner.run
-from conftest import FakeExecutor
+from tuner_fakes import FakeExecutor
 from mneme.cli import main
 from tuner.recording import KernelIdentity
 

@@ -17,7 +17,7 @@ DRIVER = textwrap.dedent("""
     import sys
     sys.path[:0] = [{repo!r}, {here!r}]
     import tuner.run
-    from conftest import FakeExecutor, vecadd_kernel
+    from tuner_fakes import FakeExecutor, vecadd_kernel
     from tuner.recording import KernelIdentity
     from mneme.cli import main
 

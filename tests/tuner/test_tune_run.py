@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import FakeExecutor
+from tuner_fakes import FakeExecutor
 from mneme.errors import ConfigurationError
 from tuner.errors import TuningError
 from tuner.options import resolve_options

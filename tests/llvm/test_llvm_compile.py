@@ -6,7 +6,7 @@ import re
 import struct
 
 import pytest
-from conftest import ptxas_check
+from llvm_test_support import ptxas_check
 
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.llvm import compile_to_ptx, compile_to_ptx_timed, load
