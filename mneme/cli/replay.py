@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,17 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
+        if replayer.relocated:
+            why = f" ({replayer.window_error})" if replayer.window_error else ""
+            print(f"mneme replay: note: recorded addresses were relocated{why}", file=sys.stderr)
+        lost = not replayer.healthy and result.status in ("runtime_error", "timeout")
     print(format_output(config.to_dict(), result.to_dict(), args.json))
     sys.stdout.flush()
+    if lost:
+        # The CUDA context is dead or still busy with a kernel that never ends: leave without
+        # the interpreter's clean-up, which could wait for that kernel.
+        sys.stderr.flush()
+        os._exit(1)
     return 0 if result.verified else 1
 
 

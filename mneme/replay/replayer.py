@@ -243,7 +243,7 @@ class Replayer:
             if code_no is None:
                 raise
             if code_no in eng.CONTEXT_DESTROYING:
-                self.healthy = False
+                self._lose_context()
                 return fail(STATUS_RUNTIME_ERROR, f"loading the kernel destroyed the CUDA context: {exc}")
             return fail(STATUS_COMPILE_ERROR, f"the driver could not load the compiled kernel: {exc}")
         attrs = loaded.attributes
@@ -310,7 +310,7 @@ class Replayer:
             if code_no in eng.LAUNCH_REFUSED:
                 return fail(STATUS_INVALID_LAUNCH, f"the driver refused the launch: {exc}", **measured)
             if code_no in eng.CONTEXT_DESTROYING:
-                self.healthy = False
+                self._lose_context()
                 status = STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR
                 return fail(
                     status,
@@ -380,6 +380,11 @@ class Replayer:
                 }
             mismatches.append(entry)
         return mismatches
+
+    def _lose_context(self) -> None:
+        """The CUDA context is gone: this Replayer (and every other in the process) cannot run again."""
+        self.healthy = False
+        eng.load_engine().abandon_cleanup()  # freeing on a dead or busy context could block forever
 
     def _l2_scrub_bytes(self, reset_bytes: int) -> int:
         return 2 * self.ctx.l2_cache_size if self.l2_scrub and reset_bytes else 0

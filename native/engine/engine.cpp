@@ -95,9 +95,12 @@ void wait_stream(const ContextState& ctx, double timeout_s) {
         CUresult r = d.cuStreamQuery(ctx.stream);
         if (r == CUDA_SUCCESS) return;
         if (r != CUDA_ERROR_NOT_READY) check(r, "cuStreamQuery");
-        if (now_ns() > deadline)
+        if (now_ns() > deadline) {
+            // The kernel still runs: anything that frees memory now would wait for it forever.
+            abandon_driver_cleanup();
             throw CudaError(CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT",
                             "waiting for the replayed kernel (timeout " + std::to_string(timeout_s) + " s)");
+        }
         if (++spins < 2000) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }

@@ -198,3 +198,12 @@ def vecadd_wild_pointer(directory: Path, n: int = 4096) -> Path:
     regions = [RegionSource(pa, "heap", "a", data=a.tobytes()), RegionSource(pb, "heap", "b", data=a.tobytes())]
     return _write(directory, vecadd_kernel(), grid=-(-n // 256), block=256, args=args,
                   prologue=regions, epilogue=regions)  # fmt: skip
+
+
+def hang(directory: Path) -> Path:
+    """A launch that never ends (it waits for a flag nobody sets): the replay's timeout must stop waiting."""
+    flag = np.zeros(1, dtype=np.int32)
+    regions = [RegionSource(WINDOW, "heap", "flag", data=flag.tobytes())]
+    kernel = _kernel("hang_until", (KernelParam(0, 8, "pointer"),), 8)
+    return _write(directory, kernel, grid=1, block=1, args=struct.pack("<Q", WINDOW),
+                  prologue=regions, epilogue=regions)  # fmt: skip

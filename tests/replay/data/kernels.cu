@@ -36,3 +36,9 @@ extern "C" __global__ void gather_sum(const Node* nodes, int n_nodes, float* out
     out[i] = s;
   }
 }
+
+// Never finishes while *flag is 0: a hanging kernel for the replay timeout test.
+extern "C" __global__ void hang_until(volatile int* flag) {
+  while (*flag == 0) {
+  }
+}
