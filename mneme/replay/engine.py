@@ -112,8 +112,8 @@ class SharedWindow:
         self.size = reservation.size
         self.busy: list[tuple[int, int]] = []  # leased (offset, size) spans
 
-    def lease(self, spans: list[tuple[int, int]]) -> "WindowLease":
-        """Map ``spans`` (offsets from the window base); ValueError when one is outside or already leased."""
+    def lease(self, spans: list[tuple[int, int]], device: int) -> "WindowLease":
+        """Map ``spans`` (offsets from the window base) on ``device``; ValueError when one is outside or leased."""
         for off, size in spans:
             if off < 0 or off + size > self.size:
                 raise ValueError(f"range {self.base + off:#x}+{size} is outside the reserved window")
@@ -123,7 +123,7 @@ class SharedWindow:
         done: list[tuple[int, int]] = []
         try:
             for off, size in spans:
-                self.reservation.map(off, size)
+                self.reservation.map(off, size, device)
                 done.append((off, size))
         except Exception:
             for off, size in done:

@@ -167,7 +167,7 @@ class DeviceState:
         if window is not None:
             lo, hi = min(b for b, _ in ranges), max(b + s for b, s in ranges)
             if window.base <= lo and hi <= window.base + window.size:
-                self.reservation = window.lease(pages_covering(ranges, window.base, granularity))
+                self.reservation = window.lease(pages_covering(ranges, window.base, granularity), self.ctx.device)
                 return
         lo = min(b for b, _ in ranges) // granularity * granularity
         hi = -(-max(b + s for b, s in ranges) // granularity) * granularity

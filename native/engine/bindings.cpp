@@ -233,7 +233,7 @@ PYBIND11_MODULE(_engine, m) {
         .def_property_readonly("size", &Reservation::size)
         .def_property_readonly("granularity", &Reservation::granularity)
         .def_property_readonly("mapped_bytes", &Reservation::mapped_bytes)
-        .def("map", &Reservation::map, py::arg("offset"), py::arg("size"))
+        .def("map", &Reservation::map, py::arg("offset"), py::arg("size"), py::arg("device") = -1)
         .def("unmap", &Reservation::unmap, py::arg("offset"), py::arg("size"))
         .def("release", &Reservation::release);
 

@@ -211,16 +211,18 @@ Reservation::~Reservation() {
     }
 }
 
-void Reservation::map(uint64_t offset, uint64_t size) {
+void Reservation::map(uint64_t offset, uint64_t size, int device) {
     const Driver& d = driver();
     if (!reserved_) throw std::runtime_error("the reservation was released");
     if (offset % granularity_ || size % granularity_ || size == 0 || offset + size > size_)
         throw std::invalid_argument("map range must be non-empty, granularity-aligned and inside the reservation");
     ctx_->make_current();
+    CUdevice target = ctx_->device;
+    if (device >= 0) check(d.cuDeviceGet(&target, device), "cuDeviceGet");
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = ctx_->device;
+    prop.location.id = target;
     CUmemGenericAllocationHandle handle{};
     check(d.cuMemCreate(&handle, size, &prop, 0), "cuMemCreate");
     CUresult r = d.cuMemMap(base_ + offset, size, 0, handle, 0);

@@ -49,7 +49,9 @@ class Reservation {
 public:
     Reservation(ContextPtr ctx, uint64_t base, uint64_t size);
     ~Reservation();
-    void map(uint64_t offset, uint64_t size);  // offset/size multiples of granularity
+    // offset/size multiples of granularity; the memory lives on `device` (an ordinal; -1: the
+    // reservation's own device), so one process-wide reservation can serve every GPU.
+    void map(uint64_t offset, uint64_t size, int device = -1);
     void unmap(uint64_t offset, uint64_t size);  // exactly a range given to map()
     void release();
     uint64_t base() const { return base_; }

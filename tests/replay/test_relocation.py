@@ -55,3 +55,48 @@ def test_pages_covering_merges_and_aligns():
 def test_values_are_unsigned_64_bit():
     data = np.array([2**64 - 1], dtype="<u8").tobytes()
     assert read_values(data, np.array([0])).tolist() == [2**64 - 1]
+
+
+class _FakeReservation:
+    """Plumbing double of the engine's Reservation: records map/unmap calls."""
+
+    base, size = 0x7F0000000000, 64 << 20
+
+    def __init__(self, fail_at: int | None = None):
+        self.mapped: list[tuple[int, int, int]] = []
+        self.fail_at = fail_at
+
+    def map(self, offset, size, device):
+        if offset == self.fail_at:
+            raise RuntimeError("cuMemCreate failed: CUDA_ERROR_OUT_OF_MEMORY")
+        self.mapped.append((offset, size, device))
+
+    def unmap(self, offset, size):
+        self.mapped = [m for m in self.mapped if m[:2] != (offset, size)]
+
+
+def test_shared_window_leases_do_not_overlap_and_release():
+    from mneme.replay.engine import SharedWindow
+
+    g = 2 << 20
+    window = SharedWindow(_FakeReservation())
+    first = window.lease([(0, g), (4 * g, g)], device=1)
+    assert window.reservation.mapped == [(0, g, 1), (4 * g, g, 1)] and first.mapped_bytes == 2 * g
+    with pytest.raises(ValueError, match="in use by another replay"):
+        window.lease([(4 * g, 2 * g)], device=0)
+    with pytest.raises(ValueError, match="outside the reserved window"):
+        window.lease([(63 << 20, g)], device=0)
+    first.release()
+    assert window.reservation.mapped == [] and window.busy == []
+    again = window.lease([(4 * g, 2 * g)], device=0)
+    assert again.mapped_bytes == 2 * g
+
+
+def test_a_failed_mapping_rolls_the_lease_back():
+    from mneme.replay.engine import SharedWindow
+
+    g = 2 << 20
+    window = SharedWindow(_FakeReservation(fail_at=2 * g))
+    with pytest.raises(RuntimeError, match="OUT_OF_MEMORY"):
+        window.lease([(0, g), (2 * g, g)], device=0)
+    assert window.reservation.mapped == [] and window.busy == []
