@@ -43,8 +43,10 @@ _engine: ModuleType | None = None
 #: which can swallow this one, and a range it has freed cannot be reserved at
 #: the same address again. So the first context a process opens reserves the
 #: window once, for good, and replays map and unmap their pages inside it.
+#: Host mappings (shared libraries, with ASLR anywhere in the top terabyte) can sit
+#: inside a large window, so the reservation tries smaller sizes before giving up.
 GUARD_BASE = 0x7F0000000000
-GUARD_SIZE = 256 << 30
+GUARD_SIZES = tuple(gib << 30 for gib in (256, 64, 16, 4, 1))
 _window: "SharedWindow | None" = None
 _window_tried = False
 
@@ -96,10 +98,12 @@ def open_context(device: int = 0) -> Any:
     ctx = native.Context(device)
     if not _window_tried:
         _window_tried = True
-        try:
-            _window = SharedWindow(ctx.reserve(GUARD_BASE, GUARD_SIZE))
-        except Exception:
-            _window = None  # taken: replays of that window will relocate
+        for size in GUARD_SIZES:
+            try:
+                _window = SharedWindow(ctx.reserve(GUARD_BASE, size))
+                break
+            except native.CudaError:
+                continue  # taken (partly): try a smaller window; none at all means replays relocate
     return ctx
 
 
