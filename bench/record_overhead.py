@@ -86,7 +86,8 @@ def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int) -> 
     def full_record(*options):
         def make():
             rdb = tempfile.mkdtemp(prefix="mneme-bench-rdb-")
-            env = dict(os.environ, MNEME_RECORDER_LIB=lib, PYTHONPATH=str(ROOT))
+            path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+            env = dict(os.environ, MNEME_RECORDER_LIB=lib, PYTHONPATH=path)
             cmd = [sys.executable, "-m", "mneme", "record", "-rdb", rdb, *options, "--", *app]
             return cmd, env, lambda: shutil.rmtree(rdb, ignore_errors=True)
         return make

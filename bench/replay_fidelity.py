@@ -128,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         for mode, kwargs in (
             ("default (queue-ahead, verify first+last)", {}),
             ("no queue-ahead", {"queue_ahead": False}),
+            ("CUPTI timing", {"timing": "cupti"}),
+            ("CUPTI timing, no queue-ahead", {"timing": "cupti", "queue_ahead": False}),
             ("L2 scrub after resets", {"l2_scrub": True}),
             ("verify every launch", {"verify_every_iteration": True}),
         ):

@@ -4,6 +4,7 @@
 // ints, byte strings and buffer-protocol objects carry data. Driver errors
 // become mneme._engine.CudaError(message, code, name) so the Python layer can
 // tell a bad launch from a fault that destroyed the context.
+#include "cupti_timer.hpp"
 #include "engine.hpp"
 
 #include <pybind11/pybind11.h>
@@ -99,6 +100,8 @@ PYBIND11_MODULE(_engine, m) {
         return n;
     });
     m.def("dtype_size", &dtype_size);
+    m.def("cupti_unavailable_reason", &cupti_unavailable_reason,
+          "Why CUPTI activity timing cannot be used here ('' when it can).");
     m.def("abandon_cleanup", &abandon_driver_cleanup,
           "The context is lost: from now on the engine's destructors leave the driver alone.");
 
@@ -254,7 +257,7 @@ PYBIND11_MODULE(_engine, m) {
             [](const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned shared_mem,
                const py::bytes& args, int launches, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& resets,
                const std::vector<py::tuple>& checks, const std::vector<int>& check_launches,
-               uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s) {
+               uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti) {
                 std::string arg_bytes = args;
                 std::vector<Copy> copies;
                 for (const auto& [dst, src, size] : resets) copies.push_back({dst, src, size});
@@ -264,7 +267,7 @@ PYBIND11_MODULE(_engine, m) {
                 {
                     py::gil_scoped_release release;
                     r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
-                                     queue_ahead_ns, l2_scrub_bytes, timeout_s);
+                                     queue_ahead_ns, l2_scrub_bytes, timeout_s, cupti);
                 }
                 py::list per_launch;
                 for (const auto& launch : r.checks) {
@@ -278,12 +281,14 @@ PYBIND11_MODULE(_engine, m) {
                 out["checks"] = per_launch;
                 out["wall_ns"] = r.wall_ns;
                 out["gpu_span_ns"] = r.gpu_span_ns;
+                out["event_times_ns"] = r.event_times_ns;
                 return out;
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("args"), py::arg("launches"),
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},
             py::arg("checks") = std::vector<py::tuple>{}, py::arg("check_launches") = std::vector<int>{},
             py::arg("queue_ahead_ns") = 0, py::arg("l2_scrub_bytes") = 0, py::arg("timeout_s") = 0.0,
+            py::arg("cupti") = false,
             "Reset, launch (timed with events) and compare (after the launches in check_launches), `launches` "
             "times; one synchronization at the end.");
 }

@@ -1,6 +1,7 @@
 // The replay engine's device work (see engine.hpp).
 #include "engine.hpp"
 
+#include "cupti_timer.hpp"
 #include "compare_fatbin.h"  // generated: mneme_compare_fatbin[] (compare_kernels.cu)
 
 #include <chrono>
@@ -382,7 +383,7 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s) {
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti) {
     const Driver& d = driver();
     ContextState& ctx = *f.ctx;
     ctx.make_current();
@@ -414,6 +415,7 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
                      CU_LAUNCH_PARAM_END};
     void** extra_ptr = arg_size ? extra : nullptr;
 
+    if (cupti) cupti_begin();
     size_t checked = 0;
     int64_t t0 = now_ns();
     if (queue_ahead_ns) {
@@ -444,6 +446,15 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
         float ms = 0;
         check(d.cuEventElapsedTime(&ms, ctx.events[2 * i], ctx.events[2 * i + 1]), "cuEventElapsedTime");
         result.times_ns.push_back(static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
+    }
+    result.event_times_ns = result.times_ns;
+    if (cupti) {
+        auto spans = cupti_collect(ctx.context, ctx.stream, f.name);
+        if (spans.size() != static_cast<size_t>(launches))
+            throw std::runtime_error("CUPTI reported " + std::to_string(spans.size()) + " kernel records for " +
+                                     std::to_string(launches) + " launches of " + f.name);
+        for (int i = 0; i < launches; ++i)
+            result.times_ns[i] = static_cast<int64_t>(spans[i].second - spans[i].first);
     }
     float span_ms = 0;
     check(d.cuEventElapsedTime(&span_ms, ctx.events[0], ctx.events[2 * launches - 1]), "cuEventElapsedTime");

@@ -115,6 +115,7 @@ struct RunResult {
     std::vector<int> checked_launches;                 // which launches were checked
     int64_t wall_ns = 0;                               // host time from first enqueue to completion
     int64_t gpu_span_ns = 0;                           // GPU time from the first launch's start event to the last's stop
+    std::vector<int64_t> event_times_ns;               // the events' times (== times_ns unless CUPTI timed)
 };
 
 // Element size of a tolerance dtype code; the codes are mneme/replay/tolerance.py's.
@@ -127,7 +128,7 @@ size_t dtype_size(int dtype);
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s);
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false);
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);

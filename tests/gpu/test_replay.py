@@ -76,6 +76,19 @@ def test_baseline_replays_the_recorded_cubin_bitwise(vecadd):
     assert not replayer.relocated, replayer.window_error  # fixed window, no globals
 
 
+def test_cupti_timing_times_the_same_kernels(vecadd_path):
+    from mneme.replay import Replayer
+
+    rec = RecordedExecution.from_json(str(vecadd_path))
+    with Replayer(rec, rec.single_instance().record_id, timing="cupti") as replayer:
+        result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
+        assert result.status == "verified", result.error
+        cupti, events = replayer.last_timing["times_ns"], replayer.last_timing["event_times_ns"]
+    assert result.exec_time == cupti and len(cupti) == 7 and all(t > 0 for t in cupti)
+    # Both time the same launches: the kernel record lies inside its events.
+    assert all(c <= e + 1000 for c, e in zip(cupti, events))
+
+
 def test_block_size_that_still_covers_verifies(vecadd):
     _, inst, replayer = vecadd
     n = 1 << 20

@@ -30,9 +30,11 @@ uint64_t g_guard_base = 0, g_guard_size = 0;
 // the program and its brk heap.
 const uint64_t kFallbackBases[] = {0x200000000000ull, 0x300000000000ull, 0x100000000000ull};
 
-void release_guard(uint64_t base, uint64_t size) {
-  uint64_t lo = std::max(base, g_guard_base), hi = std::min(base + size, g_guard_base + g_guard_size);
-  if (g_guard_size && lo < hi) munmap(reinterpret_cast<void*>(lo), hi - lo);
+// The driver reserves host address space in coarse steps around the range it
+// is asked for, so the whole guard goes at the first reservation.
+void release_guard() {
+  if (g_guard_size) munmap(reinterpret_cast<void*>(g_guard_base), g_guard_size);
+  g_guard_size = 0;
 }
 
 }  // namespace
@@ -77,10 +79,16 @@ bool MemoryWindow::reserve(Window& w) {
     w.granularity = gran;
   w.info.size = round_up(w.info.size, w.granularity);
   uint64_t wanted = w.info.base;
-  bool ok = try_reserve_at(w, wanted);
+  CUresult first = CUDA_SUCCESS;
+  bool ok = try_reserve_at(w, wanted, &first);
   for (uint64_t alt : kFallbackBases) {
     if (ok) break;
-    ok = try_reserve_at(w, alt + static_cast<uint64_t>(w.info.device) * w.info.size);
+    ok = try_reserve_at(w, alt + static_cast<uint64_t>(w.info.device) * w.info.size, nullptr);
+    if (ok)
+      std::fprintf(stderr, "mneme record: note: the window at 0x%llx is not available on device %d (%s); recording at"
+                   " 0x%llx instead (the recording says where)\n", (unsigned long long)wanted, w.info.device,
+                   first == CUDA_SUCCESS ? "granted elsewhere" : error_string(first),
+                   (unsigned long long)w.info.base);
   }
   if (!ok) {
     std::fprintf(stderr,
@@ -97,11 +105,12 @@ bool MemoryWindow::reserve(Window& w) {
   return true;
 }
 
-bool MemoryWindow::try_reserve_at(Window& w, uint64_t base) {
+bool MemoryWindow::try_reserve_at(Window& w, uint64_t base, CUresult* result) {
   auto& d = driver();
-  release_guard(base, w.info.size);
+  release_guard();
   CUdeviceptr got = 0;
   CUresult r = d.cuMemAddressReserve(&got, w.info.size, 0, base, 0);
+  if (result) *result = r;
   if (r == CUDA_SUCCESS && got == base) {
     w.info.base = base;
     return true;

@@ -63,7 +63,7 @@ class MemoryWindow {
   };
   Window& window_for(int device);
   bool reserve(Window& w);
-  bool try_reserve_at(Window& w, uint64_t base);
+  bool try_reserve_at(Window& w, uint64_t base, CUresult* result);
   bool map_up_to(Window& w, uint64_t end_offset);
   bool take_from_window(Window& w, uint64_t size, uint64_t* offset);
 
