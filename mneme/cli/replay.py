@@ -60,6 +60,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="give up on a kernel that runs longer than this (default 60 s)")
     parser.add_argument("--verify-every-launch", action="store_true",
                         help="compare with the epilogue after every launch (default: after the first and the last)")
+    parser.add_argument("--timing", choices=("events", "cupti"), default="events",
+                        help="time each launch with CUDA events (default) or CUPTI kernel activity records")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
@@ -159,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
         compile_options=options,
         verify_every_iteration=args.verify_every_launch,
         timeout_s=args.timeout,
+        timing=args.timing,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.relocated:

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mneme.errors import ArtifactError, ConfigurationError, MnemeError
+from mneme.errors import ArtifactError, ConfigurationError, MnemeError, NotAvailableError
 from mneme.mneme_types import (
     STATUS_COMPILE_ERROR,
     STATUS_FAILED_VERIFICATION,
@@ -77,6 +77,7 @@ class Replayer:
         verify_every_iteration: bool = False,
         queue_ahead: bool = True,
         l2_scrub: bool = False,
+        timing: str = "events",
         timeout_s: float = 0.0,
         relocate: bool | None = None,
     ):
@@ -92,7 +93,9 @@ class Replayer:
         reads a scratch buffer after the resets so that the kernel does not
         start with an L2 full of the reset's dirty lines (off by default:
         bench/replay_fidelity.py measured it further from the in-application
-        time than leaving the L2 as the reset leaves it); ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
+        time than leaving the L2 as the reset leaves it); ``timing`` is
+        ``events`` (CUDA events around each launch) or ``cupti`` (CUPTI
+        activity records of the kernel itself); ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
         still running then makes the Replayer unhealthy); ``relocate`` forces
         (True) or forbids (False) relocating heap buffers instead of restoring
         them at their recorded addresses (default: relocate when the recording
@@ -107,6 +110,13 @@ class Replayer:
         self.verify_every_iteration = verify_every_iteration
         self.queue_ahead = queue_ahead
         self.l2_scrub = l2_scrub
+        if timing not in ("events", "cupti"):
+            raise ConfigurationError(f"timing={timing!r}: use 'events' or 'cupti'")
+        if timing == "cupti":
+            reason = eng.load_engine().cupti_unavailable_reason()
+            if reason:
+                raise NotAvailableError(f"CUPTI timing is not available here: {reason}; use timing='events'")
+        self.timing = timing
         self.timeout_s = float(timeout_s)
         if isinstance(tolerance_overrides, ToleranceOverrides):
             self.overrides = tolerance_overrides
@@ -303,6 +313,7 @@ class Replayer:
                 queue_ahead_ns=_queue_ahead_ns(launches) if self.queue_ahead else 0,
                 l2_scrub_bytes=self._l2_scrub_bytes(sum(size for _, _, size in resets)),
                 timeout_s=self.timeout_s,
+                cupti=self.timing == "cupti",
             )
         except Exception as exc:
             code_no = eng.cuda_error_code(exc)
@@ -327,6 +338,7 @@ class Replayer:
             "queue_ahead_ns": _queue_ahead_ns(launches) if self.queue_ahead else 0,
             "launches": launches,
             "times_ns": list(out["times_ns"]),
+            "event_times_ns": list(out["event_times_ns"]),
             "checked_launches": list(out["checked_launches"]),
         }
 

@@ -215,6 +215,18 @@ PYBIND11_MODULE(_engine, m) {
              },
              py::arg("image"), py::arg("jit_options") = std::map<std::string, int>{},
              "Load a cubin, fatbin or PTX image (PTX goes through the driver JIT with jit_options).")
+        .def("cupti_begin", [](const ContextState&) { cupti_begin(); },
+             "Start collecting CUPTI kernel records (for timing kernels launched by others, e.g. a benchmark's app).")
+        .def("cupti_kernel_times",
+             [](const ContextState& c, uint64_t stream, const std::string& kernel) {
+                 std::vector<int64_t> out;
+                 for (const auto& [start, end] : cupti_collect(c.context, reinterpret_cast<CUstream>(stream), kernel))
+                     out.push_back(static_cast<int64_t>(end - start));
+                 return out;
+             },
+             py::arg("stream"), py::arg("kernel"),
+             "Durations (ns) of the kernels named `kernel` that ran on `stream` (a CUstream handle) since "
+             "cupti_begin(), in launch order.")
         .def("compare",
              [](const ContextPtr& c, const std::vector<py::tuple>& checks) {
                  std::vector<Check> cs;

@@ -16,13 +16,14 @@ namespace {
 
 struct Cupti {
     decltype(&::cuptiActivityEnable) enable = nullptr;
+    decltype(&::cuptiActivityDisable) disable = nullptr;
     decltype(&::cuptiActivityRegisterCallbacks) register_callbacks = nullptr;
     decltype(&::cuptiActivityFlushAll) flush_all = nullptr;
     decltype(&::cuptiActivityGetNextRecord) next_record = nullptr;
     decltype(&::cuptiGetStreamIdEx) stream_id = nullptr;
     decltype(&::cuptiGetResultString) result_string = nullptr;
     std::string reason;  // empty when usable
-    bool enabled = false;
+    bool registered = false;
 };
 
 struct KernelRecord {
@@ -82,12 +83,13 @@ Cupti load() {
         return c;
     }
     c.enable = reinterpret_cast<decltype(c.enable)>(dlsym(h, "cuptiActivityEnable"));
+    c.disable = reinterpret_cast<decltype(c.disable)>(dlsym(h, "cuptiActivityDisable"));
     c.register_callbacks = reinterpret_cast<decltype(c.register_callbacks)>(dlsym(h, "cuptiActivityRegisterCallbacks"));
     c.flush_all = reinterpret_cast<decltype(c.flush_all)>(dlsym(h, "cuptiActivityFlushAll"));
     c.next_record = reinterpret_cast<decltype(c.next_record)>(dlsym(h, "cuptiActivityGetNextRecord"));
     c.stream_id = reinterpret_cast<decltype(c.stream_id)>(dlsym(h, "cuptiGetStreamIdEx"));
     c.result_string = reinterpret_cast<decltype(c.result_string)>(dlsym(h, "cuptiGetResultString"));
-    if (!c.enable || !c.register_callbacks || !c.flush_all || !c.next_record || !c.stream_id || !c.result_string)
+    if (!c.enable || !c.disable || !c.register_callbacks || !c.flush_all || !c.next_record || !c.stream_id || !c.result_string)
         c.reason = "libcupti lacks the activity API entry points the engine needs (CUPTI from CUDA 12.x or newer)";
     return c;
 }
@@ -111,19 +113,23 @@ std::string cupti_unavailable_reason() { return cupti().reason; }
 void cupti_begin() {
     Cupti& c = cupti();
     if (!c.reason.empty()) throw std::runtime_error("CUPTI timing is not available: " + c.reason);
-    std::lock_guard<std::mutex> hold(g_lock);
-    if (!c.enabled) {
-        check_cupti(c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
-        check_cupti(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
-        c.enabled = true;
+    {
+        std::lock_guard<std::mutex> hold(g_lock);
+        g_records.clear();
     }
-    g_records.clear();
+    if (!c.registered) {
+        check_cupti(c.register_callbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
+        c.registered = true;
+    }
+    // On only while a CUPTI-timed run needs it: collection slows every launch of the process down.
+    check_cupti(c.enable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityEnable(CONCURRENT_KERNEL)");
 }
 
 std::vector<std::pair<uint64_t, uint64_t>> cupti_collect(CUcontext context, CUstream stream, const std::string& kernel) {
     Cupti& c = cupti();
     uint32_t stream_id = 0;
     check_cupti(c.stream_id(context, stream, 0, &stream_id), "cuptiGetStreamIdEx");
+    check_cupti(c.disable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "cuptiActivityDisable(CONCURRENT_KERNEL)");
     check_cupti(c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     std::vector<std::pair<uint64_t, uint64_t>> out;
     std::lock_guard<std::mutex> hold(g_lock);

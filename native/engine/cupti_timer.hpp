@@ -16,11 +16,11 @@ namespace mneme {
 // Empty when CUPTI activity timing can be used in this process, else why not.
 std::string cupti_unavailable_reason();
 
-// Start collecting kernel records (enabled once per process, then kept on).
+// Start collecting kernel records (collection stays on until cupti_collect).
 void cupti_begin();
 
 // Flush and return (start, end) in ns of the kernels named `kernel` that ran on
-// `stream` of `context` since the last cupti_begin, in launch order.
+// `stream` of `context` since the last cupti_begin, in launch order; stops collecting.
 std::vector<std::pair<uint64_t, uint64_t>> cupti_collect(CUcontext context, CUstream stream, const std::string& kernel);
 
 }  // namespace mneme
