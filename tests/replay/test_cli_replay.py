@@ -42,6 +42,7 @@ def test_reference_flags_override(db):
     assert (c.max_threads, c.min_blocks_per_sm, c.codegen_opt, c.passes) == (512, 2, 1, "default<O1>")
     assert args.iterations == 7 and args.warmup == 0 and args.json
     assert not cli.build_config(parse("-rdb", str(db), "--no-specialize"), inst).specialize
+    assert parse("-rdb", str(db)).timing == "events" and parse("-rdb", str(db), "--timing", "cupti").timing == "cupti"
 
 
 def test_config_file_json_and_yaml(db, tmp_path):
