@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,7 +145,10 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
                 except (MnemeError, OSError) as exc:
                     conversion_error = exc
                     _stop_recorder(spool_dir)
-            time.sleep(POLL_INTERVAL_S)
+            try:
+                proc.wait(timeout=POLL_INTERVAL_S)  # returns as soon as the application ends
+            except subprocess.TimeoutExpired:
+                pass
         summary.exit_code = _exit_status(proc.returncode)
         if conversion_error is None:
             try:

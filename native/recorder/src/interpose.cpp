@@ -194,7 +194,3 @@ __attribute__((visibility("default"), optimize("O2", "optimize-sibling-calls")))
 
 }  // extern "C"
 
-// Runs when the preloaded library is loaded, before the application's main.
-__attribute__((constructor)) static void mneme_recorder_loaded() {
-  if (settings().active) MemoryWindow::guard_address_ranges();
-}

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <sys/mman.h>
-
 #include <cstdio>
 
 #include "driver_api.hpp"
@@ -22,34 +20,12 @@ int current_device() {
   return 0;
 }
 
-constexpr int kGuardedDevices = 8;
-uint64_t g_guard_base = 0, g_guard_size = 0;
-
 // Where to try when the configured base is taken: below the range where the
 // kernel places shared libraries and mmap (randomized near 0x7fxx...), above
 // the program and its brk heap.
 const uint64_t kFallbackBases[] = {0x200000000000ull, 0x300000000000ull, 0x100000000000ull};
 
-// The driver reserves host address space in coarse steps around the range it
-// is asked for, so the whole guard goes at the first reservation.
-void release_guard() {
-  if (g_guard_size) munmap(reinterpret_cast<void*>(g_guard_base), g_guard_size);
-  g_guard_size = 0;
-}
-
 }  // namespace
-
-void MemoryWindow::guard_address_ranges() {
-  uint64_t size = round_up(settings().va_size, 2ull << 20) * kGuardedDevices;
-  void* want = reinterpret_cast<void*>(settings().va_base);
-  void* got = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-  if (got == want) {
-    g_guard_base = settings().va_base;
-    g_guard_size = size;
-  } else if (got != MAP_FAILED) {
-    munmap(got, size);  // old kernels ignore MAP_FIXED_NOREPLACE and map elsewhere
-  }
-}
 
 MemoryWindow& MemoryWindow::instance() {
   static MemoryWindow* w = new MemoryWindow();  // never destroyed: used until exit
@@ -107,7 +83,6 @@ bool MemoryWindow::reserve(Window& w) {
 
 bool MemoryWindow::try_reserve_at(Window& w, uint64_t base, CUresult* result) {
   auto& d = driver();
-  release_guard();
   CUdeviceptr got = 0;
   CUresult r = d.cuMemAddressReserve(&got, w.info.size, 0, base, 0);
   if (result) *result = r;

@@ -33,12 +33,6 @@ class MemoryWindow {
  public:
   static MemoryWindow& instance();
 
-  // Called at load time (before the application maps much): holds the host
-  // address range of the windows with a PROT_NONE mapping, so that no library
-  // or host allocation lands there (CUDA's unified addressing needs the same
-  // range free on the host). Each window's part is released just before the
-  // driver reserves it.
-  static void guard_address_ranges();
 
   // Allocate `size` bytes on the current context's device; falls back to the
   // driver's allocator (via `fallback`) when the window cannot serve it.
