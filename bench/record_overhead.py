@@ -43,6 +43,39 @@ def build_vecadd(out: Path) -> Path:
     return exe
 
 
+D2H_PROBE = r"""
+// The copy engine's ceiling on this machine: device -> pinned host, no files.
+#include <cstdio>
+#include <cstdlib>
+int main(int argc, char** argv) {
+  size_t total = std::strtoull(argv[1], nullptr, 0), chunk = 16u << 20;
+  char* d; cudaMalloc(&d, total);
+  cudaMemset(d, 1, total);
+  char* h; cudaMallocHost(&h, 8 * chunk);
+  cudaStream_t s; cudaStreamCreate(&s);
+  cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+  for (int rep = 0; rep < 2; ++rep) {  // the first pass warms up
+    cudaEventRecord(a, s);
+    for (size_t off = 0, k = 0; off < total; off += chunk, ++k)
+      cudaMemcpyAsync(h + (k % 8) * chunk, d + off, off + chunk <= total ? chunk : total - off, cudaMemcpyDeviceToHost, s);
+    cudaEventRecord(b, s);
+    cudaEventSynchronize(b);
+  }
+  float ms = 0; cudaEventElapsedTime(&ms, a, b);
+  std::printf("%f\n", total / (ms * 1e-3) / 1e9);
+  return 0;
+}
+"""
+
+
+def d2h_ceiling(tmp: Path, nbytes: int) -> float:
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    (tmp / "d2h.cu").write_text(D2H_PROBE)
+    subprocess.run([nvcc, "-O2", "-o", tmp / "d2h", tmp / "d2h.cu"], check=True)
+    out = subprocess.run([str(tmp / "d2h"), str(nbytes)], check=True, capture_output=True, text=True).stdout
+    return float(out.strip())
+
+
 def injected_env(lib: str, spool: str, **settings: str) -> dict[str, str]:
     env = dict(os.environ, LD_PRELOAD=lib, CUDA_INJECTION64_PATH=lib, CUDA_MODULE_LOADING="EAGER", MNEME_SPOOL_DIR=spool)
     cupti = cupti_library()
@@ -119,9 +152,12 @@ def snapshot_rows(exe: Path, lib: str, n: int, parents: list[str]) -> list[dict]
             wall([str(exe), str(n), "1"], injected_env(lib, spool, MNEME_MAX="1", MNEME_VA_SIZE=str(16 << 30)))
             (entry,) = [p for p in Path(spool, "entries").iterdir() if not p.name.endswith(".tmp")]
             meta = json.loads((entry / "launch.json").read_text())
+            waits = meta.get("prologue_wait_seconds", {})
             for phase in ("prologue", "epilogue"):
                 nbytes, secs = meta[f"{phase}_bytes"], meta[f"{phase}_seconds"]
-                rows.append({"spool": parent, "phase": phase, "bytes": nbytes, "seconds": secs, "gb_per_s": nbytes / secs / 1e9})
+                rows.append({"spool": parent, "phase": phase, "bytes": nbytes, "seconds": secs, "gb_per_s": nbytes / secs / 1e9,
+                             "wait_files_s": waits.get("file_writes", float("nan")) if phase == "prologue" else float("nan"),
+                             "wait_copies_s": waits.get("copies", float("nan")) if phase == "prologue" else float("nan")})
         finally:
             shutil.rmtree(spool, ignore_errors=True)
     return rows
@@ -152,10 +188,15 @@ def main() -> int:
             n, it = (int(v) for v in shape.split("x"))
             over += overhead_rows(exe, lib, (n, it), args.repeats)
         snaps = snapshot_rows(exe, lib, args.snapshot_n, [tempfile.gettempdir(), "/dev/shm"])
+        ceiling = d2h_ceiling(Path(tmp), 12 * args.snapshot_n // 4)
+        snaps.append({"spool": "(none: copy engine only)", "phase": "d2h probe", "bytes": 12 * args.snapshot_n // 4,
+                      "seconds": 12 * args.snapshot_n / 4 / ceiling / 1e9, "gb_per_s": ceiling,
+                      "wait_files_s": float("nan"), "wait_copies_s": float("nan")})
     print_table("Application wall time (median of %d runs)" % args.repeats, over,
                 [("shape", "shape", "s"), ("variant", "variant", "s"), ("wall_s", "wall [s]", ".3f"), ("overhead_pct", "overhead [%]", "+.1f")])
     print_table("Snapshot capture (device -> pinned host -> spool file)", snaps,
-                [("spool", "spool", "s"), ("phase", "phase", "s"), ("bytes", "bytes", "d"), ("seconds", "seconds", ".3f"), ("gb_per_s", "GB/s", ".1f")])
+                [("spool", "spool", "s"), ("phase", "phase", "s"), ("bytes", "bytes", "d"), ("seconds", "seconds", ".3f"), ("gb_per_s", "GB/s", ".1f"),
+                 ("wait_files_s", "waited for writes [s]", ".3f"), ("wait_copies_s", "waited for copies [s]", ".3f")])
     if args.json:
         Path(args.json).write_text(json.dumps({"overhead": over, "snapshot": snaps}, indent=2))
     return 0

@@ -74,6 +74,7 @@ struct Pending {
   uint64_t identity = 0;
   uint64_t prologue_bytes = 0;
   double prologue_seconds = 0;
+  double prologue_writer_wait = 0, prologue_copy_wait = 0;
   std::vector<std::string> warnings;
 };
 
@@ -420,6 +421,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
     return;
   }
   p->prologue_seconds = seconds_since(t0);
+  p->prologue_writer_wait = writer_for_current_context().last_writer_wait_seconds();
+  p->prologue_copy_wait = writer_for_current_context().last_copy_wait_seconds();
 
   // Metadata known before the launch.
   char arch[16], dname[256] = "";
@@ -491,6 +494,8 @@ void after_launch(CUresult launch_result) {
   os << p->launch_json_head << ", \"regions\": " << regions_json(p->regions)
      << ", \"prologue_bytes\": " << p->prologue_bytes << ", \"epilogue_bytes\": " << epilogue_bytes
      << ", \"prologue_seconds\": " << p->prologue_seconds << ", \"epilogue_seconds\": " << epilogue_seconds
+     << ", \"prologue_wait_seconds\": {\"file_writes\": " << p->prologue_writer_wait
+     << ", \"copies\": " << p->prologue_copy_wait << "}"
      << ", \"warnings\": " << strings_json(p->warnings) << "}\n";
   std::string body = os.str();
   if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {

@@ -2,11 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -120,9 +120,9 @@ uint64_t tree_bytes(const std::string& path) {
 // ---------------------------------------------------------------------------
 
 namespace {
-constexpr int kBuffers = 12;
+constexpr int kBuffers = 8;
 constexpr size_t kChunk = 16ull << 20;
-constexpr int kWriters = 6;
+constexpr int kWriters = 4;
 }  // namespace
 
 struct SnapshotWriter::Impl {
@@ -141,7 +141,6 @@ struct SnapshotWriter::Impl {
   };
   std::deque<Job> jobs;
   int fd = -1;
-  unsigned char* map = nullptr;  // the output file, mapped, when its size is known up front
   bool failed = false;
   int err = 0;
   bool stop = false;
@@ -177,11 +176,7 @@ struct SnapshotWriter::Impl {
         job = jobs.front();
         jobs.pop_front();
       }
-      bool ok = true;
-      if (map)
-        std::memcpy(map + job.offset, buf[job.buffer], job.len);  // parallel page-cache copies (no inode lock)
-      else
-        ok = write_all(fd, buf[job.buffer], job.len, job.offset);
+      bool ok = write_all(fd, buf[job.buffer], job.len, job.offset);
       int e = errno;
       std::lock_guard<std::mutex> lock(mu);
       if (!ok && !failed) {
@@ -193,13 +188,20 @@ struct SnapshotWriter::Impl {
     }
   }
 
+  double writer_wait_s = 0, copy_wait_s = 0;  // where the capture thread waited (last write)
+
   void wait_free(int b) {
+    auto t0 = std::chrono::steady_clock::now();
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return !busy[b]; });
+    writer_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 
 SnapshotWriter::SnapshotWriter() : impl_(new Impl) {}
+
+double SnapshotWriter::last_writer_wait_seconds() const { return impl_->writer_wait_s; }
+double SnapshotWriter::last_copy_wait_seconds() const { return impl_->copy_wait_s; }
 
 SnapshotWriter::~SnapshotWriter() {
   // Process exit: the writer threads may be parked; detach rather than join.
@@ -218,39 +220,22 @@ bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& r
     *error = "cannot create " + path + ": " + std::strerror(errno);
     return false;
   }
-  // Without discovery the size is known: reserve it at once (a full disk shows
-  // here, before any copy) and map the file, so that the writer threads copy
-  // into the page cache in parallel instead of queueing on the file's lock.
-  unsigned char* map = nullptr;
-  uint64_t total = 0;
-  for (const auto& r : regions) total += r.size;
-  if (!scan && total > 0 && (!byte_cap || total <= byte_cap)) {
-    int fr = posix_fallocate(fd, 0, static_cast<off_t>(total));
-    if (fr == ENOSPC || fr == EFBIG || fr == EIO) {
-      *error = "cannot write " + path + ": " + std::strerror(fr);
-      close(fd);
-      unlink(path.c_str());
-      return false;
-    }
-    if (fr == 0) {
-      void* p = mmap(nullptr, total, PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-      if (p != MAP_FAILED) map = static_cast<unsigned char*>(p);
-    }
-  }
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.fd = fd;
-    m.map = map;
     m.failed = false;
   }
+  m.writer_wait_s = m.copy_wait_s = 0;
   uint64_t offset = 0;
   int next = 0;
   std::deque<std::pair<int, Impl::Job>> in_flight;  // copies issued, not yet handed to writers
   auto hand_over_oldest = [&]() -> bool {
     auto [b, job] = in_flight.front();
     in_flight.pop_front();
-    if (d.cuEventSynchronize(m.ev[b]) != CUDA_SUCCESS) return false;
-    return true;
+    auto t0 = std::chrono::steady_clock::now();
+    bool synced = d.cuEventSynchronize(m.ev[b]) == CUDA_SUCCESS;
+    m.copy_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return synced;
   };
   bool ok = true;
   std::string local_error;
@@ -326,9 +311,7 @@ bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& r
       ok = false;
     }
     m.fd = -1;
-    m.map = nullptr;
   }
-  if (map) munmap(map, total);
   if (close(fd) != 0 && ok) {
     local_error = "cannot write " + path + ": " + std::strerror(errno);
     ok = false;

@@ -42,6 +42,10 @@ class SnapshotWriter {
   bool write(const std::string& path, std::vector<DeviceRegion>& regions,
              const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
              uint64_t byte_cap, uint64_t* bytes_written, std::string* error);
+  // Of the last write: seconds the capture thread waited for a free staging
+  // buffer (file writes behind) and for device-to-host copies (copies behind).
+  double last_writer_wait_seconds() const;
+  double last_copy_wait_seconds() const;
 
  private:
   struct Impl;
