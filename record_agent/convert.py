@@ -18,21 +18,28 @@ from mneme.errors import ArtifactError
 from mneme.format import (
     AddressSpace,
     DeviceInfo,
+    InstanceRecord,
     KernelCode,
     KernelParam,
     KernelSignature,
+    ObjectRef,
     RecorderInfo,
     RecordingDatabase,
     RecordingWriter,
-    RegionSource,
+    Region,
     VerifyPolicy,
+    dynamic_hash,
     load_database,
     new_database,
+    put_chunks_from_file,
     static_hash,
+    write_snapshot,
 )
+from mneme.format.snapshot import build_snapshot
+from mneme.mneme_types import Dim3
 from mneme.store import Store, open_store
 from record_agent import fatbin
-from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
+from record_agent.spool import SpoolEntry, SpoolModule, SpoolRegion, committed_entries, read_entry, read_module
 
 POINTER_SIZE = 8
 
@@ -235,6 +242,21 @@ class SpoolConverter:
         )
 
     # -- entries ----------------------------------------------------------------------
+    @staticmethod
+    def _region(writer: RecordingWriter, entry: SpoolEntry, r: SpoolRegion, phase: str, policy) -> Region:
+        """Store a region's chunks piece by piece (pieces are whole multiples of the chunk size but the last)."""
+        chunks = []
+        for p in r.pieces:
+            chunks += put_chunks_from_file(
+                writer.store, entry.stripe_path(phase, p.stripe), p.offset, p.size, writer.chunk_size, level=writer.level
+            )
+        return Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policy)
+
+    def _write_snapshot(self, writer: RecordingWriter, entry: SpoolEntry, static: str, dyn: str, phase: str, policies) -> ObjectRef:
+        regions = [self._region(writer, entry, r, phase, policies[r.base]) for r in entry.regions]
+        name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
+        return ObjectRef(name, sha, size)
+
     def convert(self, path: Path) -> str:
         """Convert one committed entry; returns the database name. The entry is deleted afterwards."""
         entry = read_entry(path)
@@ -246,35 +268,29 @@ class SpoolConverter:
         if code.ptx is None:
             warnings.append("no PTX found for this kernel (module without embedded PTX?): only the recorded cubin can be replayed")
 
-        def sources(phase_path: Path) -> list[RegionSource]:
-            out = []
-            for r in entry.regions:
-                policy = None
-                try:
-                    policy = verify_policy(r.policy)
-                except ArtifactError as exc:
-                    warnings.append(f"ignored the verification policy of {region_name(r.kind, r.name, r.base)}: {exc}")
-                out.append(
-                    RegionSource(r.base, r.kind, region_name(r.kind, r.name, r.base), path=phase_path, offset=r.offset, size=r.size, policy=policy)
-                )
-            return out
-
-        prologue, epilogue = sources(entry.prologue_path), sources(entry.epilogue_path)
+        policies = {}
+        for r in entry.regions:
+            try:
+                policies[r.base] = verify_policy(r.policy)
+            except ArtifactError as exc:
+                policies[r.base] = None
+                warnings.append(f"ignored the verification policy of {region_name(r.kind, r.name, r.base)}: {exc}")
         if self._before_write:
             self._before_write()
-        db, _instance = self.writer_for(entry.device).write_instance(
-            db,
-            grid=entry.grid,
-            block=entry.block,
-            shared_mem=entry.shared_mem,
-            args=entry.args,
-            prologue=prologue,
-            epilogue=epilogue,
-            pointer_args=pointers,
-            launch_index=entry.launch_index,
-            occurrence=self._occurrence(db, entry),
-            warnings=tuple(dict.fromkeys(warnings)),
-        )
+        writer = self.writer_for(entry.device)
+        occurrence = self._occurrence(db, entry)
+        dyn = dynamic_hash(db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence)
+        refs = {
+            phase: self._write_snapshot(writer, entry, db.static_hash, dyn, phase, policies)
+            for phase in ("prologue", "epilogue")
+        }
+        instance = InstanceRecord(
+            dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
+            refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
+            None, tuple(dict.fromkeys(warnings)),
+        )  # fmt: skip
+        # Snapshots and chunks are stored: now the database (merged with what is there).
+        db = writer.commit(db.add_instance(instance))
         self._databases[(entry.device, db.static_hash)] = db
         self.stats.instances += 1
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)

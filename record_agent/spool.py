@@ -15,18 +15,27 @@ from typing import Any
 
 from mneme.errors import ArtifactError
 
-ENTRY_FORMAT = "mneme-spool-entry/1"
+ENTRY_FORMAT = "mneme-spool-entry/2"
+
+
+@dataclass(frozen=True)
+class SpoolPiece:
+    """``size`` bytes of a region at ``offset`` of stripe file ``<phase>.<stripe>.bin``."""
+
+    stripe: int
+    offset: int
+    size: int
 
 
 @dataclass(frozen=True)
 class SpoolRegion:
-    """A device range and where its bytes sit in prologue.bin / epilogue.bin."""
+    """A device range and where its bytes sit in the stripe files (same layout in both phases)."""
 
     kind: str
     name: str
     base: int
     size: int
-    offset: int
+    pieces: tuple[SpoolPiece, ...]
     policy: dict[str, Any] | None = None
 
 
@@ -71,19 +80,15 @@ class SpoolEntry:
     snapshot_scope: str
     warnings: tuple[str, ...]
     attributes: tuple[dict[str, Any], ...] = ()
+    stripes: int = 1
     rank: str = ""
     prologue_seconds: float = 0.0
     epilogue_seconds: float = 0.0
     prologue_bytes: int = 0
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
-    @property
-    def prologue_path(self) -> Path:
-        return self.path / "prologue.bin"
-
-    @property
-    def epilogue_path(self) -> Path:
-        return self.path / "epilogue.bin"
+    def stripe_path(self, phase: str, stripe: int) -> Path:
+        return self.path / f"{phase}.{stripe}.bin"
 
     @property
     def window(self) -> SpoolWindow | None:
@@ -111,9 +116,12 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
         raise ArtifactError(f"{what}: format {data.get('format')!r} is not {ENTRY_FORMAT!r}; agent and recorder versions differ")
     try:
         regions = tuple(
-            SpoolRegion(r["kind"], r.get("name", ""), int(r["base"]), int(r["size"]), int(r["offset"]), r.get("policy"))
+            SpoolRegion(
+                r["kind"], r.get("name", ""), int(r["base"]), int(r["size"]),
+                tuple(SpoolPiece(int(k), int(o), int(n)) for k, o, n in r["pieces"]), r.get("policy"),
+            )
             for r in data["regions"]
-        )
+        )  # fmt: skip
         args = bytes.fromhex(data["args"])
         entry = SpoolEntry(
             path=path,
@@ -138,6 +146,7 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             snapshot_scope=data.get("snapshot_scope", "all"),
             warnings=tuple(data.get("warnings", ())),
             attributes=tuple(data.get("attributes", ())),
+            stripes=int(data["stripes"]),
             rank=str(data.get("rank", "")),
             prologue_seconds=float(data.get("prologue_seconds", 0.0)),
             epilogue_seconds=float(data.get("epilogue_seconds", 0.0)),
@@ -148,12 +157,20 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
         raise ArtifactError(f"{what}: launch.json is incomplete or malformed ({exc!r})") from exc
     if len(entry.param_offsets) != len(entry.param_sizes):
         raise ArtifactError(f"{what}: param_offsets and param_sizes differ in length")
-    need = sum(r.size for r in regions)
+    need = [0] * entry.stripes
+    for r in regions:
+        if sum(p.size for p in r.pieces) != r.size:
+            raise ArtifactError(f"{what}: the pieces of region {r.base:#x} do not add up to its {r.size} bytes")
+        for p in r.pieces:
+            if not 0 <= p.stripe < entry.stripes:
+                raise ArtifactError(f"{what}: region {r.base:#x} names stripe {p.stripe} of {entry.stripes}")
+            need[p.stripe] = max(need[p.stripe], p.offset + p.size)
     for phase in ("prologue", "epilogue"):
-        f = path / f"{phase}.bin"
-        size = f.stat().st_size if f.exists() else -1
-        if size != need:
-            raise ArtifactError(f"{what}: {phase}.bin holds {size} bytes, the regions need {need}")
+        for k, n in enumerate(need):
+            f = entry.stripe_path(phase, k)
+            size = f.stat().st_size if f.exists() else -1
+            if size != n:
+                raise ArtifactError(f"{what}: {f.name} holds {size} bytes, the regions need {n}")
     return entry
 
 

@@ -57,19 +57,22 @@ def write_entry(
     size = 4 * n
     stride = (size + 511) // 512 * 512
     bases = [WINDOW, WINDOW + stride, WINDOW + 2 * stride]
-    regions, pro, epi, offset = [], b"", b"", 0
-    for base, name, before, after in zip(bases, "abc", (a, b, c0), (a, b, c1)):
-        r = {"kind": "heap", "name": "", "base": base, "size": size, "offset": offset}
-        if name == "c" and policy:
+    stripes = 2
+    pro, epi = [b""] * stripes, [b""] * stripes  # regions alternate between the stripe files, like the recorder's chunks
+    regions = []
+    contents = [(base, "heap", "", before, after) for base, before, after in zip(bases, (a, b, c0), (a, b, c1))]
+    contents += [(base, kind, name, before, after) for kind, name, base, before, after in extra_regions]
+    for i, (base, kind, name, before, after) in enumerate(contents):
+        k = i % stripes
+        r = {"kind": kind, "name": name, "base": base, "size": len(before), "pieces": [[k, len(pro[k]), len(before)]]}
+        if base == bases[2] and policy:
             r["policy"] = policy
         regions.append(r)
-        pro, epi, offset = pro + before, epi + after, offset + size
-    for kind, name, base, data_before, data_after in extra_regions:
-        regions.append({"kind": kind, "name": name, "base": base, "size": len(data_before), "offset": offset})
-        pro, epi, offset = pro + data_before, epi + data_after, offset + len(data_before)
+        pro[k] += before
+        epi[k] += after
     args = struct.pack("<QQQi", *bases, n)
     entry = {
-        "format": "mneme-spool-entry/1", "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
+        "format": "mneme-spool-entry/2", "stripes": stripes, "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
         "demangled": vecadd_code.DEMANGLED, "api": "cuLaunchKernel", "launch_index": launch_index,
         "identity": "0", "device": device, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
         "grid": [(n + 255) // 256, 1, 1], "block": [256, 1, 1], "shared_mem": 0, "module_id": module_id,
@@ -77,12 +80,13 @@ def write_entry(
         "args": args.hex(), "attributes": [],
         "allocations": [{"base": base, "size": size, "in_window": window_reserved} for base in bases],
         "windows": [{"device": device, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
-        "snapshot_scope": "all", "regions": regions, "prologue_bytes": len(pro), "epilogue_bytes": len(epi),
+        "snapshot_scope": "all", "regions": regions, "prologue_bytes": sum(map(len, pro)), "epilogue_bytes": sum(map(len, epi)),
         "prologue_seconds": 0.001, "epilogue_seconds": 0.001, "warnings": list(warnings),
     }
     d = spool / "entries" / (f"{seq:08d}" + ("" if committed else ".tmp"))
     d.mkdir(parents=True)
-    (d / "prologue.bin").write_bytes(pro)
-    (d / "epilogue.bin").write_bytes(epi)
+    for k in range(stripes):
+        (d / f"prologue.{k}.bin").write_bytes(pro[k])
+        (d / f"epilogue.{k}.bin").write_bytes(epi[k])
     (d / "launch.json").write_text(json.dumps(entry))
     return d

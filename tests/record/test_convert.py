@@ -118,8 +118,8 @@ def test_truncated_snapshot_is_a_clear_error_and_nothing_is_written(tmp_path):
     spool, out = tmp_path / "spool", tmp_path / "out"
     write_module(spool)
     d = write_entry(spool, 0)
-    (d / "epilogue.bin").write_bytes((d / "epilogue.bin").read_bytes()[:100])
-    with pytest.raises(ArtifactError, match="epilogue.bin holds 100 bytes"):
+    (d / "epilogue.1.bin").write_bytes((d / "epilogue.1.bin").read_bytes()[:100])
+    with pytest.raises(ArtifactError, match="epilogue.1.bin holds 100 bytes"):
         convert_all(spool, out)
     assert not list(out.glob("*.json"))
 
@@ -161,3 +161,35 @@ def test_each_gpu_gets_its_own_databases(tmp_path):
     (db1,) = (out / "device1").glob("*.json")
     assert db0.name == db1.name and len(RecordedExecution.from_json(db1).instances) == 1
     assert conv.stats.databases == {db0.name, f"device1/{db1.name}"}
+
+
+def test_region_split_over_stripes_reads_back_whole(tmp_path):
+    """A 40 MiB region in 16 MiB pieces over 3 stripe files, as the recorder writes big regions."""
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    write_module(spool)
+    d = write_entry(spool, 0, n=256)
+    meta = json.loads((d / "launch.json").read_text())
+    piece = 16 << 20
+    size = 40 << 20
+    data_pro = bytes(range(256)) * (size // 256)
+    data_epi = data_pro[::-1]
+    base = 0x7F0010000000
+    sizes = [piece, piece, size - 2 * piece]
+    offsets = [0, 0, 0]
+    stripes = [2, 3, 4]  # new stripe files beside the factory's 0 and 1
+    meta["stripes"] = 5
+    meta["regions"].append({"kind": "heap", "name": "", "base": base, "size": size,
+                            "pieces": [[k, o, n] for k, o, n in zip(stripes, offsets, sizes)]})
+    meta["allocations"].append({"base": base, "size": size, "in_window": True})
+    (d / "launch.json").write_text(json.dumps(meta))
+    pos = 0
+    for k, n in zip(stripes, sizes):
+        (d / f"prologue.{k}.bin").write_bytes(data_pro[pos:pos + n])
+        (d / f"epilogue.{k}.bin").write_bytes(data_epi[pos:pos + n])
+        pos += n
+    convert_all(spool, out)
+    rec = RecordedExecution.from_json(next(out.glob("*.json")))
+    (inst,) = rec.instances.values()
+    pro = {r.base: r for r in inst.load_prologue().regions}
+    epi = {r.base: r for r in inst.load_epilogue().regions}
+    assert pro[base].read(rec.store) == data_pro and epi[base].read(rec.store) == data_epi

@@ -252,7 +252,7 @@ void wait_for_spool_room() {
 
 void add_region_once(std::vector<DeviceRegion>& regions, std::set<uint64_t>& bases, const Allocation& a) {
   if (a.size == 0 || !bases.insert(a.base).second) return;
-  regions.push_back(DeviceRegion{a.base, a.size, "heap", ""});
+  regions.push_back(DeviceRegion{a.base, a.size, "heap", "", {}});
 }
 
 std::string dims_json(const unsigned v[3]) {
@@ -261,15 +261,16 @@ std::string dims_json(const unsigned v[3]) {
 
 std::string regions_json(const std::vector<DeviceRegion>& regions) {
   std::string out = "[";
-  uint64_t offset = 0;
   for (size_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
     out += (i ? ", " : "") + std::string("{\"kind\": ") + json_string(r.kind) + ", \"name\": " + json_string(r.name) +
-           ", \"base\": " + std::to_string(r.base) + ", \"size\": " + std::to_string(r.size) +
-           ", \"offset\": " + std::to_string(offset);
+           ", \"base\": " + std::to_string(r.base) + ", \"size\": " + std::to_string(r.size) + ", \"pieces\": [";
+    for (size_t k = 0; k < r.pieces.size(); ++k)
+      out += (k ? ", [" : "[") + std::to_string(r.pieces[k].stripe) + ", " + std::to_string(r.pieces[k].offset) + ", " +
+             std::to_string(r.pieces[k].size) + "]";
+    out += "]";
     std::string policy = r.kind == "heap" ? policy_json(r.base) : "";
     out += policy.empty() ? "}" : ", \"policy\": " + policy + "}";
-    offset += r.size;
   }
   return out + "]";
 }
@@ -369,7 +370,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
       CUdeviceptr gp = 0;
       size_t gsize = 0;
       if (d.cuModuleGetGlobal_v2(&gp, &gsize, hmod, g.c_str()) == CUDA_SUCCESS && gsize && bases.insert(gp).second)
-        p->regions.push_back(DeviceRegion{gp, gsize, "global", g});
+        p->regions.push_back(DeviceRegion{gp, gsize, "global", g, {}});
     }
   }
   const bool reachable = settings().reachable_scope;
@@ -408,7 +409,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::string error;
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
   if (reachable) scanner = scan;
-  if (!writer_for_current_context().write(p->tmp_dir + "/prologue.bin", p->regions, scanner,
+  if (!writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
                                           settings().max_snapshot_bytes, &p->prologue_bytes, &error)) {
     remove_tree(p->tmp_dir);
     if (error == "snapshot exceeds the byte cap") {
@@ -433,7 +434,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   d.cuDeviceGetName(dname, sizeof dname, device);
   std::vector<std::string> offsets, sizes;
   std::ostringstream os;
-  os << "{\"format\": \"mneme-spool-entry/1\", \"seq\": " << seq << ", \"pid\": " << getpid()
+  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << SnapshotWriter::kStripes << ", \"seq\": " << seq << ", \"pid\": " << getpid()
      << ", \"rank\": " << json_string(settings().rank) << ", \"kernel\": " << json_string(ks.name)
      << ", \"demangled\": " << json_string(demangle(ks.name)) << ", \"api\": " << json_string(l.api)
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
@@ -484,12 +485,26 @@ void after_launch(CUresult launch_result) {
   auto t0 = std::chrono::steady_clock::now();
   uint64_t epilogue_bytes = 0;
   std::string error;
-  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue.bin", p->regions, {}, 0, &epilogue_bytes, &error)) {
+  std::vector<std::vector<Piece>> prologue_pieces;
+  for (const auto& r : p->regions) prologue_pieces.push_back(r.pieces);
+  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error)) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
     return;
   }
   double epilogue_seconds = seconds_since(t0);
+  for (size_t i = 0; i < p->regions.size(); ++i) {
+    const auto& a = prologue_pieces[i];
+    const auto& b = p->regions[i].pieces;
+    bool same = a.size() == b.size();
+    for (size_t k = 0; same && k < a.size(); ++k)
+      same = a[k].stripe == b[k].stripe && a[k].offset == b[k].offset && a[k].size == b[k].size;
+    if (!same) {  // cannot happen: the layout depends on the region list only
+      remove_tree(p->tmp_dir);
+      stop_recording("internal error: prologue and epilogue layouts differ");
+      return;
+    }
+  }
   std::ostringstream os;
   os << p->launch_json_head << ", \"regions\": " << regions_json(p->regions)
      << ", \"prologue_bytes\": " << p->prologue_bytes << ", \"epilogue_bytes\": " << epilogue_bytes

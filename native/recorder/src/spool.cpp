@@ -137,10 +137,10 @@ struct SnapshotWriter::Impl {
   struct Job {
     int buffer;
     size_t len;
+    int fd;
     uint64_t offset;
   };
   std::deque<Job> jobs;
-  int fd = -1;
   bool failed = false;
   int err = 0;
   bool stop = false;
@@ -176,7 +176,7 @@ struct SnapshotWriter::Impl {
         job = jobs.front();
         jobs.pop_front();
       }
-      bool ok = write_all(fd, buf[job.buffer], job.len, job.offset);
+      bool ok = write_all(job.fd, buf[job.buffer], job.len, job.offset);
       int e = errno;
       std::lock_guard<std::mutex> lock(mu);
       if (!ok && !failed) {
@@ -209,22 +209,28 @@ SnapshotWriter::~SnapshotWriter() {
     if (t.joinable()) t.detach();
 }
 
-bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& regions,
+bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>& regions,
                            const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
                            uint64_t byte_cap, uint64_t* bytes_written, std::string* error) {
   Impl& m = *impl_;
   if (!m.init(error)) return false;
   auto& d = driver();
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot create " + path + ": " + std::strerror(errno);
-    return false;
+  int fds[kStripes];
+  uint64_t stripe_end[kStripes] = {};
+  for (int k = 0; k < kStripes; ++k) {
+    std::string path = prefix + "." + std::to_string(k) + ".bin";
+    fds[k] = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fds[k] < 0) {
+      *error = "cannot create " + path + ": " + std::strerror(errno);
+      for (int j = 0; j < k; ++j) close(fds[j]);
+      return false;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    m.fd = fd;
     m.failed = false;
   }
+  uint64_t chunk_index = 0;
   m.writer_wait_s = m.copy_wait_s = 0;
   uint64_t offset = 0;
   int next = 0;
@@ -241,6 +247,7 @@ bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& r
   std::string local_error;
   // Regions may grow while we go (scan); index, not iterators.
   for (size_t r = 0; ok && r < regions.size(); ++r) {
+    regions[r].pieces.clear();
     if (byte_cap && offset + regions[r].size > byte_cap) {
       local_error = "snapshot exceeds the byte cap";
       ok = false;
@@ -266,7 +273,10 @@ bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& r
       }
       // Keep the copy engine busy: wait only for the oldest copy once all but
       // one buffer are in flight. Scanning needs the bytes, so it waits at once.
-      in_flight.push_back({b, Impl::Job{b, len, offset}});
+      int stripe = int(chunk_index++ % kStripes);
+      regions[r].pieces.push_back(Piece{stripe, stripe_end[stripe], len});
+      in_flight.push_back({b, Impl::Job{b, len, fds[stripe], stripe_end[stripe]}});
+      stripe_end[stripe] += len;
       offset += len;
       bool must_drain = scan || in_flight.size() >= size_t(kBuffers - 1);
       while (ok && must_drain && !in_flight.empty()) {
@@ -307,14 +317,15 @@ bool SnapshotWriter::write(const std::string& path, std::vector<DeviceRegion>& r
       return true;
     });
     if (m.failed && ok) {
-      local_error = "cannot write " + path + ": " + std::strerror(m.err);
+      local_error = "cannot write " + prefix + ".*.bin: " + std::strerror(m.err);
       ok = false;
     }
-    m.fd = -1;
   }
-  if (close(fd) != 0 && ok) {
-    local_error = "cannot write " + path + ": " + std::strerror(errno);
-    ok = false;
+  for (int k = 0; k < kStripes; ++k) {
+    if (close(fds[k]) != 0 && ok) {
+      local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
+      ok = false;
+    }
   }
   *bytes_written = offset;
   if (!ok) *error = local_error;
