@@ -36,7 +36,7 @@ def test_record_into_s3(tmp_path, endpoint, monkeypatch):
     app = fake_app(tmp_path, "write_module(spool)\nwrite_entry(spool, 0)\nwrite_entry(spool, 1, k=1, launch_index=1)\n")
     env = dict(env_without_ranks(), **s3_environment(endpoint))
     summary = session.record(RecordOptions(command=app, record_db_dir=url), env=env)
-    assert summary.exit_code == 0 and summary.instances == 2 and not summary.errors, summary.errors
+    assert summary.exit_code == 0 and summary.instances == 2 and not summary.errors, (summary, summary.errors)
     store = open_store(url)
     (db,) = [n for n in store.list() if n.endswith(".json")]
     rec = RecordedExecution.from_json(f"{url}/{db}")

@@ -120,9 +120,9 @@ uint64_t tree_bytes(const std::string& path) {
 // ---------------------------------------------------------------------------
 
 namespace {
-constexpr int kBuffers = 8;
+constexpr int kBuffers = 16;
 constexpr size_t kChunk = 16ull << 20;
-constexpr int kWriters = 4;
+constexpr int kWriters = SnapshotWriter::kStripes;
 }  // namespace
 
 struct SnapshotWriter::Impl {
