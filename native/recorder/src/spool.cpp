@@ -120,7 +120,7 @@ uint64_t tree_bytes(const std::string& path) {
 // ---------------------------------------------------------------------------
 
 namespace {
-constexpr int kBuffers = 16;
+constexpr int kBuffers = 8;
 constexpr size_t kChunk = 16ull << 20;
 constexpr int kWriters = SnapshotWriter::kStripes;
 }  // namespace

@@ -46,7 +46,7 @@ struct DeviceRegion {
 // have the same pieces.
 class SnapshotWriter {
  public:
-  static constexpr int kStripes = 8;
+  static constexpr int kStripes = 4;
   SnapshotWriter();
   ~SnapshotWriter();
   // `scan` (may be empty) sees every chunk's host bytes before they are
