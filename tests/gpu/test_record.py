@@ -291,3 +291,25 @@ def test_several_gpus_in_one_process(recorder_lib, programs, tmp_path):
         assert value == 1000 * (device + 1) and ptr == base0 + device * window, proc.stdout
         data = regions(inst.load_epilogue(), rec.store)[ptr]
         assert struct.unpack(f"<{n}i", data) == tuple(value + i for i in range(n))
+
+
+def test_full_spool_disk_ends_recording_with_a_clear_message(recorder_lib, programs, tmp_path):
+    """The spool on a 1 MiB filesystem: the first 12 MiB snapshot does not fit."""
+    small = tmp_path / "small"
+    small.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(small)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("needs to mount a small tmpfs (root)")
+    try:
+        env_before = os.environ.get("MNEME_SPOOL_PARENT")
+        os.environ["MNEME_SPOOL_PARENT"] = str(small)
+        proc = mneme_record(recorder_lib, tmp_path / "rdb", [programs / "vecadd", 1 << 20, 1], check_rc=2)
+    finally:
+        if env_before is None:
+            os.environ.pop("MNEME_SPOOL_PARENT", None)
+        else:
+            os.environ["MNEME_SPOOL_PARENT"] = env_before
+        subprocess.run(["umount", str(small)], check=False)
+    assert "vecadd n=1048576 iterations=1: ok" in proc.stdout  # the application ran to the end, unaffected
+    assert "No space left on device" in proc.stderr and "recording stopped" in proc.stderr
+    assert not list((tmp_path / "rdb").glob("*.json"))  # nothing half-written

@@ -83,10 +83,15 @@ def write_entry(
         "snapshot_scope": "all", "regions": regions, "prologue_bytes": sum(map(len, pro)), "epilogue_bytes": sum(map(len, epi)),
         "prologue_seconds": 0.001, "epilogue_seconds": 0.001, "warnings": list(warnings),
     }
-    d = spool / "entries" / (f"{seq:08d}" + ("" if committed else ".tmp"))
-    d.mkdir(parents=True)
+    # Like the recorder: write under .tmp, rename to commit (an agent polling meanwhile sees all or nothing).
+    tmp = spool / "entries" / f"{seq:08d}.tmp"
+    tmp.mkdir(parents=True)
     for k in range(stripes):
-        (d / f"prologue.{k}.bin").write_bytes(pro[k])
-        (d / f"epilogue.{k}.bin").write_bytes(epi[k])
-    (d / "launch.json").write_text(json.dumps(entry))
-    return d
+        (tmp / f"prologue.{k}.bin").write_bytes(pro[k])
+        (tmp / f"epilogue.{k}.bin").write_bytes(epi[k])
+    (tmp / "launch.json").write_text(json.dumps(entry))
+    if not committed:
+        return tmp
+    final = spool / "entries" / f"{seq:08d}"
+    tmp.rename(final)
+    return final
