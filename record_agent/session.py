@@ -91,19 +91,24 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     if not rank_selected(rank, options.record_ranks):
         return RecordSummary(_run_unrecorded(options.command), rank=rank, recorded=False)
 
+    app_env = application_environment(options, "", rank, base_env)  # fails early if the recorder is missing
     destination = output_location(options, rank)
     staging = None
+    uploader = None
     if options.is_s3:
         staging = tempfile.mkdtemp(prefix="mneme-record-staging-")
         local_dir = staging
+        try:
+            uploader = _start_uploader(local_dir, destination)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     else:
         local_dir = destination
         Path(local_dir).mkdir(parents=True, exist_ok=True)
     store = open_store(local_dir)
     spool_dir = tempfile.mkdtemp(prefix="mneme-spool-", dir=base_env.get("MNEME_SPOOL_PARENT") or None)
-    app_env = application_environment(options, spool_dir, rank, base_env)
-
-    uploader = _start_uploader(local_dir, destination) if staging else None
+    app_env["MNEME_SPOOL_DIR"] = spool_dir
     recorder_info = RecorderInfo(
         mneme.__version__,
         socket.gethostname(),
