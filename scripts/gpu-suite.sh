@@ -3,7 +3,7 @@
 # run the GPU tests and (optionally) the benchmarks, logs under $OUT.
 #
 #   scripts/gpu-suite.sh tests [PYTEST ARGS...]   # GPU tests only (default)
-#   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only
+#   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only (BENCH_TIMEOUT seconds each, default 300)
 #   scripts/gpu-suite.sh all                      # both
 #
 # Needs the wheels of packages the GPU machine lacks in .whl/ (carried with the
@@ -39,10 +39,14 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   names=("$@"); [ "$mode" = all ] && names=()
-  [ ${#names[@]} -eq 0 ] && names=($(cd "$REPO/bench" && ls *.py | sed 's/\.py$//'))
+  [ ${#names[@]} -eq 0 ] && names=(replay_fidelity server_throughput record_overhead llvm_compile headline)
+  mkdir -p "$OUT/bench"
   for name in "${names[@]}"; do
     echo "== bench $name"
-    (cd /tmp && timeout 300 python3 "$REPO/bench/$name.py" --out "$OUT") 2>&1 | tee "$OUT/bench-$name.log"
+    args=(); [ "$name" = headline ] && args=(--out "$OUT/bench/headline")
+    (cd /tmp && timeout "${BENCH_TIMEOUT:-300}" python3 "$REPO/bench/$name.py" "${args[@]}") 2>&1 | tee "$OUT/bench/$name.log"
   done
+  # $OUT returns few files: pack the benchmark outputs into one.
+  tar czf "$OUT/bench.tgz" -C "$OUT" bench && rm -rf "$OUT/bench"
 fi
 exit "$status"
