@@ -49,3 +49,19 @@ def test_not_a_fatbin_yields_nothing(tmp_path):
     assert list(fatbin.iter_entries(b"\0" * 64 + b"garbage")) == []
     (tmp_path / "x").write_bytes(b"not an elf")
     assert fatbin.executable_fatbin(tmp_path / "x") is None
+
+
+def test_bitcode_of_an_instrumented_build(executable, tmp_path):
+    """Programs built through `mneme config cxx` carry kernel bitcode in .mneme_bitcode; the agent finds it by kernel."""
+    objcopy = shutil.which("objcopy")
+    if not objcopy:
+        pytest.skip("objcopy not available")
+    from mneme.llvm.section import SECTION_NAME, BitcodeRecord, encode_records
+
+    records = [BitcodeRecord(("_Z13second_kernelPii",), b"BC\xc0\xde second"), BitcodeRecord(("_Z12first_kernelPf",), b"BC\xc0\xde first")]
+    (tmp_path / "section.bin").write_bytes(encode_records(records))
+    instrumented = tmp_path / "instrumented"
+    subprocess.run([objcopy, "--add-section", f"{SECTION_NAME}={tmp_path / 'section.bin'}", str(executable), str(instrumented)], check=True)
+    assert fatbin.executable_bitcode(instrumented, "_Z13second_kernelPii") == b"BC\xc0\xde second"
+    assert fatbin.executable_bitcode(instrumented, "nothing") is None
+    assert fatbin.executable_bitcode(executable, "_Z13second_kernelPii") is None
