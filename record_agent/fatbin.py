@@ -14,6 +14,8 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator
 
+from mneme.errors import ArtifactError
+
 FATBIN_MAGIC = 0xBA55ED50
 KIND_PTX = 1
 KIND_ELF = 2
@@ -109,19 +111,16 @@ def executable_fatbin(path: str | os.PathLike[str]) -> bytes | None:
 
 
 def executable_bitcode(path: str | os.PathLike[str], kernel: str) -> bytes | None:
-    """LLVM bitcode of ``kernel`` from the ``.mneme_bitcode`` section of an instrumented build, or None."""
+    """LLVM bitcode of ``kernel`` from the ``.mneme_bitcode`` section of an instrumented build, or None.
+
+    The LLVM tier's reader matches the names nvcc and clang give the same kernel
+    (they differ for kernels in anonymous namespaces).
+    """
     try:
-        from mneme.llvm.elf import ElfError, read_section
-        from mneme.llvm.section import SECTION_NAME, SectionFormatError, decode_records
+        from mneme.llvm.embedded import find_kernel_bitcode
     except ImportError:  # pragma: no cover
         return None
     try:
-        data = read_section(path, SECTION_NAME)
-        if not data:
-            return None
-        for record in decode_records(data):
-            if kernel in record.kernels:
-                return record.bitcode
-    except (OSError, ElfError, ValueError, SectionFormatError):
+        return find_kernel_bitcode(os.fspath(path), kernel)
+    except (OSError, ValueError, ArtifactError):
         return None
-    return None
