@@ -135,7 +135,8 @@ def run_fidelity(database: str, record_id: str, iterations: int, warmup: int) ->
         "config": config.to_dict(),
         "verified": bool(result.verified),
         "status": result.status,
-        "error": result.error,
+        # "error" marks a failed stage for headline.py: present only when the replay reported one
+        **({"error": result.error} if result.error else {}),
         "replay": time_summary(_measured(result)),
         "prepare_s": prepare_s,
         "run_s": run_s,

@@ -5,6 +5,7 @@
 #   scripts/gpu-suite.sh tests [PYTEST ARGS...]   # GPU tests only (default)
 #   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only (BENCH_TIMEOUT seconds each, default 300)
 #   scripts/gpu-suite.sh all                      # both
+# SKIP_BUILD=1 reuses the installed build; HEADLINE_ARGS adds options to bench/headline.py.
 #
 # Needs the wheels of packages the GPU machine lacks in .whl/ (carried with the
 # working tree; see docs/development.md).
@@ -23,11 +24,13 @@ fi
 { nvidia-smi -L; nvcc --version | tail -1; python3 --version; } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-echo "== build and install mneme"
-if ! python3 -m pip install --no-build-isolation --no-deps "$REPO" > "$OUT/build.log" 2>&1; then
-  tail -60 "$OUT/build.log"; exit 1
+if [ -z "${SKIP_BUILD:-}" ]; then
+  echo "== build and install mneme"
+  if ! python3 -m pip install --no-build-isolation --no-deps "$REPO" > "$OUT/build.log" 2>&1; then
+    tail -60 "$OUT/build.log"; exit 1
+  fi
+  tail -1 "$OUT/build.log"
 fi
-tail -1 "$OUT/build.log"
 
 status=0
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
@@ -43,7 +46,7 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   mkdir -p "$OUT/bench"
   for name in "${names[@]}"; do
     echo "== bench $name"
-    args=(); [ "$name" = headline ] && args=(--out "$OUT/bench/headline")
+    args=(); [ "$name" = headline ] && args=(--out "$OUT/bench/headline" ${HEADLINE_ARGS:-})
     (cd /tmp && timeout "${BENCH_TIMEOUT:-300}" python3 "$REPO/bench/$name.py" "${args[@]}") 2>&1 | tee "$OUT/bench/$name.log"
   done
   # $OUT returns few files: pack the benchmark outputs into one.

@@ -19,3 +19,19 @@ def gpu_unavailable_reason() -> str | None:
     if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0 or count.value == 0:
         return "no CUDA device visible"
     return None
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child Python that must import the same mneme as this test process.
+
+    Putting the checkout first on PYTHONPATH would shadow an installed mneme (and
+    its native parts) with the source tree; this puts the tree mneme was imported
+    from first instead.
+    """
+    import os
+
+    import mneme
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(mneme.__file__)))
+    paths = [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **extra}

@@ -11,13 +11,13 @@ embedded with objcopy: the same section the wrapper would have written.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -30,9 +30,7 @@ PIPELINES = ["default<O0>", "default<O1>", "default<O2>", "default<O3>", "defaul
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    return env
+    return child_env()
 
 
 def _nvcc() -> str:

@@ -24,6 +24,7 @@ import pytest
 
 from mneme.format.layout import is_hash_id
 from mneme.recorded_execution import RecordedExecution
+from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -71,7 +72,7 @@ def programs(tmp_path_factory) -> Path:
 
 
 def mneme_record(recorder_lib: str, rdb: Path, command: list, *options: str, check_rc: int | None = 0) -> subprocess.CompletedProcess:
-    env = dict(os.environ, MNEME_RECORDER_LIB=recorder_lib, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = child_env(MNEME_RECORDER_LIB=recorder_lib)
     proc = subprocess.run(
         [sys.executable, "-m", "mneme", "record", "-rdb", str(rdb), *options, "--", *map(str, command)],
         env=env, capture_output=True, text=True, timeout=240,

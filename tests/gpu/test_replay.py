@@ -9,7 +9,6 @@ verify on every launch, globals and relocated pointers are followed.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -22,6 +21,7 @@ import synthetic_recordings as synth  # noqa: E402
 
 from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
 from mneme.recorded_execution import RecordedExecution  # noqa: E402
+from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -316,7 +316,7 @@ def test_faulting_kernel_is_a_runtime_error_and_poisons_the_replayer(tmp_path):
         print(json.dumps([first.status, first.error, r.healthy, second.status, second.error]))
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     status, error, healthy, second_status, second_error = json.loads(out.stdout.strip().splitlines()[-1])
@@ -341,7 +341,7 @@ def test_hanging_kernel_times_out_and_poisons_the_replayer(tmp_path):
         import os; os._exit(0)  # as the CLI does: the kernel still runs, clean-up would wait for it
         """
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     status, error, healthy, seconds = json.loads(out.stdout.strip().splitlines()[-1])
@@ -350,7 +350,7 @@ def test_hanging_kernel_times_out_and_poisons_the_replayer(tmp_path):
 
 
 def test_cli_replay_prints_config_and_result(vecadd_path):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = child_env()
     out = subprocess.run(
         [sys.executable, "-m", "mneme", "replay", "-rdb", str(vecadd_path), "-bidx", "512", "-gidx", str((1 << 20) // 512),
          "-it", "4", "--json"],

@@ -28,6 +28,7 @@ from faulty_recording import (  # noqa: E402
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2, replay_pb2_grpc  # noqa: E402
 from mneme._proto.convert import config_to_proto, result_from_proto  # noqa: E402
 from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
+from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 GOOD_BLOCKS = (64, 128, 192, 256, 512, 1024)
@@ -121,7 +122,7 @@ def _run_example(script: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     from mneme.format.synthetic import write_vecadd_recording
 
     recording = write_vecadd_recording(str(tmp_path / "rec"), n=1 << 20, block=256)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "MNEME_CACHE_DIR": str(tmp_path / "cache")}
+    env = child_env(MNEME_CACHE_DIR=str(tmp_path / "cache"))
     return subprocess.run(
         [sys.executable, str(script), "--record-db", recording.path, "--record-id", recording.dynamic_hash],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
