@@ -29,7 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme (with its native parts) wins over the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "replay"))
 
 

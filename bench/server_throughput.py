@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+sys.path.append(str(REPO))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
 from mneme.async_executor import AsyncReplayExecutor  # noqa: E402
 from mneme.mneme_types import ExperimentConfiguration  # noqa: E402

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
 
 from mneme.format.database import KernelParam, KernelSignature  # noqa: E402
 from mneme.format.hashing import static_hash  # noqa: E402

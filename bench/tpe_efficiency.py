@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
 
 from mneme.mneme_types import Dim3, ExperimentConfiguration  # noqa: E402
 from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy, OptunaSamplingStrategy  # noqa: E402

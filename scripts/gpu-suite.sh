@@ -37,7 +37,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
   echo "== GPU tests"
   # Run from outside the checkout so the installed package (with its native parts) is imported.
   (cd /tmp && python3 -m pytest "$REPO/tests" -c "$REPO/pyproject.toml" --rootdir "$REPO" \
-     -m gpu -p no:cacheprovider -q "$@") 2>&1 | tee "$OUT/gpu-tests.log"
+     -m gpu -p no:cacheprovider "$@") 2>&1 | tee "$OUT/gpu-tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
