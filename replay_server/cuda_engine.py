@@ -13,14 +13,24 @@ from typing import Any
 
 from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
 from replay_server.engine import CompileFunction, InstanceKey
-from replay_server.names import resolve_in_store
+from replay_server.names import is_local_store, resolve_in_store
 
 
 @functools.lru_cache(maxsize=16)
 def _load_recording(store: str, record_db: str):
-    from mneme.recorded_execution import RecordedExecution
+    """The recording ``record_db`` of ``store``.
 
-    return RecordedExecution.from_json(resolve_in_store(store, record_db))
+    A remote store is read through the local content-addressed chunk cache
+    (``$MNEME_CACHE_DIR``), so the workers of a machine, and the workers that
+    replace them, fetch each chunk from the network once.
+    """
+    from mneme.recorded_execution import RecordedExecution
+    from mneme.store.cache import cached_store
+
+    location = resolve_in_store(store, record_db)  # validates the key
+    if is_local_store(store):
+        return RecordedExecution.from_json(location)
+    return RecordedExecution.from_store(cached_store(store), record_db)
 
 
 class CudaPreparedInstance:
