@@ -99,7 +99,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         staging = tempfile.mkdtemp(prefix="mneme-record-staging-")
         local_dir = staging
         try:
-            uploader = _start_uploader(local_dir, destination)
+            uploader = _start_uploader(local_dir, destination, options.spool_max_bytes)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -206,7 +206,13 @@ def _stop_recorder(spool_dir: str) -> None:
         pass
 
 
-def _start_uploader(staging_dir: str, destination: str):
+def _start_uploader(staging_dir: str, destination: str, spool_limit: int):
+    """Upload the staging directory while the application runs.
+
+    ``spool_limit`` bounds the chunk bytes waiting for upload: the agent waits
+    (and with it the recorder) rather than fill the local disk while the
+    network is slow or down.
+    """
     try:
         from mneme.store.transfer import Uploader
     except ImportError as exc:
@@ -214,7 +220,7 @@ def _start_uploader(staging_dir: str, destination: str):
             "recording into s3:// needs mneme.store.transfer, which this mneme does not have; "
             "record into a directory and upload it with `mneme push`"
         ) from exc
-    return Uploader(staging_dir, destination).start()
+    return Uploader(staging_dir, destination, spool_limit=spool_limit).start()
 
 
 def _report(summary: RecordSummary, log) -> None:

@@ -43,3 +43,22 @@ def test_record_into_s3(tmp_path, endpoint, monkeypatch):
     assert len(rec.instances) == 2
     for inst in rec.instances.values():
         assert inst.load_epilogue().regions  # every named object arrived and verifies
+
+
+def test_the_upload_spool_is_bounded_by_spool_max_bytes(monkeypatch, tmp_path):
+    """The record agent hands its --spool-max-bytes to the uploader (back-pressure, not a full disk)."""
+    import mneme.store.transfer as transfer
+    from record_agent import session
+
+    seen = {}
+
+    class CapturingUploader:
+        def __init__(self, staging_dir, destination, spool_limit=None, **kwargs):
+            seen.update(staging_dir=staging_dir, destination=destination, spool_limit=spool_limit)
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(transfer, "Uploader", CapturingUploader)
+    session._start_uploader(str(tmp_path), "s3://bucket/prefix", 123 << 20)
+    assert seen == {"staging_dir": str(tmp_path), "destination": "s3://bucket/prefix", "spool_limit": 123 << 20}
