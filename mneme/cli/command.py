@@ -6,8 +6,6 @@ import argparse
 from dataclasses import dataclass
 from typing import Callable
 
-from mneme.errors import NotAvailableError
-
 
 @dataclass(frozen=True)
 class Command:
@@ -18,14 +16,3 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
 
-
-def not_landed(feature: str, issue: int) -> Callable[[argparse.Namespace], int]:
-    """A ``run`` for a subcommand whose implementation has not landed yet."""
-
-    def run(args: argparse.Namespace) -> int:
-        raise NotAvailableError(
-            f"{feature} is not implemented in this version of mneme yet (tracked in issue #{issue}); "
-            "upgrade mneme or use another subcommand"
-        )
-
-    return run
