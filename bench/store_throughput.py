@@ -20,18 +20,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests" / "store"))  # the tests' moto server launcher
 
 from mneme.format.database import KernelParam, KernelSignature  # noqa: E402
 from mneme.format.hashing import static_hash  # noqa: E402
@@ -39,6 +38,7 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database  # n
 from mneme.store import LocalStore  # noqa: E402
 from mneme.store.config import S3Settings  # noqa: E402
 from mneme.store.s3 import S3Store  # noqa: E402
+from moto_s3 import start_moto_server, stop  # noqa: E402
 from mneme.store.transfer import pull, push, summarize  # noqa: E402
 
 BASE = 0x7F0000000000
@@ -90,24 +90,6 @@ def write_solver_recording(directory: Path, scale: float, iterations: int, seed:
     return recorded
 
 
-def start_moto(workdir: Path) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    log = (workdir / "moto.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(endpoint + "/moto-api/data.json", timeout=1).read()
-            return proc, endpoint
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit(f"moto server did not start; see {log.name}")
-
-
 def directory_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -122,7 +104,7 @@ def main() -> int:
     from minio import Minio
 
     workdir = Path(tempfile.mkdtemp(prefix="mneme-bench-store-"))
-    proc, endpoint = start_moto(workdir)
+    proc, endpoint = start_moto_server(workdir)
     try:
         settings = S3Settings(endpoint=endpoint, access_key_id="bench", secret_access_key="bench-secret",
                               region="us-east-1", source="bench")
@@ -168,8 +150,7 @@ def main() -> int:
               f"({summary.logical_bytes / MiB:.0f} MiB in {summary.chunk_count} chunks of "
               f"{summary.stored_chunk_bytes / MiB:.1f} MiB)")
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        stop(proc)
         shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
