@@ -10,16 +10,15 @@ committed recording is missing.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-import mneme
 from mneme.format.synthetic import write_vecadd_recording
 from mneme.recorded_execution import RecordedExecution
+from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -40,15 +39,13 @@ def committed_recording() -> tuple[str, str]:
     return rec.path, record_id
 
 
-def child_env(cwd: Path) -> dict[str, str]:
+def tune_env(cwd: Path) -> dict[str, str]:
     """The children import the same mneme (and tuner) as this process, with a private compile cache."""
-    root = str(Path(mneme.__file__).resolve().parents[1])
-    paths = [root, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "MNEME_CACHE_DIR": str(cwd / "cache")}
+    return child_env(MNEME_CACHE_DIR=str(cwd / "cache"))
 
 
 def mneme_tune(*args: str, cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "mneme", "tune", *args], cwd=cwd, env=child_env(cwd),
+    proc = subprocess.run([sys.executable, "-m", "mneme", "tune", *args], cwd=cwd, env=tune_env(cwd),
                           capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"mneme tune failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
@@ -116,6 +113,6 @@ def test_builtin_quick_preset_on_a_synthetic_recording_then_report(tmp_path):
                "--trials", "12", "--seed", "0", "--results-dir", str(run), cwd=tmp_path)
     check_results(run, 12, rec.dynamic_hash)
     proc = subprocess.run([sys.executable, "-m", "mneme", "tune", "report", str(run)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=child_env(tmp_path))
+                          capture_output=True, text=True, timeout=300, env=tune_env(tmp_path))
     # with matplotlib/plotly missing the report fails with the package to install, and nothing else
     assert proc.returncode == 0 or "pip install" in proc.stderr, proc.stderr
