@@ -61,6 +61,19 @@ class ReplayServerError(MnemeError):
     """A replay server refused a request (unknown recording, bad token, malformed request)."""
 
 
+def server_capacity(workers: int) -> int:
+    """Requests one server holds at once; the rest waits in the client.
+
+    Per worker, the two it has been handed (the server's pipelining) and two
+    waiting in the server's queue, so that a worker finds its next job there
+    while a result travels back and the client sends the next request, and can
+    take a job whose code is compiled ahead of one still compiling; four more
+    to spare. At most 48: a server answers RESOURCE_EXHAUSTED beyond 60 calls
+    at once (``rpc_threads`` 64 less 4).
+    """
+    return min(max(1, workers) * 4 + 4, 48)
+
+
 @dataclass
 class _Task:
     config: ExperimentConfiguration
@@ -186,6 +199,21 @@ class AsyncReplayExecutor:
         """Replay one configuration and wait for its result."""
         return self.submit(config).result()
 
+    def wait_prepared(self, timeout: float | None = None) -> None:
+        """Wait until every server has prepared the instance (the call made on connecting): its workers
+        restored it and its compile processes read it. A benchmark's timed part starts after this. A
+        failed preparation is not raised here: its reason comes back with the replays."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for server in self._servers:
+            if server.preparing is None:
+                continue
+            try:
+                server.preparing.result(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+            except grpc.FutureTimeoutError:
+                raise TimeoutError(f"replay server {server.address} did not prepare the instance in {timeout:g}s")
+            except grpc.RpcError:
+                pass
+
     def shutdown(self, wait: bool = True) -> None:
         """Finish (``wait``) or fail the outstanding work, close connections, stop local servers."""
         if self._closed:
@@ -257,8 +285,9 @@ class AsyncReplayExecutor:
         server = _Server(address, channel, replay_pb2_grpc.ReplayServiceStub(channel))
         try:
             info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
-            server.capacity = max(2, int(info.workers) * 2 + 2)
-            # Restore the instance on every worker now, not in the first replays (errors surface with those).
+            server.capacity = server_capacity(int(info.workers))
+            # Restore the instance on every worker and have every compile process read it now, not in the
+            # first replays (errors surface with those); wait_prepared() waits for it.
             server.preparing = server.stub.Prepare.future(
                 replay_pb2.PrepareRequest(instance=self._instance_ref()), metadata=self._metadata())
         except grpc.RpcError as exc:

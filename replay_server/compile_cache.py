@@ -6,6 +6,12 @@ under a key made of everything that determines it (the recorded code, the
 compile-relevant knobs, the GPU arch), so the GPU never waits for a compile
 that was done before. A failed compile is not cached: the worker then compiles
 itself and reports the compile error in its result.
+
+The pool is made of one-process executors, so that work can be sent to a
+chosen process: ``warm`` has every process read an instance (load the
+recording, find the compiler) when it is prepared, so that the first compile
+of each process during tuning costs only the compile. New work goes to the
+process with the least work waiting.
 """
 
 from __future__ import annotations
@@ -51,13 +57,41 @@ class CompileCache:
         self._function = function
         self._metrics = metrics
         self._max_entries = max_entries
-        self._processes = processes
         self._mp = multiprocessing.get_context("spawn")
-        self._pool = ProcessPoolExecutor(max_workers=processes, mp_context=self._mp)
+        self._processes = [self._new_process() for _ in range(max(processes, 1))]
+        self._waiting = [0] * len(self._processes)  # submitted and not finished, per process
         self._entries: "OrderedDict[str, Future]" = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+
+    def _new_process(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=1, mp_context=self._mp)
+
+    def _submit(self, index: int | None, *call: Any) -> Future:
+        """Run ``call`` in process ``index`` (None: the one with the least work waiting)."""
+        with self._lock:
+            if index is None:
+                index = min(range(len(self._waiting)), key=self._waiting.__getitem__)
+            self._waiting[index] += 1
+            try:
+                work = self._processes[index].submit(*call)
+            except BrokenProcessPool:  # the process died (ptxas crash, OOM kill): a fresh one takes its place
+                self._processes[index].shutdown(wait=False)
+                self._processes[index] = self._new_process()
+                work = self._processes[index].submit(*call)
+        work.add_done_callback(lambda _: self._finished_one(index))
+        return work
+
+    def _finished_one(self, index: int) -> None:
+        with self._lock:
+            self._waiting[index] -= 1
+
+    def warm(self, instance: InstanceKey, arch: str) -> list[Future]:
+        """Have every compile process read ``instance`` now: it compiles the default configuration (not cached)."""
+        default = ExperimentConfiguration().to_dict()
+        return [self._submit(i, _timed_compile, self._function, instance, default, arch)
+                for i in range(len(self._processes))]
 
     def request(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> Future:
         """A future of the compiled product (shared by every request with the same key)."""
@@ -75,11 +109,7 @@ class CompileCache:
             self._entries[key] = product
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
-        try:
-            work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
-        except BrokenProcessPool:  # a compile process died (ptxas crash, OOM kill): start a fresh pool
-            self._pool = ProcessPoolExecutor(max_workers=self._processes, mp_context=self._mp)
-            work = self._pool.submit(_timed_compile, self._function, instance, config.to_dict(), arch)
+        work = self._submit(None, _timed_compile, self._function, instance, config.to_dict(), arch)
         work.add_done_callback(lambda done: self._finish(key, product, done))
         return product
 
@@ -98,4 +128,5 @@ class CompileCache:
         return len(self._entries)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in self._processes:
+            process.shutdown(wait=False, cancel_futures=True)

@@ -14,6 +14,7 @@ from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
 from replay_server.engine import InstanceKey
 
 _ids = itertools.count(1)
+LOOKAHEAD = 64  # queued jobs a worker looks through for one whose code is ready
 
 
 class RequestError(Exception):
@@ -78,20 +79,48 @@ class JobQueue:
             self._items.extendleft(reversed(jobs))
             self._changed()
 
-    def get(self, timeout: float) -> Job | None:
-        """The next job not cancelled by its caller, or None after ``timeout``."""
+    def get(
+        self, timeout: float, ready: Callable[[Job], bool] | None = None, only_ready: bool = False
+    ) -> Job | None:
+        """The next job not cancelled by its caller, or None after ``timeout``.
+
+        With ``ready``, the first of the next ``LOOKAHEAD`` jobs that is ready
+        (its code compiled) goes ahead of those still compiling; when none is,
+        the oldest job is taken, or none (``only_ready``).
+        """
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                while self._items:
-                    job = self._items.popleft()
-                    self._changed()
-                    if not job.future.cancelled():
-                        return job
+                job = self._take(ready, only_ready)
+                if job is not None or (only_ready and self._items):
+                    return job
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     return None
                 self._cond.wait(remaining)
+
+    def _take(self, ready: Callable[[Job], bool] | None, only_ready: bool) -> Job | None:
+        while self._items and self._items[0].future.cancelled():
+            self._items.popleft()
+            self._changed()
+        if not self._items:
+            return None
+        index = None
+        if ready is None:
+            index = 0
+        else:
+            for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
+                if not job.future.cancelled() and ready(job):
+                    index = i
+                    break
+            if index is None and not only_ready:
+                index = 0
+        if index is None:
+            return None
+        job = self._items[index]
+        del self._items[index]
+        self._changed()
+        return job
 
     def drain(self) -> list[Job]:
         with self._cond:

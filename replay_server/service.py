@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from concurrent import futures
 from concurrent.futures import CancelledError, Future
 
 import grpc
@@ -30,6 +31,7 @@ from replay_server.worker_pool import WorkerPool
 MAX_ITERATIONS = 100_000
 MAX_WARMUP = 10_000
 MAX_TIMEOUT_SECONDS = 24 * 3600
+COMPILER_WARM_SECONDS = 120.0  # Prepare waits this long at most for the compile processes to read the instance
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -186,9 +188,18 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             outcomes: list[JobOutcome] = [job.future.result() for job in jobs]
         except RequestError as exc:
             _abort(context, exc)
+        self._warm_compilers(instance)
         return replay_pb2.PrepareResponse(
             device_bytes=max(o.device_bytes for o in outcomes), workers_prepared=len(outcomes)
         )
+
+    def _warm_compilers(self, instance: InstanceKey) -> None:
+        """Every compile process reads the instance now, not in the first configurations of a sweep.
+
+        A warm-up that fails is ignored: the same failure comes back with the compile that needs it.
+        """
+        if self.compile_cache is not None and self.pool.arch:
+            futures.wait(self.compile_cache.warm(instance, self.pool.arch), timeout=COMPILER_WARM_SECONDS)
 
     def GetServerInfo(self, request, context):
         capabilities = ["replay", "stream", "prepare", "watchdog", "fault-isolation"]

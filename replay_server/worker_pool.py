@@ -159,20 +159,20 @@ class WorkerSlot:
         self.pool.slot_changed()
 
     # -- feeding ---------------------------------------------------------------
-    def _next_job(self, wait: float) -> Job | None:
+    def _next_job(self) -> Job | None:
+        """This worker's own jobs first, then the first queued job whose code is ready (it goes ahead of
+        those still compiling). With a replay in flight, only a ready one: waiting for a compile here would
+        blind the running job's watchdog. With none, the oldest, whose compile ``_send`` waits for."""
         with self._lock:
             if self.directed:
                 return self.directed.popleft()
-        return self.pool.queue.get(wait)
+        busy = bool(self.inflight)
+        return self.pool.queue.get(0.0 if busy else 0.1, ready=self._code_ready, only_ready=busy)
 
     def _fill(self) -> None:
         while len(self.inflight) < self.pool.settings.depth and not self.pool.stopping and not self.retiring:
-            job = self._next_job(0.0 if self.inflight else 0.1)
+            job = self._next_job()
             if job is None:
-                return
-            if self.inflight and not self._code_ready(job):
-                # Waiting for its compile here would blind the watchdog of the running job: later.
-                self._give_back(job)
                 return
             if not job.claim():  # cancelled by its caller (counted when it was cancelled)
                 continue

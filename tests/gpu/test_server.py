@@ -118,6 +118,37 @@ def test_async_executor_with_local_servers(faulty, tmp_path):
     assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 5
 
 
+def test_two_gpus_each_get_a_server_and_share_the_work(tmp_path):
+    """The embedded default on a machine with two or more GPUs: one server per GPU, several workers each."""
+    import collections
+    import json
+
+    from mneme.async_executor import AsyncReplayExecutor
+    from mneme.format.synthetic import write_vecadd_recording
+    from replay_server.device_info import visible_gpu_count
+
+    gpus = visible_gpu_count()
+    if gpus < 2:
+        pytest.skip(f"needs two GPUs, this machine shows {gpus}: run it on a two-GPU machine (nvidia-h200-x2)")
+    n = 1 << 20
+    recording = write_vecadd_recording(str(tmp_path / "rec"), n=n, block=256)
+    configs = [ExperimentConfiguration.from_dict({"grid": {"x": -(-n // b)}, "block": {"x": b}, "codegen_opt": opt})
+               for b in range(64, 1025, 64) for opt in range(5)]
+    with AsyncReplayExecutor(  # no servers, no local_gpus: every visible GPU, two workers on each
+        record_db=recording.path, record_id=recording.dynamic_hash, iterations=5,
+        results_db_dir=str(tmp_path / "results"), num_workers=2 * gpus, timeout_seconds=WATCHDOG,
+    ) as executor:
+        assert len(executor.servers) == gpus
+        executor.wait_prepared(timeout=300)
+        results = [f.result(timeout=600) for f in [executor.submit(c) for c in configs]]
+    assert all(r.verified for r in results), [(r.status, r.error) for r in results if not r.verified][:3]
+    per_gpu = collections.Counter(r.gpu_id for r in results)
+    assert sorted(per_gpu) == list(range(gpus)) and min(per_gpu.values()) >= len(configs) // (3 * gpus), per_gpu
+    lines = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+    workers = {json.loads(line)["worker"] for line in lines}
+    assert workers == {f"gpu{g}/w{w}" for g in range(gpus) for w in range(2)}, workers
+
+
 def _run_example(script: Path, tmp_path: Path) -> subprocess.CompletedProcess:
     from mneme.format.synthetic import write_vecadd_recording
 

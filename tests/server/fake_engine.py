@@ -7,13 +7,17 @@ What a replay does is chosen by the configuration's ``passes``:
   "fault"      a failed result and an unusable context (healthy False), like a trap
   "raise"      the engine raises (an engine bug: internal_error, worker keeps serving)
   "compile-crash"  the compile pool's process dies; the replay itself verifies
+  "compile:S"  its compile takes S seconds; the replay verifies
   anything     verified; exec_time = block.x ns per launch
-Every replay appends "<passes> <block.x> <pid>" to ``log_dir``/runs.log, so tests
-can tell what ran and where.
+Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
+every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
+to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
+tests can tell what ran and where.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -28,12 +32,15 @@ from mneme.mneme_types import ExperimentResult
 class FakePrepared:
     log_dir: str
     record_id: str
+    replay_seconds: float = 0.0
     device_bytes: int = 1 << 20
     healthy: bool = True
 
     def run(self, config, iterations, warmup, compiled=None):
         with open(Path(self.log_dir) / "runs.log", "a") as log:
             log.write(f"{config.passes} {config.block.x} {os.getpid()}\n")
+        if self.replay_seconds:
+            time.sleep(self.replay_seconds)
         mode = config.passes
         if mode == "crash":
             os.kill(os.getpid(), signal.SIGSEGV)
@@ -56,11 +63,15 @@ class FakePrepared:
         pass
 
 
-def fake_compile(instance, config, arch):
-    if config["passes"] == "compile-crash":  # the compiler process dies (a ptxas crash, an OOM kill)
+def fake_compile(instance, config, arch, log_dir="", seconds=0.01):
+    passes = config["passes"]
+    if log_dir:
+        with open(Path(log_dir) / "compiles.log", "a") as log:
+            log.write(f"{passes} {os.getpid()}\n")
+    if passes == "compile-crash":  # the compiler process dies (a ptxas crash, an OOM kill)
         os._exit(1)
-    time.sleep(0.01)
-    return f"code:{config['passes']}:{arch}".encode()
+    time.sleep(float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds)
+    return f"code:{passes}:{arch}".encode()
 
 
 @dataclass(frozen=True)
@@ -69,6 +80,8 @@ class FakeEngineSpec:
     fail_starts: int = 0  # the first N self-tests fail
     name: str = "fake"
     with_compiler: bool = True
+    replay_seconds: float = 0.0
+    compile_seconds: float = 0.01
 
     def self_test(self, device):
         counter = Path(self.log_dir) / "starts"
@@ -81,10 +94,12 @@ class FakeEngineSpec:
     def open(self, instance, device):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
-        return FakePrepared(self.log_dir, instance.record_id)
+        return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):
-        return fake_compile if self.with_compiler else None
+        if not self.with_compiler:
+            return None
+        return functools.partial(fake_compile, log_dir=self.log_dir, seconds=self.compile_seconds)
 
 
 def spec_from_env() -> FakeEngineSpec:

@@ -1,4 +1,4 @@
-"""bench/server_throughput.py runs end to end (test engine, no GPU): its table stays printable."""
+"""bench/server_throughput.py runs end to end (test engine, no GPU, two servers): its tables stay printable."""
 
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from server_helpers import ROOT, subprocess_env
 def test_bench_prints_its_table(tmp_path):
     env = subprocess_env(tmp_path / "log")
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "server_throughput.py"), "--n", "4096", "--gpus", "1",
-         "--modes", "concurrent", "--workers-per-gpu", "1", "--engine", "fake_engine:spec_from_env",
+        [sys.executable, str(ROOT / "bench" / "server_throughput.py"), "--n", "4096", "--gpus", "2",
+         "--modes", "concurrent", "--workers-per-gpu", "1", "--repeats", "1", "--warm-passes", "1",
+         "--engine", "fake_engine:spec_from_env",
          "--engine-env", json.dumps(env)],
         capture_output=True, text=True, timeout=120, env={**os.environ, **env},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| reference (Mneme/HIP, 1 GPU)" in done.stdout and "11.3" in done.stdout
     assert "| mneme, 1 GPU, concurrent" in done.stdout and "80/80" in done.stdout
+    assert "| mneme, 2 GPUs, concurrent" in done.stdout and "| concurrent, cold" in done.stdout

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import signal
 import time
 
+import grpc
 import pytest
 from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, start_server, store, subprocess_env  # noqa: F401
 
+from mneme._proto import replay_pb2, replay_pb2_grpc
 from mneme.async_executor import AsyncReplayExecutor, ReplayServerError
 from mneme.mneme_types import ExperimentConfiguration
 
@@ -112,3 +115,28 @@ def test_work_waiting_for_a_busy_server_is_not_given_up(store, tmp_path):
     finally:
         server.kill()
         server.wait()
+
+
+def test_work_is_spread_over_both_servers_at_once(store, tmp_path):
+    """Two servers of equal speed each get about half the work, and hold work at the same time."""
+    started = [start_server(store, tmp_path / f"log-{i}", "--workers", "2") for i in range(2)]
+    addresses = [address for _, address in started]
+    infos = [replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(a)).GetServerInfo for a in addresses]
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0, servers=addresses,
+                                 results_db_dir=str(tmp_path / "results")) as executor:
+            executor.wait_prepared(timeout=30)
+            futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(60)]
+            both_busy = False
+            while not both_busy and not futures[-1].done():
+                both_busy = all(info(replay_pb2.ServerInfoRequest()).in_flight > 0 for info in infos)
+            results = [f.result(timeout=60) for f in futures]
+        assert [r.exec_time[0] for r in results] == list(range(1, 61)) and all(r.verified for r in results)
+        assert both_busy, "the two servers never had work in flight at the same time"
+        records = [json.loads(line) for line in (tmp_path / "results" / "results.jsonl").read_text().splitlines()]
+        per_server = collections.Counter(r["server"] for r in records)
+        assert set(per_server) == set(addresses) and min(per_server.values()) >= 20, per_server
+    finally:
+        for process, _ in started:
+            process.kill()
+            process.wait()

@@ -7,7 +7,7 @@ import urllib.request
 
 import grpc
 import pytest
-from server_helpers import free_port, make_server, request, runs, store, stub_for  # noqa: F401
+from server_helpers import RECORD_DB, RECORD_ID, free_port, make_server, request, runs, store, stub_for  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2
@@ -201,5 +201,37 @@ def test_a_cancelled_stream_takes_its_queued_work_with_it(store, tmp_path):
         assert [line.split()[1] for line in runs(tmp_path / "log")] == ["1"]
         assert server.metrics.cancelled._value.get() == 3 and len(server.pool.queue) == 0
         assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
+    finally:
+        server.stop()
+
+
+def test_prepare_has_every_compile_process_read_the_instance(store, tmp_path):
+    server = make_server(store, tmp_path / "log", workers=1, compile_processes=3)
+    port = server.start()
+    try:
+        prepared = stub_for(port).Prepare(replay_pb2.PrepareRequest(
+            instance=replay_pb2.InstanceRef(record_db=RECORD_DB, record_id=RECORD_ID)), timeout=30)
+        assert prepared.workers_prepared == 1
+        compiles = (tmp_path / "log" / "compiles.log").read_text().splitlines()
+        assert len({line.split()[1] for line in compiles}) == 3, "each compile process read the instance"
+    finally:
+        server.stop()
+
+
+def test_a_job_whose_code_is_ready_goes_ahead_of_one_still_compiling(store, tmp_path):
+    log = tmp_path / "log"
+    server = make_server(store, log, workers=1, compile_processes=2)
+    port = server.start()
+    try:
+        stub = stub_for(port)
+        assert result_from_proto(stub.Replay(request("default<O2>"), timeout=30).result).verified  # code cached
+        busy = stub.Replay.future(request("slow:0.5"), timeout=30)
+        while len(runs(log)) < 2:  # the worker is busy with it
+            time.sleep(0.01)
+        compiling = stub.Replay.future(request("compile:1.0"), timeout=30)
+        ready = stub.Replay.future(request("default<O2>", block_x=128), timeout=30)  # same code: compiled
+        assert all(result_from_proto(f.result().result).verified for f in (busy, compiling, ready))
+        assert [line.split()[:2] for line in runs(log)] == [
+            ["default<O2>", "64"], ["slow:0.5", "64"], ["default<O2>", "128"], ["compile:1.0", "64"]]
     finally:
         server.stop()
