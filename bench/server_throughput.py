@@ -146,12 +146,13 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
               f"{statistics.median(r['startup'] for r in runs):>10.2f} | "
               f"{statistics.median(r['kernel_us'] for r in runs):>9.1f} |")
 
-    print("\n| 2 GPUs / 1 GPU             | ratio of medians | run by run (min..max) | target                  |")
-    print("|----------------------------|------------------|-----------------------|-------------------------|")
-    for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]:
-        one, two = groups.get((mode, phase, 1)), groups.get((mode, phase, 2))
-        if not one or not two:
-            continue
+    pairs = [(mode, phase) for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
+             if groups.get((mode, phase, 1)) and groups.get((mode, phase, 2))]
+    if pairs:
+        print("\n| 2 GPUs / 1 GPU             | ratio of medians | run by run (min..max) | target                  |")
+        print("|----------------------------|------------------|-----------------------|-------------------------|")
+    for mode, phase in pairs:
+        one, two = groups[(mode, phase, 1)], groups[(mode, phase, 2)]
         ratio = medians[(mode, phase, 2)] / medians[(mode, phase, 1)]
         paired = [b["rate"] / a["rate"] for a, b in zip(one, two)]  # runs were interleaved: pair them
         if (mode, phase) == ("concurrent", "cold"):
