@@ -1,24 +1,26 @@
 """Replay fidelity: the replayed baseline's kernel time against the same kernel inside an application,
 and what each replayed launch costs beyond the kernel itself.
 
-    python bench/replay_fidelity.py [--sizes 65536,1048576,16777216] [--launches 200] [--recording DB.json ...]
+    python bench/replay_fidelity.py [--sizes 65536,1048576,4194304,16777216] [--launches 200] [--recording DB.json ...]
 
-For each recording (synthetic vector adds of several sizes by default, or the
-given ones) it measures, side by side in one process on one GPU:
+For each recording (the committed real vector-add recording and synthetic
+vector adds of several sizes by default, or the given ones) it measures, side
+by side in one process on one GPU:
 
 * in-app: the recorded ``app_kernel_time_ns`` when the recorder measured it;
   otherwise the same cubin launched by a stand-in application (CuPy, its own
   buffers with the recorded contents, launches queued behind other work on its
-  stream), timed with CUDA events and with CUPTI kernel records;
-* replay: ``Replayer.run`` of the baseline in several modes (event or CUPTI
-  timing, queue-ahead or not, L2 scrub, verification after every launch),
-  median of the timed launches;
+  stream, back to back on the same buffers as an application's loop runs them),
+  timed with CUDA events and with CUPTI kernel records;
+* replay: ``Replayer.run`` of the baseline in several modes (the default:
+  ``reset='auto'``, event timing, queue-ahead; then every launch reset, CUPTI
+  timing, an L2 scrub after the resets, no queue-ahead, verification after
+  every launch), median of the timed launches;
 * the difference in percent against the in-app time taken with the same timer
   (target: within 3 %);
-* overhead per launch: wall time of the whole replay loop (resets, event
-  records, launches, comparisons, one synchronization) minus the kernels'
-  event time, divided by the launches, with verification after every launch
-  and after the last only (target: <= 10 us).
+* overhead per launch: GPU time of the whole replay loop (resets, event
+  records, launches, comparisons) minus the kernels' time, divided by the
+  launches (target: <= 10 us), and the host's wall time the same way.
 """
 
 from __future__ import annotations
@@ -122,12 +124,28 @@ def replay_times(recording, instance, launches: int, **options) -> dict:
         "gpu_overhead_ns": (t["gpu_span_ns"] - kernels) / t["launches"],
         # Host wall time per launch beyond the kernel (queue-ahead spin excluded).
         "wall_overhead_ns": (t["wall_ns"] - t["queue_ahead_ns"] - kernels) / t["launches"],
+        "reset_each_launch": t["reset_each_launch"],
     }
+
+
+#: Replay modes measured, (label, Replayer options). The first is the default.
+MODES = (
+    ("default (reset auto, events, queue-ahead)", {}),
+    ("reset every launch", {"reset": "always"}),
+    ("CUPTI timing", {"timing": "cupti"}),
+    ("CUPTI timing, reset every launch", {"timing": "cupti", "reset": "always"}),
+    ("reset every launch, L2 scrub", {"reset": "always", "l2_scrub": True}),
+    ("no queue-ahead", {"queue_ahead": False}),
+    ("verify every launch", {"verify_every_iteration": True}),
+)
+FIDELITY_TARGET_PCT = 3.0
+OVERHEAD_TARGET_NS = 10_000
+COMMITTED = Path(__file__).resolve().parents[1] / "tests" / "data" / "recordings" / "vecadd"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="65536,1048576,16777216", help="vector-add sizes (elements)")
+    parser.add_argument("--sizes", default="65536,1048576,4194304,16777216", help="vector-add sizes (elements)")
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--recording", action="append", default=[], help="recording databases to measure instead")
     args = parser.parse_args(argv)
@@ -139,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         import synthetic_recordings as synth
 
+        paths += sorted(COMMITTED.glob("*.json"))
         for n in (int(s) for s in args.sizes.split(",")):
             paths.append(synth.vecadd(Path(tmp.name) / f"vecadd-{n}", n=n))
     rows = []
@@ -147,26 +166,23 @@ def main(argv: list[str] | None = None) -> int:
         instance = recording.single_instance()
         app = in_app_time_ns(recording, instance, args.launches)
         label = f"{recording.kernel_name} grid={instance.grid_dim.x} block={instance.block_dim.x}"
-        for mode, kwargs in (
-            ("default (queue-ahead, verify first+last)", {}),
-            ("no queue-ahead", {"queue_ahead": False}),
-            ("CUPTI timing", {"timing": "cupti"}),
-            ("CUPTI timing, no queue-ahead", {"timing": "cupti", "queue_ahead": False}),
-            ("L2 scrub after resets", {"l2_scrub": True}),
-            ("verify every launch", {"verify_every_iteration": True}),
-        ):
+        for mode, kwargs in MODES:
             m = replay_times(recording, instance, args.launches, **kwargs)
             timer = kwargs.get("timing", "events")  # compare like with like: the same timer in the app
             app_ns = app[timer]
             diff = 100 * (m["kernel_ns"] - app_ns) / app_ns
-            rows.append((label, mode, app_ns, timer, m["kernel_ns"], diff, m["gpu_overhead_ns"], m["wall_overhead_ns"]))
-    header = ("instance", "replay mode", "in-app us", "timer (both sides)", "replay us", "diff %",
-              "GPU ovh/launch us", "wall ovh/launch us")  # fmt: skip
+            rows.append((label, mode, timer, app_ns, m["kernel_ns"], diff, m["gpu_overhead_ns"], m["wall_overhead_ns"],
+                         m["reset_each_launch"]))  # fmt: skip
+    header = ("instance", "replay mode", "timer (both sides)", "resets/launch", "in-app us", "replay us", "diff %",
+              f"within {FIDELITY_TARGET_PCT:g} %", "GPU ovh/launch us", f"<= {OVERHEAD_TARGET_NS / 1e3:g} us",
+              "wall ovh/launch us")  # fmt: skip
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
-    for label, mode, app, how, rep, diff, gpu_ovh, wall_ovh in rows:
-        print(f"{label} | {mode} | {app / 1e3:.2f} | {how} | {rep / 1e3:.2f} | {diff:+.2f} | "
-              f"{gpu_ovh / 1e3:.2f} | {wall_ovh / 1e3:.2f}")  # fmt: skip
+    for label, mode, how, app, rep, diff, gpu_ovh, wall_ovh, resets in rows:
+        fidelity_ok = "yes" if abs(diff) <= FIDELITY_TARGET_PCT else "NO"
+        overhead_ok = "yes" if gpu_ovh <= OVERHEAD_TARGET_NS else "NO"
+        print(f"{label} | {mode} | {how} | {'yes' if resets else 'no'} | {app / 1e3:.2f} | {rep / 1e3:.2f} | "
+              f"{diff:+.2f} | {fidelity_ok} | {gpu_ovh / 1e3:.2f} | {overhead_ok} | {wall_ovh / 1e3:.2f}")  # fmt: skip
     tmp.cleanup()
     return 0
 

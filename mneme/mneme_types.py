@@ -266,6 +266,10 @@ class ExperimentResult:
     shared_mem_usage: int = -1
     compile_cached: bool = False
     mismatches: list[dict[str, Any]] = field(default_factory=list)
+    #: Heap buffers were placed elsewhere than at their recorded addresses (and the pointers to
+    #: them rewritten), because the recorded window could not be had here or the recording is
+    #: relocatable. Module globals always live where the loaded module puts them and do not count.
+    relocated: bool = False
 
     @property
     def measured_times(self) -> list[int]:

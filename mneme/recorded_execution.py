@@ -19,6 +19,7 @@ from mneme.format.database import (
     InstanceRecord,
     KernelCode,
     KernelSignature,
+    LaunchAttribute,
     RecordingDatabase,
     load_database,
 )
@@ -77,6 +78,11 @@ class KernelInstance:
     @property
     def warnings(self) -> tuple[str, ...]:
         return self.record.warnings
+
+    @property
+    def launch_attributes(self) -> tuple[LaunchAttribute, ...]:
+        """The launch attributes the application launched with (cluster dimensions, cooperative, ...)."""
+        return self.record.launch_attributes
 
     def load_prologue(self) -> Snapshot:
         """The memory before the launch (header only; region bytes are read on demand, verified)."""

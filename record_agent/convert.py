@@ -35,6 +35,8 @@ from mneme.format import (
     static_hash,
     write_snapshot,
 )
+from mneme.format.database import LaunchAttribute
+from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
 from mneme.store import Store, open_store
@@ -101,6 +103,12 @@ def verify_policy(declared: dict | None) -> VerifyPolicy | None:
     dtype = _DTYPE_ALIASES.get(declared.get("dtype", "u8"), declared.get("dtype", "u8"))
     norm = _NORM_ALIASES.get(declared.get("norm", "none"), declared.get("norm", "none"))
     return VerifyPolicy(dtype=dtype, mode=declared.get("mode", "bitwise"), threshold=float(declared.get("threshold", 0.0)), norm=norm)
+
+
+def launch_attributes(entry: SpoolEntry) -> tuple[LaunchAttribute, ...]:
+    """The launch attributes the recorder saw (cluster dimensions, cooperative, ...), checked."""
+    r = JsonReader(f"spool entry {entry.path}")
+    return tuple(LaunchAttribute.parse(r, a, f"attributes[{i}]") for i, a in enumerate(entry.attributes))
 
 
 def region_name(kind: str, name: str, base: int) -> str:
@@ -287,7 +295,7 @@ class SpoolConverter:
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)),
+            None, tuple(dict.fromkeys(warnings)), launch_attributes(entry),
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         db = writer.commit(db.add_instance(instance))

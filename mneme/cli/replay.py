@@ -62,6 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="compare with the epilogue after every launch (default: after the first and the last)")
     parser.add_argument("--timing", choices=("events", "cupti"), default="events",
                         help="time each launch with CUDA events (default) or CUPTI kernel activity records")
+    parser.add_argument("--reset", choices=("auto", "always"), default="auto",
+                        help="restore the memory the kernel writes before every launch (always), or only before "
+                        "each configuration's first launch once the baseline proved idempotent (auto, default)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
@@ -162,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         verify_every_iteration=args.verify_every_launch,
         timeout_s=args.timeout,
         timing=args.timing,
+        reset=args.reset,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.relocated:

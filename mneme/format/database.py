@@ -137,6 +137,41 @@ class RecorderInfo:
 
 
 @dataclass(frozen=True)
+class LaunchAttribute:
+    """A launch attribute the application gave the launch (``cuLaunchKernelEx``; cooperative launches too).
+
+    The recorder decodes the attributes it knows (``cluster_dim``: ``value``
+    ``[x, y, z]``; ``cooperative``: ``[1]``) and keeps the driver's raw
+    ``CUlaunchAttributeValue`` bytes of the others (``raw``); the replay
+    decides which it can reproduce (``mneme.replay.launch_attrs``).
+    """
+
+    id: int
+    name: str = ""
+    value: tuple[int, ...] = ()
+    raw: bytes = b""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"id": self.id, "name": self.name}
+        if self.raw:
+            out["value_hex"] = self.raw.hex()
+        else:
+            out["value"] = list(self.value)
+        return out
+
+    @classmethod
+    def parse(cls, r: JsonReader, value: Any, where: str) -> "LaunchAttribute":
+        d = r.obj(value, where, required=("id", "name"), optional=("value", "value_hex"))
+        attr_id = r.int(d["id"], f"{where}.id", 0, _U32)
+        name = r.str(d["name"], f"{where}.name")
+        values = tuple(r.int(v, f"{where}.value[{i}]", 0, _U32) for i, v in enumerate(r.list(d.get("value", []), f"{where}.value")))
+        raw_hex = r.str(d.get("value_hex", ""), f"{where}.value_hex")
+        if not _HEX.fullmatch(raw_hex):
+            raise r.error(f"{where}.value_hex", "expected the attribute value as lowercase hex digit pairs")
+        return cls(attr_id, name, values, bytes.fromhex(raw_hex))
+
+
+@dataclass(frozen=True)
 class InstanceRecord:
     """One recorded launch (a dynamic instance) of the kernel."""
 
@@ -152,10 +187,11 @@ class InstanceRecord:
     occurrence: int = 0
     app_kernel_time_ns: int | None = None
     warnings: tuple[str, ...] = ()
+    launch_attributes: tuple[LaunchAttribute, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON entry (the dynamic hash is its key in ``instances``, not a field)."""
-        return {
+        out = {
             "grid": self.grid.to_dict(),
             "block": self.block.to_dict(),
             "shared_mem": self.shared_mem,
@@ -168,6 +204,9 @@ class InstanceRecord:
             "app_kernel_time_ns": self.app_kernel_time_ns,
             "warnings": list(self.warnings),
         }
+        if self.launch_attributes:  # only then: older readers still read recordings of plain launches
+            out["launch_attributes"] = [a.to_dict() for a in self.launch_attributes]
+        return out
 
 
 @dataclass(frozen=True)
@@ -375,6 +414,7 @@ def _parse_instance(
             "grid", "block", "shared_mem", "args", "pointer_args", "prologue", "epilogue",
             "launch_index", "occurrence", "app_kernel_time_ns", "warnings",
         ),
+        optional=("launch_attributes",),
     )  # fmt: skip
     grid = _parse_dim3(r, d["grid"], f"{where}.grid", MAX_GRID_DIM)
     block = _parse_dim3(r, d["block"], f"{where}.block", MAX_BLOCK_DIM)
@@ -402,6 +442,10 @@ def _parse_instance(
     occurrence = r.int(d["occurrence"], f"{where}.occurrence", 0, _U32)
     kernel_time = r.optional_int(d["app_kernel_time_ns"], f"{where}.app_kernel_time_ns", 0)
     warnings = tuple(r.str(w, f"{where}.warnings[{i}]") for i, w in enumerate(r.list(d["warnings"], f"{where}.warnings")))
+    attributes = tuple(
+        LaunchAttribute.parse(r, a, f"{where}.launch_attributes[{i}]")
+        for i, a in enumerate(r.list(d.get("launch_attributes", []), f"{where}.launch_attributes"))
+    )
     expected = dynamic_hash(static, grid, block, shared_mem, args, occurrence)
     if expected != key:
         raise r.error(
@@ -411,7 +455,7 @@ def _parse_instance(
         )
     return InstanceRecord(
         key, grid, block, shared_mem, args, prologue, epilogue,
-        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings,
+        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings, attributes,
     )  # fmt: skip
 
 

@@ -33,12 +33,16 @@ from mneme.mneme_types import (
 )
 from mneme.replay import engine as eng
 from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, compile_for
+from mneme.replay.launch_attrs import plan_for
 from mneme.replay.state import DeviceState
 from mneme.replay.tolerance import ToleranceOverrides, engine_check, judge
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
 MODULE_CACHE_ENTRIES = 32
+#: Reset policies: ``auto`` resets before every launch unless the instance is proven idempotent
+#: (then only before each configuration's first launch); ``always`` resets before every launch.
+RESET_POLICIES = ("auto", "always")
 
 
 @dataclass
@@ -51,6 +55,7 @@ class _LoadedCode:
     attributes: dict[str, int]
     global_homes: dict[int, int]  # recorded global base -> address in this module
     args: bytes  # the argument buffer with pointers translated for this module
+    param_offsets: list[int]  # where each parameter starts in args (empty: pass args as one buffer)
     load_seconds: float  # the driver's module load, counted once: by the run that loaded it
 
 
@@ -80,6 +85,7 @@ class Replayer:
         timing: str = "events",
         timeout_s: float = 0.0,
         relocate: bool | None = None,
+        reset: str = "auto",
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
@@ -99,11 +105,23 @@ class Replayer:
         still running then makes the Replayer unhealthy); ``relocate`` forces
         (True) or forbids (False) relocating heap buffers instead of restoring
         them at their recorded addresses (default: relocate when the recording
-        is relocatable or the recorded window cannot be reserved here).
+        is relocatable or the recorded window cannot be reserved here);
+        ``reset`` is ``auto`` (reset the written memory before every launch,
+        unless the instance is proven idempotent: then only before each
+        configuration's first launch) or ``always`` (see ``uses_resets``).
+        The recorded launch attributes (cluster dimensions, cooperative...) are
+        repeated on every launch; one that cannot be is a NotAvailableError
+        naming it.
         """
         eng.require_driver()  # no GPU here: say so before reading anything
+        if reset not in RESET_POLICIES:
+            raise ConfigurationError(f"reset={reset!r}: use one of {', '.join(RESET_POLICIES)}")
         self.recording = recording
         self.instance = recording[record_id]
+        self.launch_plan = plan_for(getattr(self.instance, "launch_attributes", ()))
+        self.reset = reset
+        self._idempotent: bool | None = None
+        self._proof_failure: tuple[str, str] | None = None  # (status, error) when the proof lost the context
         self.record_id = str(record_id)
         self.device = int(device)
         self.compile_options = compile_options or CompileOptions()
@@ -154,6 +172,34 @@ class Replayer:
         return bool(self._state and (self._state.relocated_heap or self._state.has_pointer_sites))
 
     @property
+    def relocated_heap(self) -> bool:
+        """Whether heap buffers live elsewhere than at their recorded addresses (``result.relocated``)."""
+        return bool(self._state and self._state.relocated_heap)
+
+    @property
+    def idempotent(self) -> bool | None:
+        """Whether the baseline proved idempotent (None: not tried yet, or ``reset='always'``)."""
+        return self._idempotent
+
+    def uses_resets(self) -> bool:
+        """Whether launches after a configuration's first reset the written memory.
+
+        With ``reset='auto'`` the first call proves idempotence once for this
+        instance: the baseline runs twice without a reset between, and both
+        launches must match the epilogue. An idempotent kernel then skips the
+        per-launch copies (a kernel that writes 64 MiB paid 40 us per launch for
+        them, and found an L2 full of the copy's dirty lines the application's
+        kernel does not see); the checked launches still compare with the
+        epilogue, so a configuration whose result depends on what the previous
+        launch left fails verification instead of passing.
+        """
+        if self.reset == "always":
+            return True
+        if self._idempotent is None:
+            self._idempotent = self._prove_idempotent()
+        return not self._idempotent
+
+    @property
     def window_error(self) -> str:
         """Why the recorded window could not be reserved ('' when it was, or was not tried)."""
         return self._state.window_error if self._state else ""
@@ -186,7 +232,12 @@ class Replayer:
     ) -> ExperimentResult:
         """Replay ``warmup + iterations`` launches under ``config``; verify; report. Never raises."""
         start = _now()
-        base = {"gpu_id": self.device, "start_time": start, "warmup": max(int(warmup), 0)}
+        base = {
+            "gpu_id": self.device,
+            "start_time": start,
+            "warmup": max(int(warmup), 0),
+            "relocated": self.relocated_heap,
+        }
         try:
             return self._run(config, int(iterations), int(warmup), compiled, base)
         except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
@@ -237,6 +288,11 @@ class Replayer:
         if errors:
             return fail(STATUS_INVALID_CONFIG, "invalid configuration: " + "; ".join(errors))
 
+        resets_each_launch = self.uses_resets()  # the first run with reset='auto' proves idempotence
+        if not self.healthy:
+            status, error = self._proof_failure or (STATUS_RUNTIME_ERROR, "the CUDA context was lost")
+            return fail(status, error, executed=True)
+
         # Code.
         try:
             code = compiled if compiled is not None else self.compile(config)
@@ -249,11 +305,7 @@ class Replayer:
         except ArtifactError as exc:
             return fail(STATUS_COMPILE_ERROR, str(exc))
         except Exception as exc:
-            code_no = eng.cuda_error_code(exc)
-            if code_no is None:
-                raise
-            if code_no in eng.CONTEXT_DESTROYING:
-                self._lose_context()
+            if self._driver_failure(exc) in eng.CONTEXT_DESTROYING:
                 return fail(STATUS_RUNTIME_ERROR, f"loading the kernel destroyed the CUDA context: {exc}")
             return fail(STATUS_COMPILE_ERROR, f"the driver could not load the compiled kernel: {exc}")
         attrs = loaded.attributes
@@ -285,19 +337,17 @@ class Replayer:
                 raise
             return fail(STATUS_INVALID_LAUNCH, f"shared_mem={config.shared_mem} is not possible: {exc}", **measured)
 
+        plan = self.launch_plan
+        launch_errors = plan.launch_errors(config.grid.as_tuple())
+        if launch_errors:
+            return fail(STATUS_INVALID_LAUNCH, "; ".join(launch_errors), **measured)
+
         # State, launches, comparisons.
         state = self._state
         homes = loaded.global_homes
-        checks, checked_regions = [], []
-        for r in state.regions:
-            live = state.live_address(r, homes)
-            if live is None:
-                continue  # a global the recompiled module no longer has: the kernel cannot touch it
-            policy = self.overrides.policy_for(r.name, r.recorded_base, r.policy)
-            checks.append(engine_check(live, r.expected.ptr, r.size, policy))
-            checked_regions.append((r, policy))
+        checks, checked_regions = self._checks(homes)
         launches = warmup + iterations
-        resets = state.iteration_resets(homes)
+        resets = state.iteration_resets(homes) if resets_each_launch else []
         try:
             state.apply_map(state.relocation_map(homes))
             state.full_reset(homes)
@@ -314,15 +364,14 @@ class Replayer:
                 l2_scrub_bytes=self._l2_scrub_bytes(sum(size for _, _, size in resets)),
                 timeout_s=self.timeout_s,
                 cupti=self.timing == "cupti",
+                attributes=list(plan.attributes),
+                param_offsets=loaded.param_offsets,
             )
         except Exception as exc:
-            code_no = eng.cuda_error_code(exc)
-            if code_no is None:
-                raise
+            code_no = self._driver_failure(exc)
             if code_no in eng.LAUNCH_REFUSED:
                 return fail(STATUS_INVALID_LAUNCH, f"the driver refused the launch: {exc}", **measured)
             if code_no in eng.CONTEXT_DESTROYING:
-                self._lose_context()
                 status = STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR
                 return fail(
                     status,
@@ -340,6 +389,7 @@ class Replayer:
             "times_ns": list(out["times_ns"]),
             "event_times_ns": list(out["event_times_ns"]),
             "checked_launches": list(out["checked_launches"]),
+            "reset_each_launch": resets_each_launch,
         }
 
         mismatches = self._judge(checked_regions, out, warmup, homes)
@@ -357,6 +407,55 @@ class Replayer:
             **measured,
         )
         return result
+
+    def _prove_idempotent(self) -> bool:
+        """Run the baseline twice with no reset between; idempotent when both launches match the epilogue.
+
+        Anything that goes wrong here (the baseline does not verify, a
+        launch is refused) only means "not proven": every launch is then reset.
+        """
+        baseline = self.baseline()
+        if self.launch_plan.launch_errors(baseline.grid.as_tuple()):
+            return False
+        try:
+            loaded = self._load(self.compile(baseline))
+            self._set_dynamic_shared(loaded, baseline.shared_mem)
+        except Exception as exc:
+            if isinstance(exc, (CompileError, MnemeError)) or eng.cuda_error_code(exc) is not None:
+                return False
+            raise
+        state, homes = self._state, loaded.global_homes
+        checks, checked = self._checks(homes)
+        try:
+            state.apply_map(state.relocation_map(homes))
+            state.full_reset(homes)
+            out = loaded.function.run(
+                baseline.grid.as_tuple(), baseline.block.as_tuple(), baseline.shared_mem, loaded.args, 2,
+                resets=[], checks=checks, check_launches=[0, 1], timeout_s=self.timeout_s,
+                attributes=list(self.launch_plan.attributes), param_offsets=loaded.param_offsets,
+            )  # fmt: skip
+        except Exception as exc:
+            code_no = self._driver_failure(exc)
+            if code_no in eng.CONTEXT_DESTROYING:
+                self._proof_failure = (
+                    STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR,
+                    f"the recorded baseline, launched to prove the kernel idempotent, failed ({exc}); the CUDA "
+                    "context is destroyed: this replayer must be dropped and the process replaced",
+                )
+            return False
+        return not self._judge(checked, out, 0, homes)
+
+    def _checks(self, homes: dict[int, int]) -> tuple[list, list]:
+        """The engine's comparisons of every region with its expected epilogue, and (region, policy) for each."""
+        checks, checked_regions = [], []
+        for r in self._state.regions:
+            live = self._state.live_address(r, homes)
+            if live is None:
+                continue  # a global the recompiled module no longer has: the kernel cannot touch it
+            policy = self.overrides.policy_for(r.name, r.recorded_base, r.policy)
+            checks.append(engine_check(live, r.expected.ptr, r.size, policy))
+            checked_regions.append((r, policy))
+        return checks, checked_regions
 
     def _judge(self, checked_regions: list, out: dict, warmup: int, homes: dict[int, int]) -> list[dict[str, Any]]:
         """One mismatch entry per region that failed in any checked launch (the first failing launch's numbers)."""
@@ -393,6 +492,15 @@ class Replayer:
                 }
             mismatches.append(entry)
         return mismatches
+
+    def _driver_failure(self, exc: Exception) -> int:
+        """The CUresult of a driver error (anything else propagates); one that destroys the context loses it."""
+        code_no = eng.cuda_error_code(exc)
+        if code_no is None:
+            raise exc
+        if code_no in eng.CONTEXT_DESTROYING:
+            self._lose_context()
+        return code_no
 
     def _lose_context(self) -> None:
         """The CUDA context is gone: this Replayer (and every other in the process) cannot run again."""
@@ -435,7 +543,10 @@ class Replayer:
             homes[r.recorded_base] = address
         rmap = self._state.relocation_map(homes)
         args = rmap.patch_args(self.instance.arguments, self._pointer_offsets())
-        loaded = _LoadedCode(code, module, function, function.attributes(), homes, args, module.load_seconds)
+        loaded = _LoadedCode(
+            code, module, function, function.attributes(), homes, args, _param_offsets(function, len(args)),
+            module.load_seconds,
+        )
         self._modules[key] = loaded
         while len(self._modules) > MODULE_CACHE_ENTRIES:
             self._modules.popitem(last=False)
@@ -453,6 +564,24 @@ class Replayer:
         ):
             loaded.function.set_attribute("max_dynamic_shared_size_bytes", shared_mem)
             loaded.attributes["max_dynamic_shared_size_bytes"] = shared_mem
+
+
+def _param_offsets(function: Any, arg_bytes: int) -> list[int]:
+    """Where the loaded function's parameters start, when its layout fits the recorded bytes.
+
+    Launching with one pointer per parameter (as cudart does) works for every
+    launch kind, cooperative ones included, and for parameter buffers up to the
+    driver's 32 764 bytes; without a layout the bytes go as one buffer.
+    """
+    try:
+        layout = function.param_info()
+    except Exception as exc:
+        if eng.cuda_error_code(exc) is None:
+            raise
+        return []
+    if not layout or any(offset + size > arg_bytes for offset, size in layout):
+        return []
+    return [offset for offset, _ in layout]
 
 
 def _queue_ahead_ns(launches: int) -> int:

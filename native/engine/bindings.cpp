@@ -269,8 +269,12 @@ PYBIND11_MODULE(_engine, m) {
             [](const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block, unsigned shared_mem,
                const py::bytes& args, int launches, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& resets,
                const std::vector<py::tuple>& checks, const std::vector<int>& check_launches,
-               uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti) {
+               uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti,
+               const std::vector<std::pair<int, py::bytes>>& attributes, const std::vector<size_t>& param_offsets) {
                 std::string arg_bytes = args;
+                LaunchSpec spec;
+                for (const auto& [id, value] : attributes) spec.attributes.push_back({id, std::string(value)});
+                spec.param_offsets = param_offsets;
                 std::vector<Copy> copies;
                 for (const auto& [dst, src, size] : resets) copies.push_back({dst, src, size});
                 std::vector<Check> cs;
@@ -279,7 +283,7 @@ PYBIND11_MODULE(_engine, m) {
                 {
                     py::gil_scoped_release release;
                     r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
-                                     queue_ahead_ns, l2_scrub_bytes, timeout_s, cupti);
+                                     queue_ahead_ns, l2_scrub_bytes, timeout_s, cupti, spec);
                 }
                 py::list per_launch;
                 for (const auto& launch : r.checks) {
@@ -300,7 +304,10 @@ PYBIND11_MODULE(_engine, m) {
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},
             py::arg("checks") = std::vector<py::tuple>{}, py::arg("check_launches") = std::vector<int>{},
             py::arg("queue_ahead_ns") = 0, py::arg("l2_scrub_bytes") = 0, py::arg("timeout_s") = 0.0,
-            py::arg("cupti") = false,
-            "Reset, launch (timed with events) and compare (after the launches in check_launches), `launches` "
-            "times; one synchronization at the end.");
+            py::arg("cupti") = false, py::arg("attributes") = std::vector<std::pair<int, py::bytes>>{},
+            py::arg("param_offsets") = std::vector<size_t>{},
+            "Reset, launch (timed with events; "
+            "cuLaunchKernelEx with `attributes`, (id, value bytes) pairs, when given; kernelParams pointing at "
+            "`param_offsets` of the argument bytes when given, else the bytes through `extra`) and compare (after "
+            "the launches in check_launches), `launches` times; one synchronization at the end.");
 }

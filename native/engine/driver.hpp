@@ -69,6 +69,7 @@ public:
     X(cuFuncSetAttribute)                    \
     X(cuFuncGetParamInfo)                    \
     X(cuLaunchKernel)                        \
+    X(cuLaunchKernelEx)                      \
     X(cuStreamCreate)                        \
     X(cuStreamDestroy)                       \
     X(cuStreamSynchronize)                   \

@@ -383,7 +383,8 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti) {
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti,
+                       const LaunchSpec& spec) {
     const Driver& d = driver();
     ContextState& ctx = *f.ctx;
     ctx.make_current();
@@ -408,12 +409,44 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
     DeviceScratch scratch(slots * kSlotBytes);
     if (slots) check(d.cuMemcpyHtoD(scratch.ptr, host.data(), slots * kSlotBytes), "cuMemcpyHtoD(compare slots)");
 
-    // The argument bytes go to the driver as one buffer, exactly as recorded.
+    // The argument bytes exactly as recorded: one pointer per parameter into them when the
+    // layout is known (what cudart does; cooperative launches accept nothing else), else
+    // the whole buffer through `extra`.
     std::string arg_copy = args;
     size_t arg_size = arg_copy.size();
     void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, arg_copy.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &arg_size,
                      CU_LAUNCH_PARAM_END};
-    void** extra_ptr = arg_size ? extra : nullptr;
+    std::vector<void*> kernel_params;
+    for (size_t off : spec.param_offsets) {
+        if (off >= arg_size) throw std::invalid_argument("a parameter offset lies past the argument bytes");
+        kernel_params.push_back(arg_copy.data() + off);
+    }
+    void** params_ptr = kernel_params.empty() ? nullptr : kernel_params.data();
+    void** extra_ptr = (arg_size && !params_ptr) ? extra : nullptr;
+    std::vector<CUlaunchAttribute> attrs(spec.attributes.size());
+    for (size_t i = 0; i < attrs.size(); ++i) {
+        const LaunchAttr& a = spec.attributes[i];
+        if (a.value.size() > sizeof(CUlaunchAttributeValue))
+            throw std::invalid_argument("a launch attribute value is longer than CUlaunchAttributeValue");
+        std::memset(&attrs[i], 0, sizeof(CUlaunchAttribute));
+        attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
+        std::memcpy(&attrs[i].value, a.value.data(), a.value.size());
+    }
+    CUlaunchConfig config{};
+    config.gridDimX = grid[0], config.gridDimY = grid[1], config.gridDimZ = grid[2];
+    config.blockDimX = block[0], config.blockDimY = block[1], config.blockDimZ = block[2];
+    config.sharedMemBytes = shared_mem;
+    config.hStream = ctx.stream;
+    config.attrs = attrs.data();
+    config.numAttrs = static_cast<unsigned>(attrs.size());
+    auto launch = [&]() {
+        if (attrs.empty())
+            check(d.cuLaunchKernel(f.fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem,
+                                   ctx.stream, params_ptr, extra_ptr),
+                  "cuLaunchKernel");
+        else
+            check(d.cuLaunchKernelEx(&config, f.fn, params_ptr, extra_ptr), "cuLaunchKernelEx");
+    };
 
     if (cupti) cupti_begin();
     size_t checked = 0;
@@ -430,9 +463,7 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
             check(d.cuLaunchKernel(ctx.l2_scrub, scrub_blocks, 1, 1, 256, 1, 1, 0, ctx.stream, scrub_params, nullptr),
                   "cuLaunchKernel(L2 scrub)");
         check(d.cuEventRecord(ctx.events[2 * i], ctx.stream), "cuEventRecord");
-        check(d.cuLaunchKernel(f.fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_mem, ctx.stream,
-                               nullptr, extra_ptr),
-              "cuLaunchKernel");
+        launch();
         check(d.cuEventRecord(ctx.events[2 * i + 1], ctx.stream), "cuEventRecord");
         if (checked < result.checked_launches.size() && result.checked_launches[checked] == i) {
             for (size_t k = 0; k < checks.size(); ++k)

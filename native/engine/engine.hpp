@@ -109,6 +109,21 @@ struct CheckResult {
 
 struct Copy { uint64_t dst, src, size; };
 
+// A launch attribute for cuLaunchKernelEx: its CUlaunchAttributeID and the bytes of its
+// CUlaunchAttributeValue (the Python layer decides which attributes a replay may carry).
+struct LaunchAttr {
+    int id = 0;
+    std::string value;  // at most sizeof(CUlaunchAttributeValue) bytes; the rest is zero
+};
+
+// How a launch is made beyond grid, block and shared memory.
+struct LaunchSpec {
+    std::vector<LaunchAttr> attributes;  // non-empty: cuLaunchKernelEx with these
+    // Where each of the function's parameters starts in the argument bytes. Non-empty: the
+    // launch passes kernelParams (pointers into the bytes), else the bytes go through `extra`.
+    std::vector<size_t> param_offsets;
+};
+
 struct RunResult {
     std::vector<int64_t> times_ns;                     // one per launch
     std::vector<std::vector<CheckResult>> checks;      // one list per checked launch
@@ -122,13 +137,14 @@ struct RunResult {
 size_t dtype_size(int dtype);
 
 // The timed replay loop: for each launch reset (copies), record, launch, record,
-// then compare when the launch is in check_launches. With queue_ahead_ns > 0 a
-// spin kernel runs first, so the loop is enqueued while the GPU is busy and the
+// then compare when the launch is in check_launches. With queue_ahead_ns > 0 a spin
+// kernel runs first, so the loop is enqueued while the GPU is busy and the
 // launches run back to back (events then time kernels, not host enqueueing).
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
-                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false);
+                       uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false,
+                       const LaunchSpec& spec = {});
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);

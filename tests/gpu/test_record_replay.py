@@ -67,3 +67,41 @@ def test_committed_vecadd_recording_replays():
 def test_recorded_launches_replay_bit_exact(recorder_lib, programs, tmp_path, program, args, kernel, options):  # noqa: F811
     mneme_record(recorder_lib, tmp_path / "rdb", [programs / program, *args], *options)
     assert_verified(replay_all(only_database(tmp_path / "rdb", kernel)))
+
+
+@pytest.fixture(scope="module")
+def launch_attrs_rdb(recorder_lib, programs, tmp_path_factory):  # noqa: F811
+    rdb = tmp_path_factory.mktemp("launch-attrs") / "rdb"
+    mneme_record(recorder_lib, rdb, [programs / "launch_attrs"])
+    return rdb
+
+
+@pytest.mark.parametrize("kernel", ["cluster_exchange", "coop_total", "big_param"])
+def test_launch_attributes_and_large_parameters_replay_bit_exact(launch_attrs_rdb, kernel):
+    """Cluster dimensions and cooperative launches are recorded and repeated; an 8 KiB parameter buffer launches."""
+    rec = only_database(launch_attrs_rdb, kernel)
+    (inst,) = rec.instances.values()
+    attrs = {a.id: a for a in inst.launch_attributes}
+    if kernel == "cluster_exchange":
+        assert attrs[4].value == (2, 1, 1) or attrs[4].raw[:12] == (2).to_bytes(4, "little") + (1).to_bytes(4, "little") * 2
+    if kernel == "coop_total":
+        assert 2 in attrs, inst.launch_attributes
+    if kernel == "big_param":
+        assert rec.kernel.param_buffer_size > 4096
+    assert_verified(replay_all(rec))
+
+
+def test_cluster_kernel_needs_its_clusters(launch_attrs_rdb):
+    """Launched without the recorded cluster dimension the result differs (the check can fail); a grid that is
+    not a multiple of the cluster is refused with a message naming it."""
+    from mneme.replay import Replayer
+    from mneme.replay.launch_attrs import LaunchPlan
+
+    rec = only_database(launch_attrs_rdb, "cluster_exchange")
+    (record_id,) = rec.instances
+    with Replayer(rec, record_id) as replayer:
+        assert replayer.launch_plan.cluster_dim == (2, 1, 1) and "cluster_dim" in replayer.launch_plan.names
+        odd = replayer.run(replayer.baseline().replace(grid={"x": 31, "y": 1, "z": 1}))
+        assert odd.status == "invalid_launch" and "cluster dimension x=2" in odd.error
+        replayer.launch_plan = LaunchPlan()
+        assert replayer.run(replayer.baseline(), iterations=1, warmup=0).status == "failed_verification"

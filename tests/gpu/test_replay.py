@@ -74,6 +74,7 @@ def test_baseline_replays_the_recorded_cubin_bitwise(vecadd):
     assert result.gpu_id == 0 and result.start_time and result.end_time
     assert not result.mismatches
     assert not replayer.relocated, replayer.window_error  # fixed window, no globals
+    assert not result.relocated
 
 
 def test_cupti_timing_times_the_same_kernels(vecadd_path):
@@ -252,6 +253,38 @@ def test_fixed_recording_replays_relocated_when_asked(vecadd_path):
         assert replayer.relocated
         result = replayer.run(replayer.baseline())
         assert result.status == "verified", result.error
+        assert result.relocated
+
+
+def test_idempotent_kernel_is_reset_only_before_each_configuration(vecadd_path):
+    """reset='auto': the baseline ran twice unreset and matched the epilogue both times, so launches after a
+    configuration's first skip the copies; reset='always' keeps them."""
+    from mneme.replay import Replayer
+
+    rec = RecordedExecution.from_json(str(vecadd_path))
+    record_id = rec.single_instance().record_id
+    with Replayer(rec, record_id) as replayer:
+        result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
+        assert result.status == "verified", result.error
+        assert replayer.idempotent is True and replayer.last_timing["reset_each_launch"] is False
+        undone = replayer.run(replayer.baseline().replace(grid={"x": 2048, "y": 1, "z": 1}), iterations=3, warmup=0)
+        assert undone.status == "failed_verification"  # still checked, first launch and last
+        assert replayer.run(replayer.baseline(), iterations=3).verified  # the next configuration starts clean
+    with Replayer(rec, record_id, reset="always") as replayer:
+        result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
+        assert result.status == "verified", result.error
+        assert replayer.idempotent is None and replayer.last_timing["reset_each_launch"] is True
+
+
+def test_in_place_kernel_is_not_idempotent_and_keeps_its_resets(tmp_path):
+    from mneme.replay import Replayer
+
+    rec = RecordedExecution.from_json(str(synth.axpy_count(tmp_path)))
+    with Replayer(rec, rec.single_instance().record_id, verify_every_iteration=True) as replayer:
+        assert replayer.uses_resets() and replayer.idempotent is False
+        result = replayer.run(replayer.baseline(), iterations=4, warmup=1)
+        assert result.status == "verified", result.error
+        assert replayer.last_timing["reset_each_launch"] is True
 
 
 def test_tolerance_policy_from_overrides(tmp_path):
