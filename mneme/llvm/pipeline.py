@@ -6,10 +6,12 @@ the string itself:
 
 * ``default<O0>`` .. ``default<O3>``: LLVM's per-module default pipeline,
   tuned like clang at that level (loop unrolling and vectorization from O2).
-* ``default<Os>`` / ``default<Oz>``: llvmlite cannot select a size level, so
-  these run the O2 pipeline on functions marked ``optsize`` (Os) or
-  ``optsize minsize`` (Oz), the attributes clang sets at -Os/-Oz and which the
-  inliner, the unroller and the vectorizers consult.
+* ``default<Os>`` / ``default<Oz>``: llvmlite 0.50 cannot build LLVM's Os/Oz
+  pipelines (its ``LLVMPY_buildPerModuleDefaultPipeline`` takes a speed level
+  0..3 only, and ``libllvmlite.so`` exports nothing else that builds one; the
+  details are in docs/llvm-tier.md). These run the O2 pipeline set up as
+  clang's -Os/-Oz: functions marked ``optsize`` (Os) or ``optsize minsize``
+  (Oz), LLVM's inliner threshold for the size level, no loop vectorizer at Oz.
 * a comma-separated list of pass names (``sroa,instcombine,simplifycfg``),
   optionally grouped as ``function(...)``, ``module(...)``, ``cgscc(...)`` or
   ``loop(...)`` (flattened: each pass runs over the whole module in turn); a
@@ -178,29 +180,34 @@ def parse_pipeline(passes: str) -> list[PipelineStep]:
     return steps
 
 
+# Size level -> (function attribute clang sets, LLVM's inliner threshold at that level:
+# InlineConstants::OptSizeThreshold / OptMinSizeThreshold, what getInlineParams(2, size) picks).
+_SIZE_LEVELS = {"Os": ("optsize", 50), "Oz": ("minsize", 5)}
+
+
 def _speed_and_size(level: str) -> tuple[int, str | None]:
-    if level == "Os":
-        return 2, "optsize"
-    if level == "Oz":
-        return 2, "minsize"
+    if level in _SIZE_LEVELS:
+        return 2, level
     return int(level[1]), None
 
 
-def _tuning_options(speed: int):
+def _tuning_options(speed: int, size: str | None = None):
     from mneme.llvm._binding import llvm
 
     pto = llvm().create_pipeline_tuning_options(speed)
-    pto.loop_unrolling = speed >= 2  # clang: -funroll-loops from -O2
-    pto.loop_vectorization = speed >= 2
+    pto.loop_unrolling = speed >= 2  # clang: -funroll-loops from -O2 (Os and Oz are speed level 2)
+    pto.loop_vectorization = speed >= 2 and size != "Oz"  # clang vectorizes loops at -Os, not at -Oz
     pto.slp_vectorization = speed >= 2
+    if size is not None:
+        pto.inlining_threshold = _SIZE_LEVELS[size][1]
     return pto
 
 
-def _mark_size(module, attribute: str) -> None:
+def _mark_size(module, size: str) -> None:
     for fn in module.functions:
         if not fn.is_declaration:
             fn.add_function_attribute("optsize")
-            if attribute == "minsize":
+            if _SIZE_LEVELS[size][0] == "minsize":
                 fn.add_function_attribute("minsize")
 
 
@@ -211,10 +218,10 @@ def run_pipeline(module, steps: list[PipelineStep], target_machine) -> None:
     binding = llvm()
     for step in steps:
         if step.level is not None:
-            speed, size_attribute = _speed_and_size(step.level)
-            if size_attribute:
-                _mark_size(module, size_attribute)
-            builder = binding.create_pass_builder(target_machine, _tuning_options(speed))
+            speed, size = _speed_and_size(step.level)
+            if size:
+                _mark_size(module, size)
+            builder = binding.create_pass_builder(target_machine, _tuning_options(speed, size))
             builder.getModulePassManager().run(module, builder)
         else:
             builder = binding.create_pass_builder(target_machine, _tuning_options(2))

@@ -18,6 +18,7 @@ STENCIL = "_Z7stencilPKdPdii"
 SAXPY = "_Z5saxpyifPKfPf"
 WAVE = "_Z4waveiPKfPf"
 AFFINE = "_Z6affine6AffinePf6float4"
+ROWSUM = "_ZL6rowsumiiPKfPf"  # static: clang keeps the internal-linkage L, nvcc drops it
 DEFAULT_PIPELINES = [f"default<{lvl}>" for lvl in ("O0", "O1", "O2", "O3", "Os", "Oz")]
 
 
@@ -26,7 +27,7 @@ def _entry(ptx: str) -> str:
 
 
 @pytest.mark.parametrize("passes", DEFAULT_PIPELINES + ["sroa,instcombine,simplifycfg", "function(sroa,newgvn),default<O1>"])
-@pytest.mark.parametrize("kernel", [SAXPY, WAVE, STENCIL, AFFINE])
+@pytest.mark.parametrize("kernel", [SAXPY, WAVE, STENCIL, AFFINE, ROWSUM])
 def test_every_pipeline_gives_ptx_ptxas_accepts(vecops_records, ptxas, tmp_path, kernel, passes):
     ptx, timings = compile_to_ptx_timed(vecops_records[kernel], kernel=kernel, passes=passes)
     assert f".entry {kernel}(" in ptx and ".target sm_90" in ptx
@@ -43,6 +44,26 @@ def test_pipelines_differ(vecops_records):
     assert len(_entry(o3)) < len(_entry(o0))
     assert "local" in _entry(o0) and "local" not in _entry(o3)  # O0 keeps the front end's stack slots
     assert _entry(o3).count("bra") < _entry(o0).count("bra")  # O3 merged the bounds checks
+
+
+def test_size_levels_give_smaller_code_than_o2(vecops_records):
+    """default<Os>/<Oz> keep rowsum's 8-step loop that O2 unrolls fully: fewer IR instructions and loads."""
+    module = load(vecops_records[ROWSUM], kernel=ROWSUM)
+    o2 = module.optimize("default<O2>").opcode_histogram()
+    ptx_o2 = _entry(compile_to_ptx(vecops_records[ROWSUM], kernel=ROWSUM, passes="default<O2>"))
+    for level in ("Os", "Oz"):
+        sized = module.optimize(f"default<{level}>").opcode_histogram()
+        assert sum(sized.values()) < sum(o2.values()), (level, sized, o2)
+        assert sized["load"] < o2["load"], (level, sized, o2)  # the loop's loads stay in the loop
+        ptx = _entry(compile_to_ptx(vecops_records[ROWSUM], kernel=ROWSUM, passes=f"default<{level}>"))
+        assert ptx != ptx_o2 and ptx.count("\n") <= ptx_o2.count("\n"), level
+
+
+def test_size_levels_mark_functions_and_keep_the_kernel_valid(vecops_records):
+    for level, attributes in (("Os", {"optsize"}), ("Oz", {"optsize", "minsize"})):
+        text = load(vecops_records[ROWSUM], kernel=ROWSUM).optimize(f"default<{level}>").text
+        groups = re.findall(r"^attributes #\d+ = \{([^}]*)\}", text, re.MULTILINE)
+        assert any(attributes <= set(g.split()) for g in groups), (level, groups)
 
 
 def test_specializing_arguments_folds_them(vecops_records, ptxas, tmp_path):
@@ -161,6 +182,28 @@ def test_bad_inputs(vecops_records):
         compile_to_ptx(vecops_records[SAXPY], kernel=SAXPY, specialize={0: b"\0" * 8})
     with pytest.raises(ConfigurationError, match="arch='gfx90a'"):
         compile_to_ptx(vecops_records[SAXPY], kernel=SAXPY, arch="gfx90a")
+
+
+@pytest.mark.parametrize("nvcc_name", [
+    "_Z6rowsumiiPKfPf",  # whole-program build
+    "__nv_static_30__8c1b6f2a_9_vecops_cu_5d3e7a11__Z6rowsumiiPKfPf",  # -rdc: nvcc prefixes the file
+])
+def test_static_kernels_take_the_recorded_nvcc_name(vecops_records, ptxas, tmp_path, nvcc_name):
+    ptx = compile_to_ptx(vecops_records[ROWSUM], kernel=nvcc_name, passes="default<Os>")
+    assert f".visible .entry {nvcc_name}(" in ptx
+    assert ptxas_check(ptx, tmp_path).returncode == 0
+    assert load(vecops_records[ROWSUM], kernel=nvcc_name).kernel == ROWSUM
+
+
+def test_static_kernel_names_in_namespaces_and_templates():
+    from mneme.llvm.names import canonical_name, same_kernel
+
+    assert same_kernel("_ZN2ns5scaleEPf", "_ZN2nsL5scaleEPf")  # nvcc, clang
+    assert same_kernel("__nv_static_27__2c130fac_6_st3_cu_d589cb60__Z2tkILi3EEvPf", "_ZL2tkILi3EEvPf")
+    assert not same_kernel("_Z5scalePf", "_ZL5scalePi")
+    assert canonical_name("_ZN3fooL5scaleEPf") == "_ZN3foo5scaleEPf"
+    for inside in ("_Z4fooLPf", "_ZN4fooL5scaleEPf"):  # the L of the identifier fooL is not a marker
+        assert canonical_name(inside) == inside
 
 
 def test_libdevice_is_linked_for_new_math_calls(vecops_records, ptxas, tmp_path):

@@ -13,7 +13,8 @@ from llvm_test_support import DATA, REPO, WRAPPER_CXX, build_tools_missing, wrap
 from mneme.cli import main as cli_main
 from mneme.llvm.embedded import embedded_kernels, find_kernel_bitcode, read_records
 
-KERNELS = ["_Z5saxpyifPKfPf", "_Z4waveiPKfPf", "_Z7stencilPKdPdii", "_Z6affine6AffinePf6float4"]
+KERNELS = ["_Z5saxpyifPKfPf", "_Z4waveiPKfPf", "_Z7stencilPKdPdii", "_Z6affine6AffinePf6float4",
+           "_ZL6rowsumiiPKfPf"]
 
 
 _MISSING = build_tools_missing()
@@ -29,6 +30,7 @@ def _run(cmd, cwd, env=None):
 
 def test_one_step_build_embeds_every_kernel(vecops_app):
     assert embedded_kernels(vecops_app) == KERNELS
+    assert find_kernel_bitcode(vecops_app, "_Z6rowsumiiPKfPf") is not None  # nvcc's name of the static kernel
     for record in read_records(vecops_app):
         assert record.bitcode[:4] == b"BC\xc0\xde"  # LLVM bitcode magic
         assert record.arch == "sm_90" and "clang" in record.producer

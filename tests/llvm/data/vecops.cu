@@ -1,5 +1,7 @@
 // Test program of the LLVM tier: kernels with scalar parameters, a device
-// variable, a __constant__ table, a libdevice call and a 2-D bounds check.
+// variable, a __constant__ table, a libdevice call, a 2-D bounds check, and a
+// loop over a device function (what the size levels default<Os|Oz> treat
+// differently from default<O2>: unrolling, vectorization, inlining).
 #include <cstdio>
 #include <cstdlib>
 #include <cmath>
@@ -37,6 +39,26 @@ __global__ void affine(Affine p, float* y, float4 bias) {
   if (i < p.n) y[i] = p.scale * y[i] + (float)p.shift + bias.x;
 }
 
+// A device function with two call sites (so the inliner weighs its size).
+__device__ float soft_clip(float v, float limit) {
+  float r = v;
+  if (r > limit) r = limit + 0.5f * (r - limit) / (1.0f + (r - limit));
+  if (r < -limit) r = -limit - 0.5f * (-limit - r) / (1.0f + (-limit - r));
+  return r;
+}
+
+// Weighted sums of the first 8 elements of each row of an n x m matrix, one
+// thread per row, clipped twice: a fixed-length loop O2 unrolls fully and
+// Os/Oz keep, and a device function called from two sites. Static: nvcc
+// names it _Z6rowsumiiPKfPf, clang _ZL6rowsumiiPKfPf.
+static __global__ void rowsum(int n, int m, const float* a, float* out) {
+  int row = blockIdx.x * blockDim.x + threadIdx.x;
+  if (row >= n) return;
+  float s = 0.0f;
+  for (int j = 0; j < 8; ++j) s += weights[j % 4] * a[row * m + j];
+  out[row] = soft_clip(s, 2.0f) + soft_clip(-s, 8.0f);
+}
+
 #define CHECK(call)                                                              \
   do {                                                                           \
     cudaError_t err = (call);                                                    \
@@ -66,6 +88,7 @@ int main() {
   wave<<<(n + 127) / 128, 128>>>(n, x, y);
   stencil<<<dim3(nx / 16, ny / 16), dim3(16, 16)>>>(in, out, nx, ny);
   affine<<<(n + 255) / 256, 256>>>(Affine{n, 0.5f, 0.25}, y, make_float4(1.0f, 2.0f, 3.0f, 4.0f));
+  rowsum<<<(n / 64 + 127) / 128, 128>>>(n / 64, 64, x, y);
   CHECK(cudaDeviceSynchronize());
   CHECK(cudaMemcpy(host, y, sizeof(float), cudaMemcpyDeviceToHost));
   printf("vecops done y[0]=%f\n", host[0]);
