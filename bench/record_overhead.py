@@ -6,15 +6,20 @@ Measured side by side in one run, on the vector-add example (examples/vecadd):
   kernel filter that records no launch, and with recording on (the recorder
   alone, and the whole `mneme record` command including the agent);
   in a compute-bound shape (large vectors) and a launch-bound one (tiny
-  vectors, many launches), medians of --repeats runs;
-* snapshot capture throughput: device-to-host bytes per second of the
-  prologue/epilogue capture (pinned staging buffers, copies overlapped with
-  the file writes) for a multi-GB snapshot, into a spool on disk ($TMPDIR)
-  and in memory (/dev/shm).
+  vectors, many launches), medians of runs interleaved variant by variant
+  (so drift of the machine hits every variant alike); plus the start-up of
+  the `mneme record` command itself (Python, the agent) on a program that
+  does not use CUDA;
+* snapshot capture: for a multi-GB snapshot (two recorded instances, so the
+  second shows the steady state without the one-time staging set-up), what
+  the application is stalled for (bytes / capture seconds) beside the
+  sustained write rate into the spool (bytes / span of the file writes), for
+  several writer-thread counts (= stripe files), into a spool on disk
+  ($TMPDIR) and in memory (/dev/shm); and the copy engine alone.
 
 Targets: filter-on overhead <= 2%; snapshot capture >= 10 GB/s.
 
-    python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--json OUT]
+    python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--launch-repeats 15] [--json OUT]
 """
 
 from __future__ import annotations
@@ -85,22 +90,24 @@ def injected_env(lib: str, spool: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def wall(cmd: list[str], env: dict[str, str] | None = None) -> float:
+def wall(cmd: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
+    if proc.returncode not in ok:
         raise SystemExit(f"{' '.join(map(str, cmd))} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return elapsed
 
 
-def median_wall(make, repeats: int) -> float:
-    samples = []
+def interleaved_medians(makers: list, repeats: int, ok: tuple[int, ...] = (0,)) -> list[float]:
+    """Median wall time of each variant, the variants run in turn in every round."""
+    samples: list[list[float]] = [[] for _ in makers]
     for _ in range(repeats):
-        cmd, env, cleanup = make()
-        samples.append(wall(cmd, env))
-        cleanup()
-    return statistics.median(samples)
+        for i, make in enumerate(makers):
+            cmd, env, cleanup = make()
+            samples[i].append(wall(cmd, env, ok))
+            cleanup()
+    return [statistics.median(s) for s in samples]
 
 
 def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int) -> list[dict]:
@@ -133,34 +140,60 @@ def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int) -> 
         ("mneme record, recording on", full_record()),
     ]
     wall(app)  # warm the driver and the file cache
-    base = None
-    rows = []
-    for name, make in variants:
-        t = median_wall(make, repeats)
-        base = t if base is None else base
-        rows.append({"shape": f"n={n} x{iterations}", "variant": name, "wall_s": t, "extra_s": t - base,
-                     "overhead_pct": 100.0 * (t / base - 1.0)})
-    return rows
+    times = interleaved_medians([make for _, make in variants], repeats)
+    base = times[0]
+    return [{"shape": f"n={n} x{iterations}", "variant": name, "wall_s": t, "extra_s": t - base,
+             "overhead_pct": 100.0 * (t / base - 1.0)} for (name, _), t in zip(variants, times)]
 
 
-def snapshot_rows(exe: Path, lib: str, n: int, parents: list[str]) -> list[dict]:
+def cli_startup_row(lib: str, repeats: int) -> dict:
+    """`mneme record` around a program without CUDA: the command's own start-up (Python, the agent).
+
+    It exits 2 there (the recorder never started: nothing to record), which is expected.
+    """
+    true = shutil.which("true") or "/bin/true"
+
+    def plain():
+        return [true], None, lambda: None
+
+    def recorded():
+        rdb = tempfile.mkdtemp(prefix="mneme-bench-rdb-")
+        path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, MNEME_RECORDER_LIB=lib, PYTHONPATH=path)
+        return [sys.executable, "-m", "mneme", "record", "-rdb", rdb, "--", true], env, lambda: shutil.rmtree(rdb, ignore_errors=True)
+
+    t_plain, t_rec = interleaved_medians([plain, recorded], repeats, ok=(0, 2))
+    return {"shape": "true (no CUDA)", "variant": "mneme record start-up (Python, agent)", "wall_s": t_rec,
+            "extra_s": t_rec - t_plain, "overhead_pct": float("nan")}
+
+
+def snapshot_rows(exe: Path, lib: str, n: int, parents: list[str], writer_counts: list[int]) -> list[dict]:
     rows = []
     for parent in parents:
         if not os.path.isdir(parent):
             continue
-        spool = tempfile.mkdtemp(prefix="mneme-bench-snap-", dir=parent)
-        try:
-            wall([str(exe), str(n), "1"], injected_env(lib, spool, MNEME_MAX="1", MNEME_VA_SIZE=str(16 << 30)))
-            (entry,) = [p for p in Path(spool, "entries").iterdir() if not p.name.endswith(".tmp")]
-            meta = json.loads((entry / "launch.json").read_text())
-            waits = meta.get("prologue_wait_seconds", {})
-            for phase in ("prologue", "epilogue"):
-                nbytes, secs = meta[f"{phase}_bytes"], meta[f"{phase}_seconds"]
-                rows.append({"spool": parent, "phase": phase, "bytes": nbytes, "seconds": secs, "gb_per_s": nbytes / secs / 1e9,
-                             "wait_files_s": waits.get("file_writes", float("nan")) if phase == "prologue" else float("nan"),
-                             "wait_copies_s": waits.get("copies", float("nan")) if phase == "prologue" else float("nan")})
-        finally:
-            shutil.rmtree(spool, ignore_errors=True)
+        for writers in writer_counts:
+            spool = tempfile.mkdtemp(prefix="mneme-bench-snap-", dir=parent)
+            try:
+                # Two launches, both recorded: the first pays the one-time staging set-up.
+                wall([str(exe), str(n), "2"], injected_env(lib, spool, MNEME_MAX="2", MNEME_VA_SIZE=str(16 << 30),
+                                                           MNEME_SPOOL_WRITERS=str(writers), MNEME_RECORD_DUPLICATES="1"))
+                entries = sorted(p for p in Path(spool, "entries").iterdir() if not p.name.endswith(".tmp"))
+                for instance, entry in enumerate(entries, 1):
+                    meta = json.loads((entry / "launch.json").read_text())
+                    waits = meta.get("prologue_wait_seconds", {})
+                    for phase in ("prologue", "epilogue"):
+                        nbytes, secs = meta[f"{phase}_bytes"], meta[f"{phase}_seconds"]
+                        write_s = meta.get(f"{phase}_write_seconds", float("nan"))
+                        pro = phase == "prologue"
+                        rows.append({"spool": parent, "writers": str(meta.get("stripes", writers)), "instance": str(instance),
+                                     "phase": phase, "bytes": nbytes, "seconds": secs, "gb_per_s": nbytes / secs / 1e9,
+                                     "write_gb_per_s": nbytes / write_s / 1e9 if write_s and write_s > 0 else float("nan"),
+                                     "setup_s": waits.get("setup", float("nan")) if pro else float("nan"),
+                                     "wait_files_s": waits.get("file_writes", float("nan")) if pro else float("nan"),
+                                     "wait_copies_s": waits.get("copies", float("nan")) if pro else float("nan")})
+            finally:
+                shutil.rmtree(spool, ignore_errors=True)
     return rows
 
 
@@ -175,7 +208,9 @@ def print_table(title: str, rows: list[dict], columns: list[tuple[str, str, str]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--recorder-lib", help="libmneme_recorder.so (default: MNEME_RECORDER_LIB or the installed one)")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=5, help="runs per variant of the compute-bound shape")
+    ap.add_argument("--launch-repeats", type=int, default=15, help="runs per variant of the launch-bound shape (short, noisy runs)")
+    ap.add_argument("--writers", default="4,8,16", help="snapshot writer-thread counts to compare (MNEME_SPOOL_WRITERS)")
     ap.add_argument("--compute-shape", default="16777216x20000", help="NxITERATIONS of the compute-bound run")
     ap.add_argument("--launch-shape", default="4096x20000", help="NxITERATIONS of the launch-bound run")
     ap.add_argument("--snapshot-n", type=int, default=250_000_000, help="vector length of the snapshot run (3 arrays of 4n bytes)")
@@ -185,21 +220,25 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_vecadd(Path(tmp))
         over = []
-        for shape in (args.compute_shape, args.launch_shape):
+        for shape, repeats in ((args.compute_shape, args.repeats), (args.launch_shape, args.launch_repeats)):
             n, it = (int(v) for v in shape.split("x"))
-            over += overhead_rows(exe, lib, (n, it), args.repeats)
-        snaps = snapshot_rows(exe, lib, args.snapshot_n, [tempfile.gettempdir(), "/dev/shm"])
+            over += overhead_rows(exe, lib, (n, it), repeats)
+        over.append(cli_startup_row(lib, args.repeats))
+        writer_counts = [int(w) for w in args.writers.split(",") if w]
+        snaps = snapshot_rows(exe, lib, args.snapshot_n, [tempfile.gettempdir(), "/dev/shm"], writer_counts)
         probe_bytes = 4 * args.snapshot_n  # one array's worth
         ceiling = d2h_ceiling(Path(tmp), probe_bytes)
-        snaps.append({"spool": "(none: copy engine only)", "phase": "d2h probe", "bytes": probe_bytes,
-                      "seconds": probe_bytes / ceiling / 1e9, "gb_per_s": ceiling,
-                      "wait_files_s": float("nan"), "wait_copies_s": float("nan")})
-    print_table("Application wall time (median of %d runs)" % args.repeats, over,
+        nan = float("nan")
+        snaps.append({"spool": "(none: copy engine only)", "writers": "", "instance": "", "phase": "d2h probe", "bytes": probe_bytes,
+                      "seconds": probe_bytes / ceiling / 1e9, "gb_per_s": ceiling, "write_gb_per_s": nan, "setup_s": nan,
+                      "wait_files_s": nan, "wait_copies_s": nan})
+    print_table(f"Application wall time (median of {args.repeats} runs, launch-bound shape {args.launch_repeats})", over,
                 [("shape", "shape", "s"), ("variant", "variant", "s"), ("wall_s", "wall [s]", ".3f"), ("extra_s", "extra [s]", "+.3f"),
                  ("overhead_pct", "overhead [%]", "+.1f")])
-    print_table("Snapshot capture (device -> pinned host -> spool file)", snaps,
-                [("spool", "spool", "s"), ("phase", "phase", "s"), ("bytes", "bytes", "d"), ("seconds", "seconds", ".3f"), ("gb_per_s", "GB/s", ".1f"),
-                 ("wait_files_s", "waited for writes [s]", ".3f"), ("wait_copies_s", "waited for copies [s]", ".3f")])
+    print_table("Snapshot capture (device -> pinned host -> spool files): the application's stall beside the spool's write rate", snaps,
+                [("spool", "spool", "s"), ("writers", "writers", "s"), ("instance", "inst", "s"), ("phase", "phase", "s"), ("bytes", "bytes", "d"),
+                 ("seconds", "stalled [s]", ".3f"), ("gb_per_s", "capture GB/s", ".1f"), ("write_gb_per_s", "write GB/s", ".1f"),
+                 ("setup_s", "set-up [s]", ".3f"), ("wait_files_s", "waited for writes [s]", ".3f"), ("wait_copies_s", "waited for copies [s]", ".3f")])
     if args.json:
         Path(args.json).write_text(json.dumps({"overhead": over, "snapshot": snaps}, indent=2))
     return 0

@@ -228,11 +228,12 @@ def _report(summary: RecordSummary, log) -> None:
     if summary.instances:
         print(
             f"mneme record: recorded {summary.instances} instance(s) of {len(summary.kernels)} kernel(s) into {where}"
-            + (f" ({summary.launches_seen} launches seen)" if summary.launches_seen is not None else ""),
+            + (f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""),
             file=log,
         )
     elif not summary.errors:
-        seen = f" ({summary.launches_seen} launches seen)" if summary.launches_seen is not None else ""
+        # The recorder watches launches only while a loaded kernel matches the selection.
+        seen = f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""
         print(f"mneme record: nothing recorded{seen}; check --kernel, --instances and -mr", file=log)
     if summary.abandoned:
         print(f"mneme record: {summary.abandoned} launch(es) were being recorded when the application ended; they are not in the recording", file=log)

@@ -64,6 +64,7 @@ DriverApi& driver() {
     MNEME_BIND(cuMemGetAllocationGranularity);
     MNEME_BIND(cuMemAllocHost_v2);
     MNEME_BIND(cuMemFreeHost);
+    MNEME_BIND(cuMemHostRegister_v2);
     MNEME_BIND(cuMemcpyDtoHAsync_v2);
     MNEME_BIND(cuStreamCreate);
     MNEME_BIND(cuEventCreate);

@@ -32,6 +32,7 @@ struct DriverApi {
   CUresult (*cuMemGetAllocationGranularity)(size_t*, const CUmemAllocationProp*, CUmemAllocationGranularity_flags) = nullptr;
   CUresult (*cuMemAllocHost_v2)(void**, size_t) = nullptr;
   CUresult (*cuMemFreeHost)(void*) = nullptr;
+  CUresult (*cuMemHostRegister_v2)(void*, size_t, unsigned int) = nullptr;
   CUresult (*cuMemcpyDtoHAsync_v2)(void*, CUdeviceptr, size_t, CUstream) = nullptr;
   CUresult (*cuStreamCreate)(CUstream*, unsigned int) = nullptr;
   CUresult (*cuEventCreate)(CUevent*, unsigned int) = nullptr;

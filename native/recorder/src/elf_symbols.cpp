@@ -28,6 +28,7 @@ CubinSymbols read_cubin_symbols(const void* image, size_t size) {
     if (sh[i].sh_type != SHT_SYMTAB || !in_bounds(sh[i]) || sh[i].sh_link >= eh->e_shnum) continue;
     const Elf64_Shdr& strs = sh[sh[i].sh_link];
     if (!in_bounds(strs)) continue;
+    out.readable = true;
     const char* strtab = reinterpret_cast<const char*>(base + strs.sh_offset);
     auto* syms = reinterpret_cast<const Elf64_Sym*>(base + sh[i].sh_offset);
     size_t n = sh[i].sh_size / sizeof(Elf64_Sym);

@@ -9,6 +9,7 @@
 namespace mneme::rec {
 
 struct CubinSymbols {
+  bool readable = false;  // a well-formed ELF with a symbol table
   std::vector<std::string> kernels;
   std::vector<std::string> globals;
 };

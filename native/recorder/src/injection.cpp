@@ -20,6 +20,24 @@ using EnableCallbackFn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti
 using EnableDomainFn = CUptiResult (*)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain);
 
 std::string g_cupti_path;
+EnableCallbackFn g_enable_cb = nullptr;
+CUpti_SubscriberHandle g_subscriber = nullptr;
+
+const CUpti_CallbackId kLaunchIds[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+
+// Launch callbacks cost every launch of the application (CUPTI's dispatch
+// plus ours): the recorder turns them on only while a loaded kernel may
+// still be recorded (launch_recorder.cpp decides).
+void switch_launch_callbacks(bool on) {
+  for (auto id : kLaunchIds) g_enable_cb(on ? 1 : 0, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
+}
 
 void* open_cupti() {
   std::vector<std::string> candidates;
@@ -66,13 +84,10 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
                          " kernel will be recorded\n");
     return 0;
   }
+  g_enable_cb = enable_cb;
+  g_subscriber = sub;
+  set_launch_callback_switch(switch_launch_callbacks);
   const CUpti_CallbackId driver_ids[] = {
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-      CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData,
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx,
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
@@ -87,6 +102,8 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   };
   for (auto id : driver_ids) enable_cb(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
   enable_cb(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
+  if (settings().verbose)
+    std::fprintf(stderr, "mneme record: %s subscribed; launch callbacks follow module loads\n", g_cupti_path.c_str());
   write_recorder_info(g_cupti_path.c_str());
   std::atexit(write_done_marker);
   return 1;

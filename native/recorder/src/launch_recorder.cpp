@@ -74,7 +74,7 @@ struct Pending {
   uint64_t identity = 0;
   uint64_t prologue_bytes = 0;
   double prologue_seconds = 0;
-  double prologue_writer_wait = 0, prologue_copy_wait = 0;
+  double prologue_writer_wait = 0, prologue_copy_wait = 0, prologue_setup = 0, prologue_write = 0;
   std::vector<std::string> warnings;
 };
 
@@ -86,6 +86,14 @@ std::unordered_map<CUfunction, FunctionInfo> g_functions;
 std::map<CUcontext, std::unique_ptr<SnapshotWriter>> g_writers;
 std::vector<std::regex> g_regexes;
 bool g_regexes_ready = false;
+std::unordered_map<std::string, bool> g_name_selected;  // the filter's verdict, once per name
+// Launch callbacks are switched on only while a loaded kernel may still be
+// recorded: a selected, unfinished kernel of a loaded module, or a module
+// whose kernels could not be read. Otherwise launches run without CUPTI.
+void (*g_launch_switch)(bool) = nullptr;
+bool g_launch_callbacks_on = false;
+bool g_unknown_module = false;
+std::set<std::string> g_candidates;  // selected kernels defined by loaded modules
 std::atomic<bool> g_disabled{false};
 std::atomic<long> g_seq{0}, g_launches_seen{0}, g_recorded{0};
 std::vector<std::pair<std::string, uint64_t>> g_committed;  // entry dir, bytes (back-pressure)
@@ -112,7 +120,7 @@ std::string demangle(const std::string& name) {
   return out;
 }
 
-bool name_selected(const std::string& name) {
+bool name_matches(const std::string& name) {
   if (!g_regexes_ready) {
     for (const auto& r : settings().kernel_regexes) {
       try {
@@ -128,6 +136,26 @@ bool name_selected(const std::string& name) {
   for (const auto& re : g_regexes)
     if (std::regex_search(name, re) || std::regex_search(pretty, re)) return true;
   return false;
+}
+
+bool name_selected(const std::string& name) {
+  auto it = g_name_selected.find(name);
+  if (it == g_name_selected.end()) it = g_name_selected.emplace(name, name_matches(name)).first;
+  return it->second;
+}
+
+// Under g_mu: launch callbacks on while something loaded may still be recorded.
+void update_launch_callbacks() {
+  bool want = g_unknown_module;
+  for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
+    auto k = g_kernels.find(*it);
+    want = k == g_kernels.end() || !k->second->finished;
+  }
+  if (want == g_launch_callbacks_on || !g_launch_switch) return;
+  g_launch_switch(want);
+  g_launch_callbacks_on = want;
+  if (settings().verbose)
+    std::fprintf(stderr, "mneme record: launch callbacks %s\n", want ? "on" : "off (no loaded kernel left to record)");
 }
 
 bool index_selected(long index) {
@@ -424,6 +452,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
   p->prologue_seconds = seconds_since(t0);
   p->prologue_writer_wait = writer_for_current_context().last_writer_wait_seconds();
   p->prologue_copy_wait = writer_for_current_context().last_copy_wait_seconds();
+  p->prologue_setup = writer_for_current_context().last_setup_seconds();
+  p->prologue_write = writer_for_current_context().last_write_seconds();
 
   // Metadata known before the launch.
   char arch[16], dname[256] = "";
@@ -434,7 +464,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   d.cuDeviceGetName(dname, sizeof dname, device);
   std::vector<std::string> offsets, sizes;
   std::ostringstream os;
-  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << SnapshotWriter::kStripes << ", \"seq\": " << seq << ", \"pid\": " << getpid()
+  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << writer_for_current_context().stripes() << ", \"seq\": " << seq << ", \"pid\": " << getpid()
      << ", \"rank\": " << json_string(settings().rank) << ", \"kernel\": " << json_string(ks.name)
      << ", \"demangled\": " << json_string(demangle(ks.name)) << ", \"api\": " << json_string(l.api)
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
@@ -493,6 +523,7 @@ void after_launch(CUresult launch_result) {
     return;
   }
   double epilogue_seconds = seconds_since(t0);
+  double epilogue_write = writer_for_current_context().last_write_seconds();
   for (size_t i = 0; i < p->regions.size(); ++i) {
     const auto& a = prologue_pieces[i];
     const auto& b = p->regions[i].pieces;
@@ -510,7 +541,8 @@ void after_launch(CUresult launch_result) {
      << ", \"prologue_bytes\": " << p->prologue_bytes << ", \"epilogue_bytes\": " << epilogue_bytes
      << ", \"prologue_seconds\": " << p->prologue_seconds << ", \"epilogue_seconds\": " << epilogue_seconds
      << ", \"prologue_wait_seconds\": {\"file_writes\": " << p->prologue_writer_wait
-     << ", \"copies\": " << p->prologue_copy_wait << "}"
+     << ", \"copies\": " << p->prologue_copy_wait << ", \"setup\": " << p->prologue_setup << "}"
+     << ", \"prologue_write_seconds\": " << p->prologue_write << ", \"epilogue_write_seconds\": " << epilogue_write
      << ", \"warnings\": " << strings_json(p->warnings) << "}\n";
   std::string body = os.str();
   if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {
@@ -528,21 +560,43 @@ void after_launch(CUresult launch_result) {
   g_committed.emplace_back(p->final_dir, p->prologue_bytes + epilogue_bytes);
   p->kernel->recorded++;
   p->kernel->seen.insert(p->identity);
-  if (settings().max_instances > 0 && p->kernel->recorded >= settings().max_instances) p->kernel->finished = true;
+  if (settings().max_instances > 0 && p->kernel->recorded >= settings().max_instances) {
+    p->kernel->finished = true;
+    update_launch_callbacks();
+  }
   g_recorded++;
 }
 
 void on_module_loaded(const CUpti_ResourceData* rd) {
   auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
-  if (!md || !md->pCubin || !md->cubinSize || g_disabled) return;
+  if (!md || g_disabled) return;
   std::lock_guard<std::mutex> lock(g_mu);
+  if (!md->pCubin || !md->cubinSize) {  // kernels unknown: launches must be watched
+    if (settings().verbose) std::fprintf(stderr, "mneme record: module %u loaded without its image\n", md->moduleId);
+    g_unknown_module = true;
+    return update_launch_callbacks();
+  }
   CubinSymbols syms = read_cubin_symbols(md->pCubin, md->cubinSize);
   ModuleInfo info;
   info.id = md->moduleId;
   info.kernels.insert(syms.kernels.begin(), syms.kernels.end());
   info.globals = syms.globals;
   g_modules.push_back(info);
-  if (!g_modules_written.insert(md->moduleId).second) return;
+  // Only a module that defines a selected kernel can be named by an entry:
+  // the others are not written (large applications load hundreds of them).
+  bool wanted = !syms.readable;
+  for (const auto& k : syms.kernels) {
+    if (name_selected(k)) {
+      g_candidates.insert(k);
+      wanted = true;
+    }
+  }
+  if (!syms.readable) g_unknown_module = true;
+  if (settings().verbose)
+    std::fprintf(stderr, "mneme record: module %u loaded: %zu kernels%s%s\n", md->moduleId, syms.kernels.size(),
+                 syms.readable ? "" : " (symbols unreadable)", wanted ? ", kept" : "");
+  update_launch_callbacks();
+  if (!wanted || !g_modules_written.insert(md->moduleId).second) return;
   std::string base = spool("modules/" + std::to_string(md->moduleId));
   std::string error;
   if (!make_dirs(spool("modules"))) return stop_recording("cannot create " + spool("modules"));
@@ -663,6 +717,8 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   }
   t_inside = false;
 }
+
+void set_launch_callback_switch(void (*enable)(bool)) { g_launch_switch = enable; }
 
 void write_recorder_info(const char* cupti_path) {
   const Settings& s = settings();

@@ -45,6 +45,7 @@ Settings load() {
   s.reachable_scope = env("MNEME_SNAPSHOT_SCOPE") == "reachable";
   if (auto v = env("MNEME_MAX_SNAPSHOT_BYTES"); !v.empty()) s.max_snapshot_bytes = std::strtoull(v.c_str(), nullptr, 0);
   if (auto v = env("MNEME_SPOOL_MAX_BYTES"); !v.empty()) s.spool_max_bytes = std::strtoull(v.c_str(), nullptr, 0);
+  if (auto v = env("MNEME_SPOOL_WRITERS"); !v.empty()) s.spool_writers = std::atoi(v.c_str());
   for (const auto& d : split(env("MNEME_DEVICES"), ',')) s.devices.push_back(std::atoi(d.c_str()));
   s.record_duplicates = env("MNEME_RECORD_DUPLICATES") == "1";
   s.rank = env("MNEME_RANK");

@@ -23,6 +23,7 @@ struct Settings {
   bool reachable_scope = false;   // MNEME_SNAPSHOT_SCOPE=reachable
   uint64_t max_snapshot_bytes = 0;  // 0: unlimited
   uint64_t spool_max_bytes = 8ull << 30;
+  int spool_writers = 0;          // MNEME_SPOOL_WRITERS: snapshot writer threads = stripe files (0: from the CPU count)
   std::vector<int> devices;       // empty: all
   bool record_duplicates = false;
   std::string rank;               // only used in names/metadata
