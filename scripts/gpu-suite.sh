@@ -26,6 +26,9 @@ cat "$OUT/env.txt"
 
 if [ -z "${SKIP_BUILD:-}" ]; then
   echo "== build and install mneme"
+  # A warm machine keeps ignored build outputs between calls, and the copied sources
+  # can look older than them: build from scratch so no stale object is installed.
+  rm -rf "$REPO"/build/cp3*
   if ! python3 -m pip install --no-build-isolation --no-deps "$REPO" > "$OUT/build.log" 2>&1; then
     tail -60 "$OUT/build.log"; exit 1
   fi
