@@ -10,8 +10,10 @@ itself and reports the compile error in its result.
 The pool is made of one-process executors, so that work can be sent to a
 chosen process: ``warm`` has every process read an instance (load the
 recording, find the compiler) when it is prepared, so that the first compile
-of each process during tuning costs only the compile. New work goes to the
-process with the least work waiting.
+of each process during tuning costs only the compile. Other work goes to an
+idle process, or waits in one queue until the first process to finish takes
+it: a compile never waits behind a process that is still starting or warming
+while another one is free.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import json
 import multiprocessing
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -52,6 +54,19 @@ def _timed_compile(function: CompileFunction, instance: InstanceKey, config: dic
     return product, time.perf_counter() - start
 
 
+def _chain(source: Future, target: Future) -> None:
+    """Complete ``target`` (already running) as ``source`` completes."""
+
+    def copy(done: Future) -> None:
+        error = done.exception()
+        if error is not None:
+            target.set_exception(error)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
 class CompileCache:
     def __init__(self, function: CompileFunction, processes: int, metrics: ServerMetrics, max_entries: int = 4096):
         self._function = function
@@ -60,8 +75,9 @@ class CompileCache:
         self._mp = multiprocessing.get_context("spawn")
         self._processes = [self._new_process() for _ in range(max(processes, 1))]
         self._waiting = [0] * len(self._processes)  # submitted and not finished, per process
+        self._pending: deque[tuple[Future, tuple]] = deque()  # (future, call) waiting for an idle process
         self._entries: "OrderedDict[str, Future]" = OrderedDict()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a submit can complete at once and re-enter through its callback
         self.hits = 0
         self.misses = 0
 
@@ -69,23 +85,36 @@ class CompileCache:
         return ProcessPoolExecutor(max_workers=1, mp_context=self._mp)
 
     def _submit(self, index: int | None, *call: Any) -> Future:
-        """Run ``call`` in process ``index`` (None: the one with the least work waiting)."""
+        """Run ``call`` in process ``index``, or (None) in the first process that is idle."""
         with self._lock:
             if index is None:
-                index = min(range(len(self._waiting)), key=self._waiting.__getitem__)
-            self._waiting[index] += 1
-            try:
-                work = self._processes[index].submit(*call)
-            except BrokenProcessPool:  # the process died (ptxas crash, OOM kill): a fresh one takes its place
-                self._processes[index].shutdown(wait=False)
-                self._processes[index] = self._new_process()
-                work = self._processes[index].submit(*call)
+                idle = [i for i, n in enumerate(self._waiting) if n == 0]
+                if not idle:
+                    work: Future = Future()
+                    self._pending.append((work, call))
+                    return work
+                index = idle[0]
+            return self._start(index, call)
+
+    def _start(self, index: int, call: tuple) -> Future:
+        """Hand ``call`` to process ``index`` (lock held)."""
+        self._waiting[index] += 1
+        try:
+            work = self._processes[index].submit(*call)
+        except BrokenProcessPool:  # the process died (ptxas crash, OOM kill): a fresh one takes its place
+            self._processes[index].shutdown(wait=False)
+            self._processes[index] = self._new_process()
+            work = self._processes[index].submit(*call)
         work.add_done_callback(lambda _: self._finished_one(index))
         return work
 
     def _finished_one(self, index: int) -> None:
         with self._lock:
             self._waiting[index] -= 1
+            while self._pending and self._waiting[index] == 0:
+                queued, call = self._pending.popleft()
+                if queued.set_running_or_notify_cancel():
+                    _chain(self._start(index, call), queued)
 
     def warm(self, instance: InstanceKey, arch: str) -> list[Future]:
         """Have every compile process read ``instance`` now: it compiles the default configuration (not cached)."""
@@ -128,5 +157,9 @@ class CompileCache:
         return len(self._entries)
 
     def close(self) -> None:
+        with self._lock:
+            pending, self._pending = list(self._pending), deque()
+        for queued, _ in pending:
+            queued.cancel()
         for process in self._processes:
             process.shutdown(wait=False, cancel_futures=True)

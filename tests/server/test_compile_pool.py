@@ -43,3 +43,26 @@ def test_real_compiles_run_in_the_pool_and_are_cached(tmp_path, monkeypatch):
         assert len(cache) == 2, "failed compiles are not cached"
     finally:
         cache.close()
+
+
+def _compile_after(instance, config, arch):
+    """A stand-in compile function: sleeps ``config['sleep']`` seconds (picklable for the spawned processes)."""
+    import time
+
+    time.sleep(config.get("sleep", 0.0))
+    return f"code:{arch}"
+
+
+def test_a_compile_goes_to_the_first_free_process_not_behind_a_busy_one(tmp_path):
+    cache = CompileCache(_compile_after, processes=2, metrics=ServerMetrics(0, "test"))
+    instance = InstanceKey(str(tmp_path), "db.json", "1")
+    try:
+        # Both processes get work (a slow warm-up in process 0, a short one in 1); then a compile is asked for.
+        slow = cache._submit(0, _compile_after, instance, {"sleep": 10.0}, "sm_90")
+        quick = cache._submit(1, _compile_after, instance, {"sleep": 0.0}, "sm_90")
+        code = cache.request(instance, ExperimentConfiguration(), "sm_90")
+        # It runs in the first process to be free (1), not queued behind process 0's slow work.
+        assert code.result(timeout=7) == "code:sm_90"
+        assert quick.done() and not slow.done()
+    finally:
+        cache.close()
