@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -67,6 +68,9 @@ def default_arch(gpu: dict[str, str]) -> str:
 
 
 def git_commit() -> str:
+    """The checkout's commit ($MNEME_COMMIT first: a copied tree's .git can lag behind its files)."""
+    if os.environ.get("MNEME_COMMIT"):
+        return os.environ["MNEME_COMMIT"]
     try:
         return subprocess.run(["git", "-C", str(apps.REPO), "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10).stdout.strip()

@@ -5,7 +5,8 @@
 #   scripts/gpu-suite.sh tests [PYTEST ARGS...]   # GPU tests only (default)
 #   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only (BENCH_TIMEOUT seconds each, default 300)
 #   scripts/gpu-suite.sh all                      # both
-# SKIP_BUILD=1 reuses the installed build; HEADLINE_ARGS adds options to bench/headline.py.
+# SKIP_BUILD=1 reuses the installed build; HEADLINE_ARGS adds options to bench/headline.py;
+# MNEME_COMMIT names the commit in its table (the copied .git can lag behind the files).
 #
 # Needs the wheels of packages the GPU machine lacks in .whl/ (carried with the
 # working tree; see docs/development.md).

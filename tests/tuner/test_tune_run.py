@@ -198,7 +198,8 @@ def test_a_broken_executor_ends_the_run_resumably(tmp_path, loader, space_module
         tune(tmp_path, loader, ex, space_module=space_module, workers=1)
     records = trials(tmp_path)
     assert records and all(r["configuration"]["block"]["x"] < 128 for r in records)
-    assert read(tmp_path, "summary.json")["executor_errors"] == 5
+    # Five in a row end the run; one more may come first, when a success finishes after it and ends that streak.
+    assert read(tmp_path, "summary.json")["executor_errors"] in (5, 6)
 
 
 def test_invalid_derived_configurations_are_not_replayed(tmp_path, loader, space_module):
