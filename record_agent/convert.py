@@ -35,7 +35,7 @@ from mneme.format import (
     static_hash,
     write_snapshot,
 )
-from mneme.format.database import LaunchAttribute
+from mneme.format.database import LaunchAttribute, attributes_key
 from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
@@ -238,8 +238,8 @@ class SpoolConverter:
         return db
 
     @staticmethod
-    def _occurrence(db: RecordingDatabase, entry: SpoolEntry) -> int:
-        """How many recorded instances already have this launch shape and these argument bytes."""
+    def _occurrence(db: RecordingDatabase, entry: SpoolEntry, attributes: tuple[LaunchAttribute, ...]) -> int:
+        """How many recorded instances already have this launch shape, these argument bytes and attributes."""
         return sum(
             1
             for inst in db.instances.values()
@@ -247,6 +247,7 @@ class SpoolConverter:
             and inst.grid.as_tuple() == entry.grid
             and inst.block.as_tuple() == entry.block
             and inst.shared_mem == entry.shared_mem
+            and attributes_key(inst.launch_attributes) == attributes_key(attributes)
         )
 
     # -- entries ----------------------------------------------------------------------
@@ -286,8 +287,11 @@ class SpoolConverter:
         if self._before_write:
             self._before_write()
         writer = self.writer_for(entry.device)
-        occurrence = self._occurrence(db, entry)
-        dyn = dynamic_hash(db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence)
+        attributes = launch_attributes(entry)
+        occurrence = self._occurrence(db, entry, attributes)
+        dyn = dynamic_hash(
+            db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence, attributes_key(attributes)
+        )
         refs = {
             phase: self._write_snapshot(writer, entry, db.static_hash, dyn, phase, policies)
             for phase in ("prologue", "epilogue")
@@ -295,7 +299,7 @@ class SpoolConverter:
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), launch_attributes(entry),
+            None, tuple(dict.fromkeys(warnings)), attributes,
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         db = writer.commit(db.add_instance(instance))

@@ -171,6 +171,13 @@ class LaunchAttribute:
         return cls(attr_id, name, values, bytes.fromhex(raw_hex))
 
 
+def attributes_key(attributes: "tuple[LaunchAttribute, ...] | list[LaunchAttribute]") -> bytes:
+    """The launch attributes as the dynamic hash takes them: canonical JSON, in the order given; empty for none."""
+    if not attributes:
+        return b""
+    return json.dumps([a.to_dict() for a in attributes], sort_keys=True, separators=(",", ":")).encode()
+
+
 @dataclass(frozen=True)
 class InstanceRecord:
     """One recorded launch (a dynamic instance) of the kernel."""
@@ -446,11 +453,12 @@ def _parse_instance(
         LaunchAttribute.parse(r, a, f"{where}.launch_attributes[{i}]")
         for i, a in enumerate(r.list(d.get("launch_attributes", []), f"{where}.launch_attributes"))
     )
-    expected = dynamic_hash(static, grid, block, shared_mem, args, occurrence)
+    expected = dynamic_hash(static, grid, block, shared_mem, args, occurrence, attributes_key(attributes))
     if expected != key:
         raise r.error(
             where,
-            f"the launch it describes (grid, block, shared_mem, args, occurrence) has dynamic hash {expected}, "
+            f"the launch it describes (grid, block, shared_mem, args, launch attributes, occurrence) has dynamic "
+            f"hash {expected}, "
             "not its id; the entry is corrupt or was edited",
         )
     return InstanceRecord(

@@ -17,6 +17,7 @@ from mneme.mneme_types import Dim3
 
 STATIC_TAG = b"mneme-static-v1\0"
 DYNAMIC_TAG = b"mneme-dynamic-v1\0"
+ATTRIBUTES_TAG = b"\0attributes\0"
 _U32_MAX = 2**32 - 1
 
 
@@ -44,13 +45,17 @@ def dynamic_hash(
     shared_mem: int,
     arg_bytes: bytes,
     occurrence: int = 0,
+    attributes: bytes = b"",
 ) -> str:
     """Identity of one launch of kernel ``static``: launch shape, dynamic shared memory, argument bytes.
 
     Launches that repeat the same shape and arguments (e.g. iterations of a
     solver, whose memory differs) are told apart by ``occurrence`` (the n-th
     such launch); occurrence 0 adds nothing, so the first launch's id only
-    depends on what the launch itself says.
+    depends on what the launch itself says. ``attributes`` is the canonical
+    encoding of the launch's attributes (``database.attributes_key``: cluster
+    dimensions, cooperative, ...); empty adds nothing, so launches without
+    attributes keep the ids they always had.
     """
     g, b = Dim3.from_value(grid), Dim3.from_value(block)
     values = (*g.as_tuple(), *b.as_tuple(), shared_mem)
@@ -60,6 +65,8 @@ def dynamic_hash(
     if occurrence < 0 or occurrence > _U32_MAX:
         raise ValueError(f"occurrence {occurrence} must be in 0..{_U32_MAX}")
     payload = DYNAMIC_TAG + static.encode("utf-8") + b"\0" + struct.pack("<7I", *values) + bytes(arg_bytes)
+    if attributes:
+        payload += ATTRIBUTES_TAG + struct.pack("<I", len(attributes)) + bytes(attributes)
     if occurrence > 0:
         payload += struct.pack("<I", occurrence)
     return hash_id(payload)

@@ -88,6 +88,8 @@ def first(valid):
         (lambda d: first(d).update(occurrence=5), "has dynamic hash .*not its id"),
         (lambda d: first(d).update(args=first(d)["args"][:-2] + "01"), "has dynamic hash .*not its id"),
         (lambda d: first(d)["grid"].update(x=5), "has dynamic hash .*not its id"),
+        (lambda d: first(d).update(launch_attributes=[{"id": 4, "name": "cluster_dim", "value": [2, 1, 1]}]),
+         "launch attributes.*has dynamic hash .*not its id"),
         (lambda d: d.update(surprise=True), "unknown key.*'surprise'.*upgrade mneme"),
     ],
 )

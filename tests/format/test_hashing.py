@@ -48,3 +48,15 @@ def test_dynamic_hash_rejects_out_of_range_values():
         dynamic_hash("1", (2**32, 1, 1), (1, 1, 1), 0, b"")
     with pytest.raises(ValueError):
         dynamic_hash("1", (1, 1, 1), (1, 1, 1), -1, b"")
+
+
+def test_launch_attributes_enter_the_dynamic_hash_only_when_present():
+    payload = b"mneme-dynamic-v1\0" + b"77\0" + struct.pack("<7I", 2, 3, 4, 5, 6, 7, 8) + b"\x01\x02"
+    attrs = b'[{"id":4,"name":"cluster_dim","value":[2,1,1]}]'
+    with_attrs = payload + b"\0attributes\0" + struct.pack("<I", len(attrs)) + attrs + struct.pack("<I", 3)
+    assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 3, attrs) == str(
+        int.from_bytes(hashlib.sha256(with_attrs).digest()[:8], "big")
+    )
+    plain = dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02")
+    assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 0, b"") == plain  # old ids stay
+    assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 0, attrs) != plain

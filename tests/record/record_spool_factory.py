@@ -52,6 +52,7 @@ def write_entry(
     warnings=(),
     extra_regions=(),
     device: int = 0,
+    attributes=(),
 ) -> Path:
     a, b, c0, c1 = vecadd_arrays(n, k)
     size = 4 * n
@@ -77,7 +78,7 @@ def write_entry(
         "identity": "0", "device": device, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
         "grid": [(n + 255) // 256, 1, 1], "block": [256, 1, 1], "shared_mem": 0, "module_id": module_id,
         "param_offsets": [0, 8, 16, 24], "param_sizes": [8, 8, 8, 4], "param_buffer_size": len(args),
-        "args": args.hex(), "attributes": [],
+        "args": args.hex(), "attributes": list(attributes),
         "allocations": [{"base": base, "size": size, "in_window": window_reserved} for base in bases],
         "windows": [{"device": device, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
         "snapshot_scope": "all", "regions": regions, "prologue_bytes": sum(map(len, pro)), "epilogue_bytes": sum(map(len, epi)),

@@ -54,6 +54,24 @@ def test_same_launch_twice_gets_distinct_occurrences(tmp_path):
     assert sorted((i.launch_index, i.record.occurrence) for i in rec.instances.values()) == [(0, 0), (3, 1)]
 
 
+def test_launches_that_differ_only_in_launch_attributes_are_distinct_instances(tmp_path):
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    write_module(spool)
+    cluster = [{"id": 4, "name": "cluster_dim", "value": [4, 1, 1]}]
+    write_entry(spool, 0, launch_index=0, attributes=cluster)
+    write_entry(spool, 1, launch_index=1, attributes=[{"id": 4, "name": "cluster_dim", "value": [2, 1, 1]}])
+    write_entry(spool, 2, launch_index=2)
+    write_entry(spool, 3, launch_index=3, attributes=cluster)
+    convert_all(spool, out)
+    (db,) = out.glob("*.json")
+    rec = RecordedExecution.from_json(db)
+    seen = sorted(
+        (i.launch_index, i.record.occurrence, tuple(a.value for a in i.record.launch_attributes))
+        for i in rec.instances.values()
+    )
+    assert seen == [(0, 0, ((4, 1, 1),)), (1, 0, ((2, 1, 1),)), (2, 0, ()), (3, 1, ((4, 1, 1),))]
+
+
 def test_recording_again_into_the_same_directory_keeps_earlier_instances(tmp_path):
     out = tmp_path / "out"
     for run in range(2):

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import struct
+from dataclasses import replace
 
 import pytest
 
 from mneme.errors import ArtifactError, NotAvailableError
-from mneme.format.database import LaunchAttribute, RecordingDatabase, load_database
+from mneme.format.database import LaunchAttribute, RecordingDatabase, attributes_key, load_database
+from mneme.format.hashing import dynamic_hash
 from mneme.format.schema import JsonReader
 from mneme.replay.launch_attrs import VALUE_BYTES, plan_for
 from mneme.store import open_store
@@ -71,6 +73,10 @@ def test_recordings_keep_launch_attributes(tmp_path):
     assert all("launch_attributes" not in i for i in plain["instances"].values())  # unchanged for plain launches
     (key,) = db.instances
     attrs = (LaunchAttribute(4, "cluster_dim", (2, 1, 1)), LaunchAttribute(7, "raw", (), bytes(64)))
-    db2 = db.add_instance(db.instances[key].__class__(**{**db.instances[key].__dict__, "launch_attributes": attrs}))
+    inst = db.instances[key]
+    # The attributes are part of the launch's identity: the same launch with them is another instance.
+    key2 = dynamic_hash(db.static_hash, inst.grid, inst.block, inst.shared_mem, inst.args, 0, attributes_key(attrs))
+    assert key2 != key
+    db2 = db.add_instance(replace(inst, dynamic_hash=key2, launch_attributes=attrs))
     again = RecordingDatabase.from_dict(json.loads(db2.to_json()))
-    assert again.instances[key].launch_attributes == attrs
+    assert again.instances[key2].launch_attributes == attrs and not again.instances[key].launch_attributes

@@ -367,6 +367,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   identity = fnv1a(identity, l.block, sizeof l.block);
   identity = fnv1a(identity, &l.shared_mem, sizeof l.shared_mem);
   identity = fnv1a(identity, args.data(), args.size());
+  for (const std::string& a : l.attributes) identity = fnv1a(identity, a.data(), a.size());  // cluster dims, ...
   if (!settings().record_duplicates && ks.seen.count(identity)) return;
   if (d.cuStreamIsCapturing) {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;

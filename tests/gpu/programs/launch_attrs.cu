@@ -78,17 +78,19 @@ int main() {
   CHECK(cudaMemset(out_coop, 0, n * sizeof(int)));
   CHECK(cudaMemset(out_big, 0, n * sizeof(int)));
 
-  // Clusters of 2 blocks along x.
+  // Clusters of 4 blocks along x, then (same arguments, the result checked below) of 2: two instances.
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(n / kThreads);
   cfg.blockDim = dim3(kThreads);
   cudaLaunchAttribute cluster_attr[1];
   cluster_attr[0].id = cudaLaunchAttributeClusterDimension;
-  cluster_attr[0].val.clusterDim.x = 2;
+  cluster_attr[0].val.clusterDim.x = 4;
   cluster_attr[0].val.clusterDim.y = 1;
   cluster_attr[0].val.clusterDim.z = 1;
   cfg.attrs = cluster_attr;
   cfg.numAttrs = 1;
+  CHECK(cudaLaunchKernelEx(&cfg, cluster_exchange, (const int*)in, out_cluster, n));
+  cluster_attr[0].val.clusterDim.x = 2;
   CHECK(cudaLaunchKernelEx(&cfg, cluster_exchange, (const int*)in, out_cluster, n));
 
   // Cooperative: a grid that is surely co-resident.
