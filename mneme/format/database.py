@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
@@ -172,10 +173,18 @@ class LaunchAttribute:
 
 
 def attributes_key(attributes: "tuple[LaunchAttribute, ...] | list[LaunchAttribute]") -> bytes:
-    """The launch attributes as the dynamic hash takes them: canonical JSON, in the order given; empty for none."""
-    if not attributes:
-        return b""
-    return json.dumps([a.to_dict() for a in attributes], sort_keys=True, separators=(",", ":")).encode()
+    """The launch attributes as the dynamic hash takes them; empty for none.
+
+    Per attribute, in the order given: u32le id, u32le length, then the value's
+    bytes: the raw ones, or the decoded values as u32le each (which is how the
+    driver lays out the decoded attributes: cluster dimensions, cooperative), so
+    an attribute keeps its id whether a recorder decodes it or not.
+    """
+    out = b""
+    for a in attributes:
+        value = a.raw or struct.pack(f"<{len(a.value)}I", *a.value)
+        out += struct.pack("<II", a.id, len(value)) + value
+    return out
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ class Replayer:
         With ``reset='auto'`` the first call proves idempotence once for this
         instance: the baseline runs twice without a reset between, and both
         launches must match the epilogue. An idempotent kernel then skips the
-        per-launch copies (a kernel that writes 64 MiB paid 40 us per launch for
+        per-launch copies (a kernel that writes 64 MiB paid 44 us per launch for
         them, and found an L2 full of the copy's dirty lines the application's
         kernel does not see); the checked launches still compare with the
         epilogue, so a configuration whose result depends on what the previous

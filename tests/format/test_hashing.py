@@ -52,7 +52,7 @@ def test_dynamic_hash_rejects_out_of_range_values():
 
 def test_launch_attributes_enter_the_dynamic_hash_only_when_present():
     payload = b"mneme-dynamic-v1\0" + b"77\0" + struct.pack("<7I", 2, 3, 4, 5, 6, 7, 8) + b"\x01\x02"
-    attrs = b'[{"id":4,"name":"cluster_dim","value":[2,1,1]}]'
+    attrs = struct.pack("<II3I", 4, 12, 2, 1, 1)  # database.attributes_key of a cluster dimension (2, 1, 1)
     with_attrs = payload + b"\0attributes\0" + struct.pack("<I", len(attrs)) + attrs + struct.pack("<I", 3)
     assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 3, attrs) == str(
         int.from_bytes(hashlib.sha256(with_attrs).digest()[:8], "big")
@@ -60,3 +60,12 @@ def test_launch_attributes_enter_the_dynamic_hash_only_when_present():
     plain = dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02")
     assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 0, b"") == plain  # old ids stay
     assert dynamic_hash("77", (2, 3, 4), (5, 6, 7), 8, b"\x01\x02", 0, attrs) != plain
+
+
+def test_an_attribute_keeps_its_key_whether_decoded_or_raw():
+    from mneme.format.database import LaunchAttribute, attributes_key
+
+    decoded = LaunchAttribute(4, "cluster_dim", (2, 1, 1))
+    raw = LaunchAttribute(4, "raw", (), struct.pack("<3I", 2, 1, 1))
+    assert attributes_key([decoded]) == attributes_key([raw]) == struct.pack("<II3I", 4, 12, 2, 1, 1)
+    assert attributes_key([]) == b""
