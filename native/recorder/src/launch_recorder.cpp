@@ -4,8 +4,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "annotations.hpp"
@@ -44,7 +47,11 @@ struct KernelState {
   std::atomic<bool> finished{false};  // nothing more will be recorded: skip without locking
   long launches = 0;
   long recorded = 0;
-  std::unordered_set<uint64_t> seen;  // launch-identity hashes already recorded
+  // Launches whose prologue is on file and whose epilogue is not yet: they hold
+  // instance slots (recorded + pending <= -mr), so two threads launching the
+  // kernel at once cannot both take its last slot.
+  long pending = 0;
+  std::unordered_set<uint64_t> seen;  // launch-identity hashes recorded or pending
 };
 
 struct FunctionInfo {
@@ -67,6 +74,13 @@ struct Launch {
 };
 
 struct Pending {
+  // Which launch this is: its exit callback must name the same (the stale
+  // pending of a launch whose exit never came is dropped, never committed).
+  CUpti_CallbackId cbid = 0;
+  CUfunction f = nullptr;
+  uint64_t token = 0;  // also in the launch's CUPTI correlationData
+  int stripes = 0;     // of the prologue; the epilogue repeats them
+  bool identity_reserved = false;  // `identity` went into kernel->seen at the prologue
   std::string tmp_dir, final_dir;
   std::string launch_json_head;  // everything known before the launch
   std::vector<DeviceRegion> regions;
@@ -94,6 +108,10 @@ void (*g_launch_switch)(bool) = nullptr;
 bool g_launch_callbacks_on = false;
 bool g_unknown_module = false;
 std::set<std::string> g_candidates;  // selected kernels defined by loaded modules
+// Launches between prologue and epilogue, all threads: their exit callbacks
+// must come, so the launch callbacks stay on while any is in flight.
+long g_in_flight = 0;
+uint64_t g_launch_token = 0;
 std::atomic<bool> g_disabled{false};
 std::atomic<long> g_seq{0}, g_launches_seen{0}, g_recorded{0};
 std::vector<std::pair<std::string, uint64_t>> g_committed;  // entry dir, bytes (back-pressure)
@@ -146,7 +164,7 @@ bool name_selected(const std::string& name) {
 
 // Under g_mu: launch callbacks on while something loaded may still be recorded.
 void update_launch_callbacks() {
-  bool want = g_unknown_module;
+  bool want = g_unknown_module || g_in_flight > 0;
   for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
     auto k = g_kernels.find(*it);
     want = k == g_kernels.end() || !k->second->finished;
@@ -338,7 +356,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   t_known[l.f] = &ks;
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
-  if (settings().max_instances > 0 && ks.recorded >= settings().max_instances) return;
+  if (settings().max_instances > 0 && ks.recorded + ks.pending >= settings().max_instances) return;
   if (access(spool("stop").c_str(), F_OK) == 0) {  // the agent cannot store more
     stop_recording("the record agent asked to stop (see its message)");
     return;
@@ -465,7 +483,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
   d.cuDeviceGetName(dname, sizeof dname, device);
   std::vector<std::string> offsets, sizes;
   std::ostringstream os;
-  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << writer_for_current_context().stripes() << ", \"seq\": " << seq << ", \"pid\": " << getpid()
+  p->stripes = writer_for_current_context().last_stripes();
+  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << p->stripes << ", \"seq\": " << seq << ", \"pid\": " << getpid()
      << ", \"rank\": " << json_string(settings().rank) << ", \"kernel\": " << json_string(ks.name)
      << ", \"demangled\": " << json_string(demangle(ks.name)) << ", \"api\": " << json_string(l.api)
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
@@ -494,24 +513,55 @@ void before_launch(const Launch& l, const char* symbol_name) {
   }
   os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\"";
   p->launch_json_head = os.str();
+  // Hold the instance slot (and the identity) until the epilogue is committed
+  // or dropped: finish_pending gives them back.
+  p->f = l.f;
+  p->token = ++g_launch_token;
+  if (!settings().record_duplicates) p->identity_reserved = ks.seen.insert(identity).second;
+  ks.pending++;
+  g_in_flight++;
   t_pending = std::move(p);
 }
 
-// Called at API exit of the same launch: wait for it, capture the epilogue, commit.
-void after_launch(CUresult launch_result) {
-  std::unique_ptr<Pending> p = std::move(t_pending);
-  if (!p) return;
+// Under g_mu: the pending launch `p` is committed or dropped; its slot and the
+// in-flight count are given back, and the callbacks may go off now.
+void finish_pending(Pending& p, bool committed) {
+  KernelState& ks = *p.kernel;
+  ks.pending--;
+  g_in_flight--;
+  if (committed) {
+    ks.recorded++;
+    ks.seen.insert(p.identity);
+    g_recorded++;
+    if (settings().max_instances > 0 && ks.recorded >= settings().max_instances) ks.finished = true;
+  } else if (p.identity_reserved) {
+    ks.seen.erase(p.identity);
+  }
+  update_launch_callbacks();
+}
+
+// A pending launch that cannot be matched to its exit callback: its entry is
+// removed, not committed (its epilogue would be taken after another launch).
+void drop_pending(std::unique_ptr<Pending> p, const char* why) {
   std::lock_guard<std::mutex> lock(g_mu);
+  std::fprintf(stderr, "mneme record: warning: %s: a recorded launch is dropped: %s\n", p->kernel->name.c_str(), why);
+  remove_tree(p->tmp_dir);
+  finish_pending(*p, false);
+}
+
+// Under g_mu, at API exit of the launch: wait for it, capture the epilogue,
+// commit. False: the entry is removed (the reason is reported).
+bool commit_launch(Pending* p, CUresult launch_result) {
   if (launch_result != CUDA_SUCCESS) {
     remove_tree(p->tmp_dir);
-    return;  // the application sees the launch error itself
+    return false;  // the application sees the launch error itself
   }
   CUresult r = driver().cuCtxSynchronize();
   if (r != CUDA_SUCCESS) {
     std::fprintf(stderr, "mneme record: warning: %s failed while recording (%s); this launch is not recorded\n",
                  p->kernel->name.c_str(), error_string(r));
     remove_tree(p->tmp_dir);
-    return;
+    return false;
   }
   auto t0 = std::chrono::steady_clock::now();
   uint64_t epilogue_bytes = 0;
@@ -521,10 +571,15 @@ void after_launch(CUresult launch_result) {
   if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error)) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
-    return;
+    return false;
   }
   double epilogue_seconds = seconds_since(t0);
   double epilogue_write = writer_for_current_context().last_write_seconds();
+  if (writer_for_current_context().last_stripes() != p->stripes) {  // cannot happen, as below
+    remove_tree(p->tmp_dir);
+    stop_recording("internal error: prologue and epilogue stripe counts differ");
+    return false;
+  }
   for (size_t i = 0; i < p->regions.size(); ++i) {
     const auto& a = prologue_pieces[i];
     const auto& b = p->regions[i].pieces;
@@ -534,7 +589,7 @@ void after_launch(CUresult launch_result) {
     if (!same) {  // cannot happen: the layout depends on the region list only
       remove_tree(p->tmp_dir);
       stop_recording("internal error: prologue and epilogue layouts differ");
-      return;
+      return false;
     }
   }
   std::ostringstream os;
@@ -549,23 +604,22 @@ void after_launch(CUresult launch_result) {
   if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
-    return;
+    return false;
   }
   if (rename(p->tmp_dir.c_str(), p->final_dir.c_str()) != 0) {
     remove_tree(p->tmp_dir);
     stop_recording("cannot commit " + p->final_dir + ": " + std::strerror(errno));
-    return;
+    return false;
   }
   for (const auto& w : p->warnings)
     std::fprintf(stderr, "mneme record: warning: %s: %s\n", p->kernel->name.c_str(), w.c_str());
   g_committed.emplace_back(p->final_dir, p->prologue_bytes + epilogue_bytes);
-  p->kernel->recorded++;
-  p->kernel->seen.insert(p->identity);
-  if (settings().max_instances > 0 && p->kernel->recorded >= settings().max_instances) {
-    p->kernel->finished = true;
-    update_launch_callbacks();
-  }
-  g_recorded++;
+  return true;
+}
+
+void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  finish_pending(*p, commit_launch(p.get(), launch_result));
 }
 
 void on_module_loaded(const CUpti_ResourceData* rd) {
@@ -614,6 +668,93 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   if (!write_file_atomic(base + ".json", body.data(), body.size(), &error)) stop_recording(error);
 }
 
+// The bytes of a CUlaunchAttributeValue that attribute `id` defines: the
+// application sets one member of the 64-byte union and the rest is whatever
+// was on its stack, which must not reach the launch identity (the recorder's
+// duplicate check, the agent's dynamic hash). Unknown ids: the whole union.
+using AttrValue = CUlaunchAttributeValue;
+struct AttrField {
+  size_t offset, size;
+};
+#define MNEME_FIELD(m) AttrField{offsetof(AttrValue, m), sizeof(std::declval<AttrValue&>().m)}
+#define MNEME_SUBFIELD(m, f) \
+  AttrField{offsetof(AttrValue, m) + offsetof(decltype(AttrValue::m), f), sizeof(std::declval<AttrValue&>().m.f)}
+
+std::vector<AttrField> attribute_fields(CUlaunchAttributeID id) {
+  switch (id) {
+    case CU_LAUNCH_ATTRIBUTE_ACCESS_POLICY_WINDOW:
+      return {MNEME_SUBFIELD(accessPolicyWindow, base_ptr), MNEME_SUBFIELD(accessPolicyWindow, num_bytes),
+              MNEME_SUBFIELD(accessPolicyWindow, hitRatio), MNEME_SUBFIELD(accessPolicyWindow, hitProp),
+              MNEME_SUBFIELD(accessPolicyWindow, missProp)};
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+      return {MNEME_FIELD(cooperative)};
+    case CU_LAUNCH_ATTRIBUTE_SYNCHRONIZATION_POLICY:
+      return {MNEME_FIELD(syncPolicy)};
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      return {MNEME_SUBFIELD(clusterDim, x), MNEME_SUBFIELD(clusterDim, y), MNEME_SUBFIELD(clusterDim, z)};
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE:
+      return {MNEME_FIELD(clusterSchedulingPolicyPreference)};
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+      return {MNEME_FIELD(programmaticStreamSerializationAllowed)};
+    case CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_EVENT:
+      return {MNEME_SUBFIELD(programmaticEvent, event), MNEME_SUBFIELD(programmaticEvent, flags),
+              MNEME_SUBFIELD(programmaticEvent, triggerAtBlockStart)};
+    case CU_LAUNCH_ATTRIBUTE_PRIORITY:
+      return {MNEME_FIELD(priority)};
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN_MAP:
+      return {MNEME_SUBFIELD(memSyncDomainMap, default_), MNEME_SUBFIELD(memSyncDomainMap, remote)};
+    case CU_LAUNCH_ATTRIBUTE_MEM_SYNC_DOMAIN:
+      return {MNEME_FIELD(memSyncDomain)};
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_CLUSTER_DIMENSION:
+      return {MNEME_SUBFIELD(preferredClusterDim, x), MNEME_SUBFIELD(preferredClusterDim, y),
+              MNEME_SUBFIELD(preferredClusterDim, z)};
+    case CU_LAUNCH_ATTRIBUTE_LAUNCH_COMPLETION_EVENT:
+      return {MNEME_SUBFIELD(launchCompletionEvent, event), MNEME_SUBFIELD(launchCompletionEvent, flags)};
+#if CUDA_VERSION >= 12080
+    case CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE:  // int, then a pointer: 4 padding bytes between
+      return {MNEME_SUBFIELD(deviceUpdatableKernelNode, deviceUpdatable),
+              MNEME_SUBFIELD(deviceUpdatableKernelNode, devNode)};
+    case CU_LAUNCH_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT:
+      return {MNEME_FIELD(sharedMemCarveout)};
+#endif
+#if CUDA_VERSION >= 13000
+    case CU_LAUNCH_ATTRIBUTE_NVLINK_UTIL_CENTRIC_SCHEDULING:
+      return {MNEME_FIELD(nvlinkUtilCentricScheduling)};
+#endif
+    default:
+      return {AttrField{0, sizeof(AttrValue)}};
+  }
+}
+#undef MNEME_FIELD
+#undef MNEME_SUBFIELD
+
+// A launch attribute as launch.json lists it; empty for one the driver ignores.
+// cooperative and cluster_dim are decoded (cuLaunchCooperativeKernel records
+// cooperative the same way); the others keep the bytes of their members
+// (value_hex: padding between members zeroed, the union's tail left out; the
+// replay pads to the union's size).
+std::string attribute_json(const CUlaunchAttribute& at) {
+  const std::string id = "{\"id\": " + std::to_string(unsigned(at.id)) + ", ";
+  switch (at.id) {
+    case CU_LAUNCH_ATTRIBUTE_IGNORE:
+      return "";
+    case CU_LAUNCH_ATTRIBUTE_COOPERATIVE:
+      return id + "\"name\": \"cooperative\", \"value\": [" + std::to_string(unsigned(at.value.cooperative)) + "]}";
+    case CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION:
+      return id + "\"name\": \"cluster_dim\", \"value\": [" + std::to_string(at.value.clusterDim.x) + ", " +
+             std::to_string(at.value.clusterDim.y) + ", " + std::to_string(at.value.clusterDim.z) + "]}";
+    default:
+      break;
+  }
+  unsigned char bytes[sizeof(AttrValue)] = {};
+  size_t end = 0;
+  for (const AttrField& f : attribute_fields(at.id)) {
+    std::memcpy(bytes + f.offset, reinterpret_cast<const unsigned char*>(&at.value) + f.offset, f.size);
+    end = std::max(end, f.offset + f.size);
+  }
+  return id + "\"name\": \"raw\", \"value_hex\": \"" + hex(bytes, end) + "\"}";
+}
+
 Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   Launch l;
   switch (cbid) {
@@ -633,7 +774,12 @@ Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       l.stream = a->hStream;
       l.kernel_params = a->kernelParams;
       l.extra = coop ? nullptr : a->extra;
-      if (coop) l.attributes.push_back("{\"id\": " + std::to_string(CU_LAUNCH_ATTRIBUTE_COOPERATIVE) + ", \"name\": \"cooperative\", \"value\": [1]}");
+      if (coop) {  // as cuLaunchKernelEx with the cooperative attribute 1 records it
+        CUlaunchAttribute at{};
+        at.id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+        at.value.cooperative = 1;
+        l.attributes.push_back(attribute_json(at));
+      }
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
@@ -649,14 +795,8 @@ Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       l.kernel_params = a->kernelParams;
       l.extra = a->extra;
       for (unsigned i = 0; i < c->numAttrs; ++i) {
-        const CUlaunchAttribute& at = c->attrs[i];
-        std::string v;
-        if (at.id == CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-          v = "\"name\": \"cluster_dim\", \"value\": [" + std::to_string(at.value.clusterDim.x) + ", " +
-              std::to_string(at.value.clusterDim.y) + ", " + std::to_string(at.value.clusterDim.z) + "]";
-        else
-          v = "\"name\": \"raw\", \"value_hex\": \"" + hex(&at.value, sizeof at.value) + "\"";
-        l.attributes.push_back("{\"id\": " + std::to_string(int(at.id)) + ", " + v + "}");
+        std::string json = attribute_json(c->attrs[i]);
+        if (!json.empty()) l.attributes.push_back(json);
       }
       break;
     }
@@ -664,6 +804,22 @@ Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
       break;
   }
   return l;
+}
+
+// The kernel of a launch callback (its exit's parameters are its enter's).
+CUfunction launched_function(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+      return static_cast<const cuLaunchKernel_params*>(cb->functionParams)->f;
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+      return static_cast<const cuLaunchKernelEx_params*>(cb->functionParams)->f;
+    default:
+      return nullptr;
+  }
 }
 
 thread_local bool t_inside = false;  // our own driver calls re-enter the callback
@@ -708,11 +864,24 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (!enter) note_managed_allocation();
       break;
     default: {
+      // A launch's enter and exit come on its thread with nothing between, so
+      // a pending launch at an enter, or one whose exit names another launch,
+      // lost its exit callback: it is dropped, never committed after another launch.
       if (enter) {
+        if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
         Launch l = launch_of(cbid, cb);
         if (l.f) before_launch(l, cb->symbolName);
+        if (t_pending) {
+          t_pending->cbid = cbid;
+          if (cb->correlationData) *cb->correlationData = t_pending->token;
+        }
       } else if (t_pending) {
-        after_launch(static_cast<CUresult>(*static_cast<const CUresult*>(cb->functionReturnValue)));
+        std::unique_ptr<Pending> p = std::move(t_pending);
+        if (p->cbid == cbid && p->f == launched_function(cbid, cb) &&
+            (!cb->correlationData || *cb->correlationData == p->token))
+          after_launch(std::move(p), *static_cast<const CUresult*>(cb->functionReturnValue));
+        else
+          drop_pending(std::move(p), "an exit callback of another launch came before its own");
       }
     }
   }

@@ -167,6 +167,7 @@ struct SnapshotWriter::Impl {
 
   // Of the last write().
   double setup_s = 0, writer_wait_s = 0, copy_wait_s = 0, write_span_s = 0;
+  int stripes_used = 0;
 
   // The staging pool: one slab of anonymous memory (transparent huge pages
   // where the kernel offers them), faulted in by several threads at once and
@@ -300,7 +301,7 @@ struct SnapshotWriter::Impl {
 
 SnapshotWriter::SnapshotWriter() : impl_(new Impl) {}
 
-int SnapshotWriter::stripes() const { return impl_->nwriters; }
+int SnapshotWriter::last_stripes() const { return impl_->stripes_used; }
 double SnapshotWriter::last_writer_wait_seconds() const { return impl_->writer_wait_s; }
 double SnapshotWriter::last_copy_wait_seconds() const { return impl_->copy_wait_s; }
 double SnapshotWriter::last_setup_seconds() const { return impl_->setup_s; }
@@ -328,17 +329,28 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
   // capture would wait for a buffer it holds itself.
   const size_t ahead = std::min<size_t>(kCopiesAhead, m.buf.size() - 1);
   auto& d = driver();
-  const int stripes = m.nwriters;
-  std::vector<int> fds(stripes, -1);
-  std::vector<uint64_t> stripe_end(stripes, 0);
-  for (int k = 0; k < stripes; ++k) {
+  // Chunk i goes to stripe i % nwriters, and stripe files are opened as their
+  // first chunk comes: a snapshot of C chunks has min(nwriters, C) stripe
+  // files (stripe 0 always, even for an empty snapshot), the same count for
+  // the same region list, so the epilogue repeats the prologue's layout.
+  const int max_stripes = m.nwriters;
+  std::vector<int> fds;
+  std::vector<uint64_t> stripe_end(max_stripes, 0);
+  std::string open_error;
+  auto open_stripe = [&](int k) -> bool {  // stripes open in order: k == fds.size()
     std::string path = prefix + "." + std::to_string(k) + ".bin";
-    fds[k] = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fds[k] < 0) {
-      *error = "cannot create " + path + ": " + std::strerror(errno);
-      for (int j = 0; j < k; ++j) close(fds[j]);
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      open_error = "cannot create " + path + ": " + std::strerror(errno);
       return false;
     }
+    fds.push_back(fd);
+    return true;
+  };
+  m.stripes_used = 0;
+  if (!open_stripe(0)) {
+    *error = open_error;
+    return false;
   }
   {
     std::lock_guard<std::mutex> lock(m.mu);
@@ -376,6 +388,12 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     }
     for (uint64_t done = 0; ok && done < regions[r].size; done += kChunk) {
       size_t len = size_t(std::min<uint64_t>(kChunk, regions[r].size - done));
+      const int stripe = int(chunk_index % uint64_t(max_stripes));
+      if (stripe == int(fds.size()) && !open_stripe(stripe)) {
+        local_error = open_error;
+        ok = false;
+        break;
+      }
       int b = m.acquire();
       if (b < 0) {
         ok = false;  // a file write failed: reported below
@@ -391,7 +409,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
       }
       // Keep the copy engine busy: hand over the oldest copy once a few are
       // queued behind it. Scanning needs the bytes, so it hands over at once.
-      int stripe = int(chunk_index++ % uint64_t(stripes));
+      ++chunk_index;
       regions[r].pieces.push_back(Piece{stripe, stripe_end[stripe], len});
       in_flight.push_back(Impl::Job{b, len, fds[stripe], stripe_end[stripe], stripe});
       stripe_end[stripe] += len;
@@ -421,7 +439,8 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     }
     if (m.first_start > 0) m.write_span_s = m.last_end - m.first_start;
   }
-  for (int k = 0; k < stripes; ++k) {
+  m.stripes_used = int(fds.size());
+  for (int k = 0; k < int(fds.size()); ++k) {
     if (close(fds[k]) != 0 && ok) {
       local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
       ok = false;

@@ -43,16 +43,19 @@ struct DeviceRegion {
 // consecutive chunks go to consecutive stripes, so the writes run in parallel
 // without sharing a file (one thread's page-cache writes top out near
 // 3.5 GB/s; 8 threads reach 16-22 GB/s on the H100 machine, the copy engine
-// 55). The layout depends only on the region list and the stripe count, so a
-// prologue and an epilogue of the same regions have the same pieces.
+// 55). Stripe files per snapshot: min(writer threads, chunks), at least one,
+// so a small snapshot opens few files. The layout (stripe count included)
+// depends only on the region list, so a prologue and an epilogue of the same
+// regions have the same pieces and the same stripe files.
 class SnapshotWriter {
  public:
   static constexpr uint64_t kChunk = 16ull << 20;
   SnapshotWriter();
   ~SnapshotWriter();
-  // Stripe files per phase = writer threads (MNEME_SPOOL_WRITERS; default
-  // half the CPUs, 4 to 16).
-  int stripes() const;
+  // Stripe files `<prefix>.0.bin` .. of the last write: min(writer threads
+  // (MNEME_SPOOL_WRITERS; default half the CPUs, 4 to 16), its 16 MiB
+  // chunks), at least 1.
+  int last_stripes() const;
   // `scan` (may be empty) sees every chunk's host bytes before they are
   // written, in region order; it may append regions to `regions`
   // (reachable-scope discovery). Stops with an error past `byte_cap` (0: none).
