@@ -211,7 +211,7 @@ class AsyncReplayExecutor:
                 server.preparing.result(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
             except grpc.FutureTimeoutError:
                 raise TimeoutError(f"replay server {server.address} did not prepare the instance in {timeout:g}s")
-            except grpc.RpcError:
+            except (grpc.RpcError, grpc.FutureCancelledError):  # failed or abandoned (a server that went away)
                 pass
 
     def shutdown(self, wait: bool = True) -> None:

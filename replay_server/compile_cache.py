@@ -24,7 +24,7 @@ import multiprocessing
 import threading
 import time
 from collections import OrderedDict, deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import CancelledError, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
@@ -54,11 +54,18 @@ def _timed_compile(function: CompileFunction, instance: InstanceKey, config: dic
     return product, time.perf_counter() - start
 
 
+def _error_of(done: Future) -> BaseException | None:
+    """The exception a finished compile ended with (a cancelled one: the pool was closed), or None."""
+    if done.cancelled():
+        return CancelledError("the compile was cancelled: the compile pool is closing")
+    return done.exception()
+
+
 def _chain(source: Future, target: Future) -> None:
     """Complete ``target`` (already running) as ``source`` completes."""
 
     def copy(done: Future) -> None:
-        error = done.exception()
+        error = _error_of(done)
         if error is not None:
             target.set_exception(error)
         else:
@@ -76,6 +83,7 @@ class CompileCache:
         self._processes = [self._new_process() for _ in range(max(processes, 1))]
         self._waiting = [0] * len(self._processes)  # submitted and not finished, per process
         self._pending: deque[tuple[Future, tuple]] = deque()  # (future, call) waiting for an idle process
+        self._warmed: set[tuple] = set()  # (process index, instance, arch) each process has read
         self._entries: "OrderedDict[str, Future]" = OrderedDict()
         self._lock = threading.RLock()  # a submit can complete at once and re-enter through its callback
         self.hits = 0
@@ -100,11 +108,16 @@ class CompileCache:
         """Hand ``call`` to process ``index`` (lock held)."""
         self._waiting[index] += 1
         try:
-            work = self._processes[index].submit(*call)
-        except BrokenProcessPool:  # the process died (ptxas crash, OOM kill): a fresh one takes its place
-            self._processes[index].shutdown(wait=False)
-            self._processes[index] = self._new_process()
-            work = self._processes[index].submit(*call)
+            try:
+                work = self._processes[index].submit(*call)
+            except BrokenProcessPool:  # the process died (ptxas crash, OOM kill): a fresh one takes its place
+                self._processes[index].shutdown(wait=False)
+                self._processes[index] = self._new_process()
+                self._warmed = {w for w in self._warmed if w[0] != index}
+                work = self._processes[index].submit(*call)
+        except BaseException:
+            self._waiting[index] -= 1
+            raise
         work.add_done_callback(lambda _: self._finished_one(index))
         return work
 
@@ -113,14 +126,37 @@ class CompileCache:
             self._waiting[index] -= 1
             while self._pending and self._waiting[index] == 0:
                 queued, call = self._pending.popleft()
-                if queued.set_running_or_notify_cancel():
+                if not queued.set_running_or_notify_cancel():
+                    continue
+                try:
                     _chain(self._start(index, call), queued)
+                except BaseException as exc:  # the pool is closing: say so to the one waiting
+                    queued.set_exception(exc)
 
     def warm(self, instance: InstanceKey, arch: str) -> list[Future]:
-        """Have every compile process read ``instance`` now: it compiles the default configuration (not cached)."""
-        default = ExperimentConfiguration().to_dict()
-        return [self._submit(i, _timed_compile, self._function, instance, default, arch)
-                for i in range(len(self._processes))]
+        """Have each compile process that has not read ``instance`` yet read it now.
+
+        It compiles the default configuration (the recorded launch), whose
+        product becomes the cache entry of that configuration. Processes that
+        read it before (an earlier ``Prepare`` of the same instance) get
+        nothing: a second client connecting during a sweep does not put a
+        warm-up in front of the sweep's compiles.
+        """
+        default = ExperimentConfiguration()
+        key = compile_key(instance, default, arch)
+        ident = (instance.store, instance.record_db, instance.record_id, arch)
+        works = []
+        with self._lock:
+            for i in range(len(self._processes)):
+                if (i, *ident) in self._warmed:
+                    continue
+                works.append(self._start(i, (_timed_compile, self._function, instance, default.to_dict(), arch)))
+                self._warmed.add((i, *ident))
+            if works and key not in self._entries:
+                product: Future = Future()
+                self._entries[key] = product
+                works[0].add_done_callback(lambda done: self._finish(key, product, done))
+        return works
 
     def request(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> Future:
         """A future of the compiled product (shared by every request with the same key)."""
@@ -143,7 +179,7 @@ class CompileCache:
         return product
 
     def _finish(self, key: str, product: Future, done: Future) -> None:
-        error = done.exception()
+        error = _error_of(done)
         if error is not None:
             with self._lock:
                 self._entries.pop(key, None)

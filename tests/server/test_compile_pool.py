@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from concurrent.futures import CancelledError
 from pathlib import Path
 
 import pytest
@@ -66,3 +67,29 @@ def test_a_compile_goes_to_the_first_free_process_not_behind_a_busy_one(tmp_path
         assert quick.done() and not slow.done()
     finally:
         cache.close()
+
+
+def test_warm_reads_an_instance_once_per_process_and_caches_the_recorded_launch(tmp_path):
+    cache = CompileCache(_compile_after, processes=2, metrics=ServerMetrics(0, "test"))
+    instance = InstanceKey(str(tmp_path), "db.json", "1")
+    try:
+        first = cache.warm(instance, "sm_90")
+        assert len(first) == 2 and all(w.result(timeout=60)[0] == "code:sm_90" for w in first)
+        assert cache.warm(instance, "sm_90") == []  # a second Prepare of the instance: nothing in front of a sweep
+        assert len(cache.warm(InstanceKey(str(tmp_path), "db.json", "2"), "sm_90")) == 2
+        baseline = ExperimentConfiguration.from_dict({"block": {"x": 256}})  # the launch shape is not in the code
+        assert cache.request(instance, baseline, "sm_90").result(timeout=5) == "code:sm_90"
+        assert (cache.hits, cache.misses) == (1, 0)
+    finally:
+        cache.close()
+
+
+def test_closing_the_pool_fails_compiles_still_waiting_instead_of_leaving_them_hanging(tmp_path):
+    cache = CompileCache(_compile_after, processes=1, metrics=ServerMetrics(0, "test"))
+    instance = InstanceKey(str(tmp_path), "db.json", "1")
+    busy = cache._submit(0, _compile_after, instance, {"sleep": 3.0}, "sm_90")
+    waiting = cache.request(instance, ExperimentConfiguration(), "sm_90")  # no idle process: it waits in the queue
+    cache.close()
+    with pytest.raises(CancelledError):
+        waiting.result(timeout=10)
+    busy.result(timeout=30)
