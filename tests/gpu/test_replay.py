@@ -276,6 +276,31 @@ def test_idempotent_kernel_is_reset_only_before_each_configuration(vecadd_path):
         assert replayer.idempotent is None and replayer.last_timing["reset_each_launch"] is True
 
 
+def test_a_variant_that_is_correct_but_not_idempotent_is_judged_with_resets(vecadd_path):
+    """reset='auto' proves the recorded vector add idempotent; a rewrite that is right from the recorded memory
+    (c starts at 12345: c = a + b + (c - 12345)) but wrong on its own output is replayed again with the resets
+    and verifies, as it would in the application."""
+    from mneme.replay import Replayer
+    from mneme.replay.compile import CompiledCode, default_cache, ptxas_flags
+
+    rec = RecordedExecution.from_json(str(vecadd_path))
+    with Replayer(rec, rec.single_instance().record_id) as replayer:
+        assert replayer.run(replayer.baseline()).verified and replayer.idempotent is True
+        ptx = rec.load_code("ptx").decode()
+        store = "st.global.f32 \t[%rd10], %f3;"
+        assert store in ptx and ".reg .f32 \t%f<4>;" in ptx
+        c_minus_12345 = "ld.global.f32 \t%f4, [%rd10];\n\tsub.f32 \t%f5, %f4, 0f4640E400;\n\t"  # 12345.0f
+        reads_c = ptx.replace(".reg .f32 \t%f<4>;", ".reg .f32 \t%f<6>;").replace(
+            store, c_minus_12345 + "add.f32 \t%f3, %f3, %f5;\n\t" + store
+        )
+        product = default_cache().compile(reads_c, ptxas_flags(3, replayer.arch), replayer.arch)
+        code = CompiledCode(product.image, "ptx", product.key, replayer.arch, reads_c)
+        result = replayer.run(replayer.baseline(), iterations=3, warmup=1, compiled=code)
+        assert result.status == "verified", result.error
+        assert replayer.last_timing["reset_each_launch"] is True
+        assert replayer.run(replayer.baseline()).verified and replayer.last_timing["reset_each_launch"] is False
+
+
 def test_in_place_kernel_is_not_idempotent_and_keeps_its_resets(tmp_path):
     from mneme.replay import Replayer
 
