@@ -110,17 +110,22 @@ def interleaved_medians(makers: list, repeats: int, ok: tuple[int, ...] = (0,)) 
     return [statistics.median(s) for s in samples]
 
 
-def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int) -> list[dict]:
+def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int, breakdown: bool = False) -> list[dict]:
     n, iterations = shape
     app = [str(exe), str(n), str(iterations)]
 
-    def plain():
-        return app, None, lambda: None
+    def plain(**settings):
+        def make():
+            return app, dict(os.environ, **settings) if settings else None, lambda: None
+        return make
 
-    def injected(**settings):
+    def injected(drop: tuple[str, ...] = (), **settings):
         def make():
             spool = tempfile.mkdtemp(prefix="mneme-bench-spool-")
-            return app, injected_env(lib, spool, **settings), lambda: shutil.rmtree(spool, ignore_errors=True)
+            env = injected_env(lib, spool, **settings)
+            for name in drop:
+                env.pop(name, None)
+            return app, env, lambda: shutil.rmtree(spool, ignore_errors=True)
         return make
 
     def full_record(*options):
@@ -132,13 +137,22 @@ def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int) -> 
             return cmd, env, lambda: shutil.rmtree(rdb, ignore_errors=True)
         return make
 
+    nothing = "^no_such_kernel$"
     variants = [
-        ("no recorder", plain),
-        ("recorder, filter records nothing", injected(MNEME_KERNEL_REGEX="^no_such_kernel$")),
+        ("no recorder", plain()),
+        ("recorder, filter records nothing", injected(MNEME_KERNEL_REGEX=nothing)),
         ("recorder, recording on (1 instance)", injected(MNEME_MAX="1")),
         ("mneme record, filter records nothing", full_record("--kernel", "^no_such_kernel$")),
         ("mneme record, recording on", full_record()),
     ]
+    if breakdown:  # where the filtered run's extra time goes: each part of the recorder alone
+        variants += [
+            ("  part: eager module loading alone (no recorder)", plain(CUDA_MODULE_LOADING="EAGER")),
+            ("  part: CUPTI injection alone (filter, no LD_PRELOAD window)",
+             injected(drop=("LD_PRELOAD",), MNEME_KERNEL_REGEX=nothing)),
+            ("  part: LD_PRELOAD window alone (no CUPTI injection, lazy loading)",
+             injected(drop=("CUDA_INJECTION64_PATH", "CUDA_MODULE_LOADING"), MNEME_KERNEL_REGEX=nothing)),
+        ]
     wall(app)  # warm the driver and the file cache
     times = interleaved_medians([make for _, make in variants], repeats)
     base = times[0]
@@ -214,6 +228,9 @@ def main() -> int:
     ap.add_argument("--compute-shape", default="16777216x20000", help="NxITERATIONS of the compute-bound run")
     ap.add_argument("--launch-shape", default="4096x20000", help="NxITERATIONS of the launch-bound run")
     ap.add_argument("--snapshot-n", type=int, default=250_000_000, help="vector length of the snapshot run (3 arrays of 4n bytes)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time each part of the recorder alone (eager loading, CUPTI injection, allocation window)")
+    ap.add_argument("--skip-snapshots", action="store_true", help="time the application only, not snapshot capture")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     lib = args.recorder_lib or str(recorder_library())
@@ -222,10 +239,11 @@ def main() -> int:
         over = []
         for shape, repeats in ((args.compute_shape, args.repeats), (args.launch_shape, args.launch_repeats)):
             n, it = (int(v) for v in shape.split("x"))
-            over += overhead_rows(exe, lib, (n, it), repeats)
+            over += overhead_rows(exe, lib, (n, it), repeats, args.breakdown)
         over.append(cli_startup_row(lib, args.repeats))
         writer_counts = [int(w) for w in args.writers.split(",") if w]
-        snaps = snapshot_rows(exe, lib, args.snapshot_n, [tempfile.gettempdir(), "/dev/shm"], writer_counts)
+        parents = [] if args.skip_snapshots else [tempfile.gettempdir(), "/dev/shm"]
+        snaps = snapshot_rows(exe, lib, args.snapshot_n, parents, writer_counts)
         probe_bytes = 4 * args.snapshot_n  # one array's worth
         ceiling = d2h_ceiling(Path(tmp), probe_bytes)
         nan = float("nan")

@@ -61,13 +61,34 @@ def space(n: int, has_bitcode: bool) -> tuple[list[ExperimentConfiguration], str
     return configs, ("passes default<O1..Oz>" if has_bitcode else "codegen_opt 0..4 (PTX tier)")
 
 
-def timed(executor: AsyncReplayExecutor, configs: list, mode: str) -> tuple[list, float]:
+def timed(executor: AsyncReplayExecutor, configs: list, mode: str, arrivals: list | None = None) -> tuple[list, float]:
+    """The sweep and its seconds; ``arrivals`` (if given) gets (seconds after start, config, result) per result."""
     start = time.perf_counter()
     if mode == "sequential":  # the reference example's loop: evaluate one at a time
-        results = [executor.evaluate(c) for c in configs]
+        results = []
+        for c in configs:
+            results.append(executor.evaluate(c))
+            if arrivals is not None:
+                arrivals.append((time.perf_counter() - start, c, results[-1]))
     else:  # the tuner's way: everything in flight, gathered as it completes
-        results = [f.result() for f in [executor.submit(c) for c in configs]]
+        futures = [executor.submit(c) for c in configs]
+        if arrivals is not None:
+            for c, f in zip(configs, futures):
+                f.add_done_callback(lambda f, c=c: arrivals.append((time.perf_counter() - start, c, f.result())))
+        results = [f.result() for f in futures]
     return results, time.perf_counter() - start
+
+
+def timeline(arrivals: list) -> dict:
+    """When the cold sweep's results came: the first of each compile variant, and the compiles' own seconds."""
+    arrivals = sorted(arrivals, key=lambda a: a[0])
+    first: dict[str, float] = {}
+    for seconds, config, _ in arrivals:
+        first.setdefault(config.passes if config.passes.strip() != "default<O3>" else f"O{config.codegen_opt}", seconds)
+    compiles = [r.codegen_time for _, _, r in arrivals if r.codegen_time > 0 and not getattr(r, "compile_cached", False)]
+    return {"first_result_ms": {k: round(v * 1e3, 1) for k, v in first.items()},
+            "compile_ms": sorted(round(c * 1e3, 1) for c in compiles),
+            "last_result_ms": round(arrivals[-1][0] * 1e3, 1) if arrivals else 0.0}
 
 
 def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode: str, workdir: Path,
@@ -91,7 +112,8 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
         startup = time.perf_counter() - started
         if not baseline.verified:
             raise SystemExit(f"the baseline did not verify: {baseline.status}: {baseline.error}")
-        phases = [("cold", configs, *timed(executor, configs, mode))]
+        arrivals: list = []
+        phases = [("cold", configs, *timed(executor, configs, mode, arrivals))]
         if mode == "concurrent" and args.warm_passes:
             phases.append(("warm", configs * args.warm_passes,
                            *timed(executor, configs * args.warm_passes, mode)))
@@ -108,6 +130,8 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
             "kernel_us": statistics.median(statistics.mean(r.measured_times) for r in verified) / 1e3
             if verified else 0.0,
         })
+        if phase == "cold" and args.timeline:
+            print(f"timeline {gpus} GPU {mode} run {index}: {json.dumps(timeline(arrivals))}", flush=True)
     return rows
 
 
@@ -182,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5, help="runs of each setup, fresh servers each (default 5)")
     p.add_argument("--warm-passes", type=int, default=5,
                    help="passes over the space after each cold concurrent sweep, warm cache (default 5; 0: none)")
+    p.add_argument("--timeline", action="store_true",
+                   help="print when each cold sweep's first result of every compile variant arrived, and its compiles")
     p.add_argument("--engine", default=None, help="replay engine module:factory (plumbing dry-runs without a GPU)")
     p.add_argument("--engine-env", default=None, help="JSON environment for --engine servers")
     args = p.parse_args(argv)

@@ -5,7 +5,8 @@
 #   scripts/gpu-suite.sh tests [PYTEST ARGS...]   # GPU tests only (default)
 #   scripts/gpu-suite.sh bench [BENCH NAMES...]   # benchmarks only (BENCH_TIMEOUT seconds each, default 300)
 #   scripts/gpu-suite.sh all                      # both
-# SKIP_BUILD=1 reuses the installed build; HEADLINE_ARGS adds options to bench/headline.py;
+# SKIP_BUILD=1 reuses the installed build; HEADLINE_ARGS adds options to bench/headline.py,
+# BENCH_ARGS to the other benchmarks (name one bench when using it);
 # MNEME_COMMIT names the commit in its table (the copied .git can lag behind the files).
 #
 # Needs the wheels of packages the GPU machine lacks in .whl/ (carried with the
@@ -50,7 +51,7 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   mkdir -p "$OUT/bench"
   for name in "${names[@]}"; do
     echo "== bench $name"
-    args=(); [ "$name" = headline ] && args=(--out "$OUT/bench/headline" ${HEADLINE_ARGS:-})
+    args=(${BENCH_ARGS:-}); [ "$name" = headline ] && args=(--out "$OUT/bench/headline" ${HEADLINE_ARGS:-})
     (cd /tmp && timeout "${BENCH_TIMEOUT:-300}" python3 "$REPO/bench/$name.py" "${args[@]}") 2>&1 | tee "$OUT/bench/$name.log"
   done
   # $OUT returns few files: pack the benchmark outputs into one.
