@@ -74,6 +74,12 @@ def server_capacity(workers: int) -> int:
     return min(max(1, workers) * 4 + 4, 48)
 
 
+#: Waiting configurations the dispatcher looks through for one a server can run without a compile wait.
+LOOKAHEAD = 64
+#: Configurations sent to a server for code it is still compiling (for the first of them), at most.
+SENT_PER_COMPILE = 2
+
+
 @dataclass
 class _Task:
     config: ExperimentConfiguration
@@ -82,6 +88,10 @@ class _Task:
     attempts: int = 0
     stranded_since: float | None = None  # since when no server could take it
     errors: list[str] = field(default_factory=list)
+    code: str = ""  # the configuration's code_knobs, canonical: tasks with equal ``code`` share a compile
+
+    def __post_init__(self) -> None:
+        self.code = json.dumps(self.config.code_knobs(), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass
@@ -94,6 +104,8 @@ class _Server:
     down_until: float = 0.0
     failures: int = 0
     preparing: Any = None  # the Prepare call made on connecting
+    compiled: set[str] = field(default_factory=set)  # codes this server answered a configuration of
+    compiling: dict[str, int] = field(default_factory=dict)  # codes sent, not answered yet: how many tasks
 
     def available(self, now: float) -> bool:
         return now >= self.down_until and self.outstanding < self.capacity
@@ -340,19 +352,37 @@ class AsyncReplayExecutor:
                     self._give_up(task, f"no replay server reachable for {self.retry_window:g}s")
             self._backlog = collections.deque(t for t in self._backlog if not t.future.done())
             return
+        waiting_for_compiles: list[_Server] = []  # servers with room, and nothing they could start now
         while self._backlog:
-            server = self._pick(now)
+            server = self._pick(now, waiting_for_compiles)
             if server is None:  # all busy: the rest waits for a result to make room
                 return
-            task = self._backlog.popleft()
-            if not task.future.done():
+            task = self._take_for(server)
+            if task is None:
+                waiting_for_compiles.append(server)
+            elif not task.future.done():
                 self._send(task, server)
 
-    def _pick(self, now: float) -> _Server | None:
-        candidates = [s for s in self._servers if s.available(now)]
+    def _pick(self, now: float, exclude: list[_Server]) -> _Server | None:
+        candidates = [s for s in self._servers if s.available(now) and all(s is not e for e in exclude)]
         if not candidates:
             return None
         return min(candidates, key=lambda s: s.outstanding / s.capacity)
+
+    def _take_for(self, server: _Server) -> _Task | None:
+        """The first waiting task ``server`` can start without waiting for a compile it is already doing.
+
+        A server's place for a configuration is better used by one whose code it has (or whose compile it
+        has not started: sending it starts that compile) than by a configuration that would wait behind a
+        compile in progress there; at most ``SENT_PER_COMPILE`` of those are sent, and the rest follow as
+        soon as the first answer shows the code compiled. So while a new variant compiles, the server runs
+        the configurations of code it already has.
+        """
+        for index, task in enumerate(itertools.islice(self._backlog, LOOKAHEAD)):
+            if task.code in server.compiled or server.compiling.get(task.code, 0) < SENT_PER_COMPILE:
+                del self._backlog[index]
+                return task
+        return None
 
     def _send(self, task: _Task, server: _Server) -> None:
         from mneme._proto import replay_pb2
@@ -369,6 +399,8 @@ class AsyncReplayExecutor:
         task.attempts += 1
         task.stranded_since = None
         server.outstanding += 1
+        if task.code not in server.compiled:
+            server.compiling[task.code] = server.compiling.get(task.code, 0) + 1
         call = server.stub.Replay.future(request, metadata=self._metadata())
         call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
 
@@ -376,9 +408,14 @@ class AsyncReplayExecutor:
         from mneme._proto.convert import result_from_proto
 
         server.outstanding -= 1
+        if task.code in server.compiling:
+            server.compiling[task.code] -= 1
+            if not server.compiling[task.code]:
+                del server.compiling[task.code]
         code = call.code()
         if code == grpc.StatusCode.OK:
             server.failures = 0
+            server.compiled.add(task.code)
             response = call.result()
             if response.request_id == task.request_id:
                 self._finish(task, result_from_proto(response.result), server.address, response.worker)

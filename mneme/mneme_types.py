@@ -202,6 +202,17 @@ class ExperimentConfiguration:
             )
         return self.replace(max_threads=MAX_THREADS_PER_BLOCK, min_blocks_per_sm=1)
 
+    def code_knobs(self) -> dict[str, Any]:
+        """The knobs that decide the code a replay runs (two configurations with equal ``code_knobs``
+        run the same compile): all but the shared memory size, and the launch extents only when they
+        are specialized into the code (``specialize_dims``)."""
+        knobs = self.ground().to_dict()
+        knobs.pop("shared_mem")
+        if not self.specialize_dims:
+            knobs.pop("grid")
+            knobs.pop("block")
+        return knobs
+
     def hash(self) -> str:
         """A stable identity: 16 hex digits of SHA-256 over the canonical JSON of ``to_dict``.
 

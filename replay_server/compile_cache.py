@@ -34,14 +34,10 @@ from replay_server.metrics import ServerMetrics
 
 
 def compile_key(instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> str:
-    """Content key of a compile: launch extents count only when they are specialized into the code."""
-    knobs = config.ground().to_dict()
-    knobs.pop("shared_mem")
-    if not config.specialize_dims:
-        knobs.pop("grid")
-        knobs.pop("block")
+    """Content key of a compile: the instance, the arch and the configuration's ``code_knobs``."""
     canonical = json.dumps(
-        {"store": instance.store, "db": instance.record_db, "id": instance.record_id, "arch": arch, "knobs": knobs},
+        {"store": instance.store, "db": instance.record_db, "id": instance.record_id, "arch": arch,
+         "knobs": config.code_knobs()},
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -160,6 +156,10 @@ class CompileCache:
 
     def request(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> Future:
         """A future of the compiled product (shared by every request with the same key)."""
+        return self.request_counted(instance, config, arch)[0]
+
+    def request_counted(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> tuple[Future, bool]:
+        """``request``, and whether it was a hit (an entry existed, compiled or compiling)."""
         key = compile_key(instance, config, arch)
         with self._lock:
             cached = self._entries.get(key)
@@ -167,7 +167,7 @@ class CompileCache:
                 self._entries.move_to_end(key)
                 self.hits += 1
                 self._metrics.compile_hits.inc()
-                return cached
+                return cached, True
             self.misses += 1
             self._metrics.compile_misses.inc()
             product: Future = Future()
@@ -176,7 +176,7 @@ class CompileCache:
                 self._entries.popitem(last=False)
         work = self._submit(None, _timed_compile, self._function, instance, config.to_dict(), arch)
         work.add_done_callback(lambda done: self._finish(key, product, done))
-        return product
+        return product, False
 
     def _finish(self, key: str, product: Future, done: Future) -> None:
         error = _error_of(done)

@@ -79,42 +79,46 @@ class JobQueue:
             self._items.extendleft(reversed(jobs))
             self._changed()
 
-    def get(
-        self, timeout: float, ready: Callable[[Job], bool] | None = None, only_ready: bool = False
-    ) -> Job | None:
+    def get(self, timeout: float, ready: Callable[[Job], bool] | None = None) -> Job | None:
         """The next job not cancelled by its caller, or None after ``timeout``.
 
         With ``ready``, the first of the next ``LOOKAHEAD`` jobs that is ready
-        (its code compiled) goes ahead of those still compiling; when none is,
-        the oldest job is taken, or none (``only_ready``).
+        (its code compiled) is taken: jobs still compiling stay queued, and a
+        worker waits for one to become ready (``wake``) or for a new job
+        instead of waiting for one particular compile.
         """
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                job = self._take(ready, only_ready)
-                if job is not None or (only_ready and self._items):
+                job = self._take(ready)
+                if job is not None:
                     return job
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or self._closed:
                     return None
                 self._cond.wait(remaining)
 
-    def _take(self, ready: Callable[[Job], bool] | None, only_ready: bool) -> Job | None:
+    def wake(self) -> None:
+        """A queued job may have become ready (its compile finished): waiting workers look again."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def snapshot(self) -> list[Job]:
+        with self._cond:
+            return list(self._items)
+
+    def _take(self, ready: Callable[[Job], bool] | None) -> Job | None:
         while self._items and self._items[0].future.cancelled():
             self._items.popleft()
             self._changed()
         if not self._items:
             return None
-        index = None
-        if ready is None:
-            index = 0
-        else:
+        index = 0 if ready is None else None
+        if ready is not None:
             for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
                 if not job.future.cancelled() and ready(job):
                     index = i
                     break
-            if index is None and not only_ready:
-                index = 0
         if index is None:
             return None
         job = self._items[index]

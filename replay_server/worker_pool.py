@@ -161,13 +161,12 @@ class WorkerSlot:
     # -- feeding ---------------------------------------------------------------
     def _next_job(self) -> Job | None:
         """This worker's own jobs first, then the first queued job whose code is ready (it goes ahead of
-        those still compiling). With a replay in flight, only a ready one: waiting for a compile here would
-        blind the running job's watchdog. With none, the oldest, whose compile ``_send`` waits for."""
+        those still compiling, which stay queued). With a replay in flight it does not wait (the running
+        job's watchdog is watched meanwhile); an idle worker waits a little for a job to become ready."""
         with self._lock:
             if self.directed:
                 return self.directed.popleft()
-        busy = bool(self.inflight)
-        return self.pool.queue.get(0.0 if busy else 0.1, ready=self._code_ready, only_ready=busy)
+        return self.pool.queue.get(0.0 if self.inflight else 0.1, ready=self._code_ready)
 
     def _fill(self) -> None:
         while len(self.inflight) < self.pool.settings.depth and not self.pool.stopping and not self.retiring:
@@ -187,8 +186,12 @@ class WorkerSlot:
                 self._arm_prepare_deadline()
 
     def _code_ready(self, job: Job) -> bool:
-        self.pool.request_compile(job, self.info.get("arch", ""))
-        return job.compiled is None or job.compiled.done()
+        """Its compile is done (or failed: the worker then compiles and reports), or none was requested
+        (no compile pool; the arch was unknown at submission: ``_send`` requests it and waits), or it has
+        been compiling longer than a prepare may take (``_send`` gives up on it, the worker compiles)."""
+        compiled = job.compiled
+        return (compiled is None or compiled.done()
+                or time.monotonic() - job.submitted_at > self.pool.settings.prepare_timeout)
 
     def _give_back(self, job: Job) -> None:
         if job.kind == "prepare":
@@ -356,6 +359,7 @@ class WorkerPool:
         self._on_health = on_health
         self.compile_cache: Any = None  # replay_server.compile_cache.CompileCache, set by the server
         self._lock = threading.Lock()
+        self._compile_lock = threading.Lock()
         self.slots = [WorkerSlot(self, i) for i in range(settings.workers)]
 
     def start(self) -> None:
@@ -393,7 +397,11 @@ class WorkerPool:
     def slot_changed(self, info: dict | None = None) -> None:
         if info:
             self.device = dict(info)
+            arch_was_known = bool(self.arch)
             self.arch = info.get("arch", self.arch)
+            if self.arch and not arch_was_known:  # jobs that came before the first worker: compile them now
+                for job in self.queue.snapshot():
+                    self.request_compile(job)
         self.metrics.workers_ready.set(self.workers_ready)
         self.metrics.prepared_bytes.set(self.held_bytes)
         if not self.serving:
@@ -419,6 +427,7 @@ class WorkerPool:
         if not self.serving or self.stopping:
             raise self.unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
         job.future.add_done_callback(self._on_job_done)
+        self.request_compile(job)  # compiles start on arrival, ahead of the workers
         self.queue.put(job)
         return job
 
@@ -428,13 +437,17 @@ class WorkerPool:
             self.queue.discard_cancelled()
 
     def request_compile(self, job: Job, arch: str = "") -> None:
-        """Start the job's compile in the CPU pool (once; needs the GPU arch a worker reported)."""
+        """Start the job's compile in the CPU pool (once; needs the GPU arch a worker reported). Its end
+        wakes the idle workers. Never called with the queue's lock held (compile-pool callbacks take it)."""
         arch = arch or self.arch
-        if self.compile_cache is None or job.kind != "run" or job.compiled is not None or not arch:
+        if self.compile_cache is None or job.kind != "run" or not arch:
             return
-        hits_before = self.compile_cache.hits
-        job.compiled = self.compile_cache.request(job.instance, job.config, arch)
-        job.compile_hit = self.compile_cache.hits > hits_before
+        with self._compile_lock:  # the first worker's start and a worker's dispatch may both ask
+            if job.compiled is not None:
+                return
+            compiled, job.compile_hit = self.compile_cache.request_counted(job.instance, job.config, arch)
+            job.compiled = compiled
+        compiled.add_done_callback(lambda _: self.queue.wake())
 
     def prepare_everywhere(self, job_factory: Callable[[], Job]) -> list[Job]:
         """One prepare job per live worker (each holds its own prepared instances)."""

@@ -140,3 +140,26 @@ def test_work_is_spread_over_both_servers_at_once(store, tmp_path):
         for process, _ in started:
             process.kill()
             process.wait()
+
+
+def test_configurations_whose_code_is_compiled_are_not_held_back_by_a_slow_compile(store, tmp_path):
+    """Ten configurations of a variant that compiles for 1.5 s come first; five of the prepared code after them.
+
+    The server's places are not all taken by the slow variant's configurations (at most two are sent while
+    its compile runs): the prepared ones run at once, before the slow compile ends.
+    """
+    server, address = start_server(store, tmp_path / "log", "--workers", "1")
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
+                                 servers=[address]) as executor:
+            executor.wait_prepared(timeout=30)
+            started = time.monotonic()
+            slow = [executor.submit(config("compile:1.5", block_x=64 * (i + 1))) for i in range(10)]
+            ready = [executor.submit(config(block_x=64 * (i + 1))) for i in range(5)]
+            assert all(f.result(timeout=30).verified for f in ready)
+            assert time.monotonic() - started < 1.2, "the prepared code waited for the slow compile"
+            assert not any(f.done() for f in slow)
+            assert all(f.result(timeout=30).verified for f in slow)
+    finally:
+        server.kill()
+        server.wait()

@@ -218,20 +218,41 @@ def test_prepare_has_every_compile_process_read_the_instance(store, tmp_path):
         server.stop()
 
 
-def test_a_job_whose_code_is_ready_goes_ahead_of_one_still_compiling(store, tmp_path):
+@pytest.fixture
+def one_worker_o2_compiled(store, tmp_path):
+    """One worker, two compile processes, and the code of default<O2> compiled (one replay of it done)."""
     log = tmp_path / "log"
     server = make_server(store, log, workers=1, compile_processes=2)
     port = server.start()
     try:
         stub = stub_for(port)
-        assert result_from_proto(stub.Replay(request("default<O2>"), timeout=30).result).verified  # code cached
-        busy = stub.Replay.future(request("slow:0.5"), timeout=30)
-        while len(runs(log)) < 2:  # the worker is busy with it
-            time.sleep(0.01)
-        compiling = stub.Replay.future(request("compile:1.0"), timeout=30)
-        ready = stub.Replay.future(request("default<O2>", block_x=128), timeout=30)  # same code: compiled
-        assert all(result_from_proto(f.result().result).verified for f in (busy, compiling, ready))
-        assert [line.split()[:2] for line in runs(log)] == [
-            ["default<O2>", "64"], ["slow:0.5", "64"], ["default<O2>", "128"], ["compile:1.0", "64"]]
+        assert result_from_proto(stub.Replay(request("default<O2>"), timeout=30).result).verified
+        yield stub, log
     finally:
         server.stop()
+
+
+def test_a_job_whose_code_is_ready_goes_ahead_of_one_still_compiling(one_worker_o2_compiled):
+    stub, log = one_worker_o2_compiled
+    busy = stub.Replay.future(request("slow:0.5"), timeout=30)
+    while len(runs(log)) < 2:  # the worker is busy with it
+        time.sleep(0.01)
+    compiling = stub.Replay.future(request("compile:1.0"), timeout=30)
+    ready = stub.Replay.future(request("default<O2>", block_x=128), timeout=30)  # same code: compiled
+    assert all(result_from_proto(f.result().result).verified for f in (busy, compiling, ready))
+    assert [line.split()[:2] for line in runs(log)] == [
+        ["default<O2>", "64"], ["slow:0.5", "64"], ["default<O2>", "128"], ["compile:1.0", "64"]]
+
+
+def test_an_idle_worker_runs_ready_code_while_the_oldest_job_still_compiles(one_worker_o2_compiled):
+    stub, log = one_worker_o2_compiled
+    compiling = stub.Replay.future(request("compile:1.5"), timeout=30)  # first in the queue, 1.5 s compile
+    time.sleep(0.2)  # the idle worker has seen it
+    started = time.monotonic()
+    ready = stub.Replay.future(request("default<O2>", block_x=128), timeout=30)  # compiled: runs at once
+    assert result_from_proto(ready.result().result).verified
+    assert time.monotonic() - started < 1.0, "the ready job waited for the other job's compile"
+    assert not compiling.done()
+    assert result_from_proto(compiling.result().result).verified
+    assert [line.split()[:2] for line in runs(log)] == [
+        ["default<O2>", "64"], ["default<O2>", "128"], ["compile:1.5", "64"]]
