@@ -1,11 +1,20 @@
 """The code a configuration runs: the recorded cubin, or a recompile (PTX or LLVM tier).
 
-``compile_for`` is pure CPU work (PTX rewriting, ``ptxas`` in a subprocess, the
-LLVM tier through ``mneme.llvm``), with picklable inputs and output, so the
-replay server can run it in a process pool ahead of the GPU. Products are
-cached by content (the final PTX text and the ``ptxas`` options): in memory
-per process and on disk under ``$MNEME_CACHE_DIR`` (default
-``~/.cache/mneme``), so a compile done once is never done again.
+``compile_for`` is pure CPU work (PTX rewriting, PTX to cubin, the LLVM tier
+through ``mneme.llvm``), with picklable inputs and output, so the replay
+server can run it in a process pool ahead of the GPU. Products are cached by
+content (the final PTX text, the ptxas options and the compiler's exact
+version): in memory per process and on disk under ``$MNEME_CACHE_DIR``
+(default ``~/.cache/mneme``), so a compile done once is never done again.
+
+PTX becomes a cubin through one of two compilers (``$MNEME_PTX_COMPILER``):
+NVIDIA's nvPTXCompiler library in-process (``mneme._ptxcompiler``, built when
+the library was found; ``auto``, the default, uses it when it imports), or the
+``ptxas`` program in a subprocess (``ptxas``, and ``auto`` without the
+module). Both give the same cubin for the same options; the library saves
+the process start (a few milliseconds per compile). A compile the library
+fails is tried again with ``ptxas`` where ptxas is installed, so an error
+message is ptxas's and the library never fails code ptxas would compile.
 
 Which knobs recompile:
 
@@ -30,9 +39,10 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
 from mneme.mneme_types import DEFAULT_PASSES, ExperimentConfiguration
@@ -43,6 +53,11 @@ BASELINE_CODEGEN_OPT = 3
 #: ptxas gets at most this long per kernel.
 PTXAS_TIMEOUT_S = 120.0
 MEMORY_CACHE_ENTRIES = 256
+
+
+#: Which PTX compiler compiles: auto (the library when it is built, else ptxas), library, or ptxas.
+PTX_COMPILER_ENV = "MNEME_PTX_COMPILER"
+PTX_COMPILER_CHOICES = ("auto", "library", "ptxas")
 
 
 class CompileError(MnemeError):
@@ -227,7 +242,7 @@ def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, ar
         raise CompileError(f"the LLVM tier failed for passes={config.passes!r}: {exc}") from None
 
 
-# -- ptxas and the cache ------------------------------------------------------------------
+# -- PTX compilers and the cache ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -237,6 +252,100 @@ class _Product:
     codegen_time: float
     cached: bool
     log: str
+
+
+class PtxCompiler(Protocol):
+    """PTX text to a cubin, given ptxas command-line options (``ptxas_flags``)."""
+
+    name: str  # "library" or "ptxas"
+
+    @property
+    def identity(self) -> str:
+        """The exact compiler (part of the cache key)."""
+        ...
+
+    def compile(self, ptx: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        """(cubin, info log); CompileError with the compiler's diagnostics on failure."""
+        ...
+
+
+@dataclass(frozen=True)
+class PtxasProgram:
+    """The ``ptxas`` program, one subprocess per compile."""
+
+    path: str
+    name = "ptxas"
+
+    @property
+    def identity(self) -> str:
+        return f"ptxas: {ptxas_version(self.path)}"
+
+    def compile(self, ptx: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        return run_ptxas(self.path, ptx, flags)
+
+
+class PtxLibrary:
+    """NVIDIA's nvPTXCompiler (ptxas as a library) in this process: ``mneme._ptxcompiler``."""
+
+    name = "library"
+
+    def __init__(self, module: Any):
+        self._module = module
+        self.identity = module.version()  # origin, full version and archive hash, fixed at build time
+
+    def compile(self, ptx: str, flags: tuple[str, ...]) -> tuple[bytes, str]:
+        try:
+            return self._module.compile(ptx, library_options(flags))
+        except self._module.CompileError as exc:
+            raise CompileError(f"nvPTXCompiler {' '.join(flags)} failed: {exc}") from None
+
+
+def library_options(flags: tuple[str, ...]) -> list[str]:
+    """ptxas options as nvPTXCompiler takes them: ``--gpu-name=sm_XX`` for ``-arch=sm_XX`` and
+    an option with its value as one token (``--maxrregcount=32``)."""
+    out: list[str] = []
+    i = 0
+    while i < len(flags):
+        flag = flags[i]
+        if flag.startswith("-arch="):
+            out.append("--gpu-name=" + flag.removeprefix("-arch="))
+        elif flag.startswith("--") and "=" not in flag and i + 1 < len(flags) and not flags[i + 1].startswith("-"):
+            out.append(f"{flag}={flags[i + 1]}")
+            i += 1
+        else:
+            out.append(flag)
+        i += 1
+    return out
+
+
+@lru_cache(maxsize=1)
+def _library() -> PtxLibrary | str:
+    """The in-process compiler, or why there is none (the module was not built or does not load)."""
+    try:
+        from mneme import _ptxcompiler
+    except ImportError as exc:
+        return f"mneme._ptxcompiler is not available ({exc})"
+    return PtxLibrary(_ptxcompiler)
+
+
+def ptx_compiler() -> PtxCompiler:
+    """The compiler ``$MNEME_PTX_COMPILER`` names (read at each call): ``auto`` (default) is the
+    library when ``mneme._ptxcompiler`` imports and ptxas otherwise."""
+    choice = os.environ.get(PTX_COMPILER_ENV, "").strip().lower() or "auto"
+    if choice not in PTX_COMPILER_CHOICES:
+        raise ConfigurationError(
+            f"{PTX_COMPILER_ENV}={os.environ[PTX_COMPILER_ENV]!r} is not one of {', '.join(PTX_COMPILER_CHOICES)}"
+        )
+    if choice != "ptxas":
+        library = _library()
+        if not isinstance(library, str):
+            return library
+        if choice == "library":
+            raise NotAvailableError(
+                f"{PTX_COMPILER_ENV}=library, but {library}: build mneme where libnvptxcompiler_static.a is found "
+                "(CUDA toolkit or the nvidia-nvptxcompiler wheel), or use ptxas (unset it)"
+            )
+    return PtxasProgram(find_ptxas())
 
 
 def find_ptxas() -> str:
@@ -281,8 +390,9 @@ def default_cache_dir() -> Path:
 class CompileCache:
     """Content-addressed cubins: memory (LRU) in front of a directory.
 
-    The key is SHA-256 over the PTX text, the ptxas flags and the ptxas
-    version, so a changed toolkit never serves stale code. Disk entries are
+    The key is SHA-256 over the PTX text, the ptxas flags and the exact
+    compiler that made the cubin (the ptxas version, or the library's
+    identity), so a changed toolkit never serves stale code. Disk entries are
     written atomically (temporary file, then rename); an unreadable entry is
     ignored and recompiled.
     """
@@ -293,21 +403,37 @@ class CompileCache:
         self._memory_entries = memory_entries
         self._lock = threading.Lock()
 
-    def key(self, ptx: str, flags: tuple[str, ...], ptxas: str) -> str:
+    def key(self, ptx: str, flags: tuple[str, ...], compiler: str) -> str:
+        """The entry of ``ptx`` compiled with ``flags`` by ``compiler`` (a PtxCompiler's identity)."""
         h = hashlib.sha256()
-        h.update(json.dumps({"flags": list(flags), "ptxas": ptxas_version(ptxas)}, sort_keys=True).encode())
+        h.update(json.dumps({"flags": list(flags), "compiler": compiler}, sort_keys=True).encode())
         h.update(b"\0")
         h.update(ptx.encode("utf-8"))
         return h.hexdigest()
 
     def compile(self, ptx: str, flags: tuple[str, ...], arch: str) -> _Product:
-        ptxas = find_ptxas()
-        key = self.key(ptx, flags, ptxas)
+        """The cubin of ``ptx`` (``ptx_compiler()``; a library failure is retried with ptxas where installed)."""
+        compiler = ptx_compiler()
+        try:
+            return self.compile_with(compiler, ptx, flags)
+        except CompileError as exc:
+            if compiler.name == "ptxas":
+                raise
+            try:
+                ptxas = PtxasProgram(find_ptxas())
+            except NotAvailableError:
+                raise exc from None
+            product = self.compile_with(ptxas, ptx, flags)  # PTX that is wrong: ptxas's CompileError
+            return replace(product, log="\n".join(filter(None, [f"{exc}; ptxas compiled it", product.log])))
+
+    def compile_with(self, compiler: PtxCompiler, ptx: str, flags: tuple[str, ...]) -> _Product:
+        """The cubin of ``ptx`` from ``compiler``, through the cache (the key names the compiler)."""
+        key = self.key(ptx, flags, compiler.identity)
         hit = self._get(key)
         if hit is not None:
             return _Product(hit, key, 0.0, True, "")
         t0 = time.perf_counter()
-        image, log = run_ptxas(ptxas, ptx, flags)
+        image, log = compiler.compile(ptx, flags)
         elapsed = time.perf_counter() - t0
         self._put(key, image)
         return _Product(image, key, elapsed, False, log)
