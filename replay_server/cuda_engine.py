@@ -61,13 +61,18 @@ class CudaPreparedInstance:
 
 
 def compile_in_pool(instance: InstanceKey, config: dict, arch: str) -> Any:
-    """CPU-only: the code ``config`` needs, for the compile pool (cached by the supervisor)."""
-    from mneme.replay.compile import compile_for
+    """CPU-only: the code ``config`` needs, for the compile pool (cached by the supervisor).
+
+    The recorded launch's configuration is how ``Prepare`` warms each compile process: it also starts
+    the PTX compiler there, so the first recompile of a sweep costs only its own compile.
+    """
+    from mneme.replay.compile import compile_for, needs_recompile, warm_up
 
     recording = _load_recording(instance.store, instance.record_db)
-    return compile_for(
-        recording, recording[instance.record_id], ExperimentConfiguration.from_dict(config), arch
-    )
+    wanted = ExperimentConfiguration.from_dict(config)
+    if not needs_recompile(wanted) and recording.code.ptx is not None:
+        warm_up(arch)
+    return compile_for(recording, recording[instance.record_id], wanted, arch)
 
 
 @dataclass(frozen=True)

@@ -192,3 +192,12 @@ def _no_ptxas(*_args):
 
 def _library_must_not_load():
     raise AssertionError("MNEME_PTX_COMPILER=ptxas must not load the library")
+
+
+@pytest.mark.parametrize("choice", [pytest.param("ptxas", marks=needs_ptxas), pytest.param("library", marks=needs_library)])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90", "sm_100"])
+def test_the_warm_up_kernel_compiles(use, choice, arch):
+    """warm_up ignores failures, so its kernel is checked here: a warm-up that failed would warm nothing."""
+    use(choice)
+    cubin, _ = cmp.ptx_compiler().compile(cmp._WARM_UP_PTX.format(arch=arch), cmp.ptxas_flags(3, arch))
+    assert cubin.startswith(b"\x7fELF")
