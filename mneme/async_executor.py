@@ -23,6 +23,7 @@ delivered because no server is reachable. A request the server refuses
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import json
 import os
@@ -88,10 +89,16 @@ class _Task:
     attempts: int = 0
     stranded_since: float | None = None  # since when no server could take it
     errors: list[str] = field(default_factory=list)
-    code: str = ""  # the configuration's code_knobs, canonical: tasks with equal ``code`` share a compile
 
-    def __post_init__(self) -> None:
-        self.code = json.dumps(self.config.code_knobs(), sort_keys=True, separators=(",", ":"))
+    @functools.cached_property
+    def code(self) -> str:
+        """The configuration's ``code_knobs``, canonical: tasks with equal ``code`` share a compile.
+        (Computed by the dispatcher when it first needs it, not in ``submit``.)"""
+        return code_of(self.config)
+
+
+def code_of(config: ExperimentConfiguration) -> str:
+    return json.dumps(config.code_knobs(), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass
@@ -109,6 +116,9 @@ class _Server:
 
     def available(self, now: float) -> bool:
         return now >= self.down_until and self.outstanding < self.capacity
+
+
+_RECORDED_CODE = code_of(ExperimentConfiguration())  # the code of the recorded launch's knobs
 
 
 class AsyncReplayExecutor:
@@ -302,6 +312,8 @@ class AsyncReplayExecutor:
             # first replays (errors surface with those); wait_prepared() waits for it.
             server.preparing = server.stub.Prepare.future(
                 replay_pb2.PrepareRequest(instance=self._instance_ref()), metadata=self._metadata())
+            # Preparing compiles the recorded launch's code there: its configurations need no compile wait.
+            server.preparing.add_done_callback(lambda call: self._events.put(("prepared", server, call)))
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 raise ReplayServerError(f"replay server {address} refused us: {exc.details()}") from None
@@ -330,6 +342,10 @@ class AsyncReplayExecutor:
                     self._backlog.append(payload)
                 elif kind == "done":
                     self._on_done(*event[1:])
+                elif kind == "prepared":
+                    server, call = event[1], event[2]
+                    if call.code() == grpc.StatusCode.OK:
+                        server.compiled.add(_RECORDED_CODE)
                 elif kind == "abandon":
                     for task in self._backlog:
                         self._finish(task, ExperimentResult.failure(

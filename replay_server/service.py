@@ -102,8 +102,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
             timeout=request.timeout_seconds or self.watchdog,
         )
-        self.pool.request_compile(job)  # ahead of the GPU, while the job waits in the queue
-        return self.pool.submit(job)
+        return self.pool.submit(job)  # its compile starts now, ahead of the GPU
 
     # -- RPCs --------------------------------------------------------------------------
     def Replay(self, request, context):

@@ -80,21 +80,22 @@ def runs(log_dir: Path) -> list[str]:
 ENGINE_ARGS = ["--engine", "fake_engine:spec_from_env"]
 
 
-def subprocess_env(log_dir: Path) -> dict[str, str]:
-    """Environment of a ``mneme serve`` subprocess running the test engine."""
+def subprocess_env(log_dir: Path, **spec) -> dict[str, str]:
+    """Environment of a ``mneme serve`` subprocess running the test engine (``spec``: FakeEngineSpec fields)."""
     log_dir.mkdir(exist_ok=True)
     return {
-        "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir)}),
+        "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir), **spec}),
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
     }
 
 
-def start_server(store: Path, log_dir: Path, *extra: str) -> tuple[subprocess.Popen, str]:
-    """A ``mneme serve`` process with the test engine on a free port; (process, address)."""
+def start_server(store: Path, log_dir: Path, *extra: str, **spec) -> tuple[subprocess.Popen, str]:
+    """A ``mneme serve`` process with the test engine (``spec``: FakeEngineSpec fields) on a free port;
+    (process, address)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "replay_server", "--gpu", "0", "--port", "0", "--host", "127.0.0.1",
          "--store", str(store), "--log-level", "WARNING", *ENGINE_ARGS, *extra],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, **subprocess_env(log_dir)},
+        stdout=subprocess.PIPE, text=True, env={**os.environ, **subprocess_env(log_dir, **spec)},
     )
     line = process.stdout.readline()
     assert "listening on" in line, line

@@ -24,7 +24,8 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
     results_dir = tmp_path / "results"
     executor = AsyncReplayExecutor(
         record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=5, results_db_dir=str(results_dir),
-        num_workers=3, local_gpus=[0, 1], server_args=ENGINE_ARGS, server_env=subprocess_env(tmp_path / "log"),
+        num_workers=3, local_gpus=[0, 1], server_args=ENGINE_ARGS,
+        server_env=subprocess_env(tmp_path / "log", replay_seconds=0.02),  # replays that take time: work spreads
     )
     with executor:
         assert len(executor.servers) == 2
@@ -33,7 +34,7 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
         for block_x, future in futures.items():
             result = future.result(timeout=30)
             assert result.verified and result.exec_time == [block_x] * 7  # attached to its own configuration
-        assert crashed.failed and "SIGSEGV" in crashed.error
+        assert crashed.failed and "SIGSEGV" in crashed.error, crashed
         assert executor.evaluate({"block": {"x": 4096}}).status == "invalid_config"
         local = list(executor._local)
     assert all(server.process.poll() is not None for server in local), "local servers stop with the executor"
@@ -160,6 +161,28 @@ def test_configurations_whose_code_is_compiled_are_not_held_back_by_a_slow_compi
             assert time.monotonic() - started < 1.2, "the prepared code waited for the slow compile"
             assert not any(f.done() for f in slow)
             assert all(f.result(timeout=30).verified for f in slow)
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_configurations_of_the_recorded_code_go_out_at_once_after_prepare(store, tmp_path):
+    """Preparing compiled the recorded launch's code on the server: its configurations fill the server's
+    places at once instead of two at a time until a first answer shows the code compiled."""
+    server, address = start_server(store, tmp_path / "log", "--workers", "1", replay_seconds=0.3)
+    info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
+                                 servers=[address]) as executor:
+            executor.wait_prepared(timeout=30)
+            futures = [executor.submit(config(block_x=64 * (i + 1))) for i in range(6)]
+            held = 0
+            deadline = time.monotonic() + 0.25  # before the first answer (0.3 s of replay)
+            while time.monotonic() < deadline:
+                state = info(replay_pb2.ServerInfoRequest())
+                held = max(held, state.in_flight + state.queue_depth)
+            assert held == 6, f"the server held {held} of 6 configurations before the first answer"
+            assert all(f.result(timeout=30).verified for f in futures)
     finally:
         server.kill()
         server.wait()
