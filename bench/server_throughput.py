@@ -11,7 +11,7 @@ What is timed: one sweep of the 80 configurations, after a baseline replay and
 after the servers prepared the instance (as the reference's "Total tuning
 time" is; start-up is reported apart). Every run starts fresh servers with an
 empty compile cache directory, so each sweep compiles its variants cold
-(``codegen_opt`` 0..4, the PTX tier: ptxas in the servers' compile pools; the
+(``codegen_opt`` 0..4, the PTX tier: nvPTXCompiler, or ptxas, in the servers' compile pools; the
 LLVM pipelines ``default<O1..Oz>`` when the recording has bitcode). A sweep
 takes a fraction of a second, where fixed latencies weigh, so it is repeated
 (``--repeats`` runs of each setup, one-GPU and two-GPU runs interleaved) and

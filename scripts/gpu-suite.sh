@@ -47,7 +47,7 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   names=("$@"); [ "$mode" = all ] && names=()
-  [ ${#names[@]} -eq 0 ] && names=(replay_fidelity server_throughput ptx_compile_latency record_overhead llvm_compile headline)
+  [ ${#names[@]} -eq 0 ] && names=(replay_fidelity server_throughput ptx_compile_latency record_overhead record_overhead_parts llvm_compile headline)
   mkdir -p "$OUT/bench"
   for name in "${names[@]}"; do
     echo "== bench $name"
