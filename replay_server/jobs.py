@@ -113,12 +113,11 @@ class JobQueue:
             self._changed()
         if not self._items:
             return None
-        index = 0 if ready is None else None
-        if ready is not None:
-            for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
-                if not job.future.cancelled() and ready(job):
-                    index = i
-                    break
+        if ready is None:
+            index: int | None = 0
+        else:
+            candidates = enumerate(itertools.islice(self._items, LOOKAHEAD))
+            index = next((i for i, job in candidates if not job.future.cancelled() and ready(job)), None)
         if index is None:
             return None
         job = self._items[index]
