@@ -15,13 +15,27 @@ from mneme._proto.convert import result_from_proto
 
 
 @pytest.fixture
-def served(store, tmp_path):
+def serve(store, tmp_path):
+    """serve(**options) -> (server, stub): a started server with the test engine logging to tmp_path/log,
+    stopped after the test."""
+    started = []
+
+    def start(**options):
+        server = make_server(store, tmp_path / "log", **options)
+        started.append(server)
+        return server, stub_for(server.start())
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def served(serve, tmp_path):
     """A server with two workers and metrics on HTTP."""
     metrics_port = free_port()
-    server = make_server(store, tmp_path / "log", workers=2, metrics_port=metrics_port)
-    port = server.start()
-    yield stub_for(port), server, tmp_path / "log", metrics_port
-    server.stop()
+    server, stub = serve(workers=2, metrics_port=metrics_port)
+    return stub, server, tmp_path / "log", metrics_port
 
 
 def _metrics(port: int) -> dict[str, float]:
@@ -150,86 +164,61 @@ def test_health_reports_serving(served):
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-def test_queued_work_waits_and_a_cancelled_call_never_runs(store, tmp_path):
-    server = make_server(store, tmp_path / "log", workers=1, depth=1)
-    port = server.start()
-    try:
-        stub = stub_for(port)
-        busy = stub.Replay.future(request("slow:0.6", 1), timeout=30)
-        time.sleep(0.2)
-        queued = stub.Replay.future(request("default<O3>", 2), timeout=30)
-        doomed = stub.Replay.future(request("default<O3>", 3), timeout=30)
-        time.sleep(0.1)
-        assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).queue_depth == 2
-        doomed.cancel()
-        assert result_from_proto(busy.result().result).verified
-        assert result_from_proto(queued.result().result).exec_time[0] == 2
-        time.sleep(0.2)
-        ran = [line.split()[1] for line in runs(tmp_path / "log")]
-        assert ran == ["1", "2"], "the cancelled configuration must not run"
-        assert server.metrics.cancelled._value.get() == 1
-    finally:
-        server.stop()
+def test_queued_work_waits_and_a_cancelled_call_never_runs(serve, tmp_path):
+    server, stub = serve(workers=1, depth=1)
+    busy = stub.Replay.future(request("slow:0.6", 1), timeout=30)
+    time.sleep(0.2)
+    queued = stub.Replay.future(request("default<O3>", 2), timeout=30)
+    doomed = stub.Replay.future(request("default<O3>", 3), timeout=30)
+    time.sleep(0.1)
+    assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).queue_depth == 2
+    doomed.cancel()
+    assert result_from_proto(busy.result().result).verified
+    assert result_from_proto(queued.result().result).exec_time[0] == 2
+    time.sleep(0.2)
+    ran = [line.split()[1] for line in runs(tmp_path / "log")]
+    assert ran == ["1", "2"], "the cancelled configuration must not run"
+    assert server.metrics.cancelled._value.get() == 1
 
 
-def test_innocent_work_queued_behind_a_crash_is_not_lost(store, tmp_path):
-    server = make_server(store, tmp_path / "log", workers=1, depth=3)
-    port = server.start()
-    try:
-        stub = stub_for(port)
-        crash = stub.Replay.future(request("crash"), timeout=30)
-        after = [stub.Replay.future(request("default<O3>", 10 + i), timeout=30) for i in range(4)]
-        assert result_from_proto(crash.result().result).status == "runtime_error"
-        results = [result_from_proto(f.result().result) for f in after]
-        assert [r.exec_time[0] for r in results] == [10, 11, 12, 13] and all(r.verified for r in results)
-    finally:
-        server.stop()
+def test_innocent_work_queued_behind_a_crash_is_not_lost(serve, tmp_path):
+    _, stub = serve(workers=1, depth=3)
+    crash = stub.Replay.future(request("crash"), timeout=30)
+    after = [stub.Replay.future(request("default<O3>", 10 + i), timeout=30) for i in range(4)]
+    assert result_from_proto(crash.result().result).status == "runtime_error"
+    results = [result_from_proto(f.result().result) for f in after]
+    assert [r.exec_time[0] for r in results] == [10, 11, 12, 13] and all(r.verified for r in results)
 
 
-def test_a_cancelled_stream_takes_its_queued_work_with_it(store, tmp_path):
-    server = make_server(store, tmp_path / "log", workers=1, depth=1)
-    port = server.start()
-    try:
-        stub = stub_for(port)
-        call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("default<O3>", i, str(i)) for i in (2, 3, 4)]))
-        deadline = time.monotonic() + 10
-        while not runs(tmp_path / "log"):
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        call.cancel()
-        time.sleep(0.8)
-        assert [line.split()[1] for line in runs(tmp_path / "log")] == ["1"]
-        assert server.metrics.cancelled._value.get() == 3 and len(server.pool.queue) == 0
-        assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
-    finally:
-        server.stop()
+def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
+    server, stub = serve(workers=1, depth=1)
+    call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("default<O3>", i, str(i)) for i in (2, 3, 4)]))
+    deadline = time.monotonic() + 10
+    while not runs(tmp_path / "log"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    call.cancel()
+    time.sleep(0.8)
+    assert [line.split()[1] for line in runs(tmp_path / "log")] == ["1"]
+    assert server.metrics.cancelled._value.get() == 3 and len(server.pool.queue) == 0
+    assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
 
 
-def test_prepare_has_every_compile_process_read_the_instance(store, tmp_path):
-    server = make_server(store, tmp_path / "log", workers=1, compile_processes=3)
-    port = server.start()
-    try:
-        prepared = stub_for(port).Prepare(replay_pb2.PrepareRequest(
-            instance=replay_pb2.InstanceRef(record_db=RECORD_DB, record_id=RECORD_ID)), timeout=30)
-        assert prepared.workers_prepared == 1
-        compiles = (tmp_path / "log" / "compiles.log").read_text().splitlines()
-        assert len({line.split()[1] for line in compiles}) == 3, "each compile process read the instance"
-    finally:
-        server.stop()
+def test_prepare_has_every_compile_process_read_the_instance(serve, tmp_path):
+    _, stub = serve(workers=1, compile_processes=3)
+    prepared = stub.Prepare(replay_pb2.PrepareRequest(
+        instance=replay_pb2.InstanceRef(record_db=RECORD_DB, record_id=RECORD_ID)), timeout=30)
+    assert prepared.workers_prepared == 1
+    compiles = (tmp_path / "log" / "compiles.log").read_text().splitlines()
+    assert len({line.split()[1] for line in compiles}) == 3, "each compile process read the instance"
 
 
 @pytest.fixture
-def one_worker_o2_compiled(store, tmp_path):
+def one_worker_o2_compiled(serve, tmp_path):
     """One worker, two compile processes, and the code of default<O2> compiled (one replay of it done)."""
-    log = tmp_path / "log"
-    server = make_server(store, log, workers=1, compile_processes=2)
-    port = server.start()
-    try:
-        stub = stub_for(port)
-        assert result_from_proto(stub.Replay(request("default<O2>"), timeout=30).result).verified
-        yield stub, log
-    finally:
-        server.stop()
+    _, stub = serve(workers=1, compile_processes=2)
+    assert result_from_proto(stub.Replay(request("default<O2>"), timeout=30).result).verified
+    return stub, tmp_path / "log"
 
 
 def test_a_job_whose_code_is_ready_goes_ahead_of_one_still_compiling(one_worker_o2_compiled):
