@@ -21,6 +21,7 @@ warm): the steady rate of a long tuning run, shown beside, not the target.
 
     python bench/server_throughput.py                  # 1 GPU, and 2 if present
     python bench/server_throughput.py --repeats 9 --workers-per-gpu 3
+    python bench/server_throughput.py --transports stream,unary   # the executor's two transports side by side
 
 Targets: >= 100 configurations/s on one GPU; >= 1.8x that on two (concurrent).
 """
@@ -40,7 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
-from mneme.async_executor import AsyncReplayExecutor  # noqa: E402
+from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor  # noqa: E402
 from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
 
 REFERENCE_SECONDS = 7.09
@@ -91,10 +92,10 @@ def timeline(arrivals: list) -> dict:
             "last_result_ms": round(arrivals[-1][0] * 1e3, 1) if arrivals else 0.0}
 
 
-def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode: str, workdir: Path,
-            index: int) -> list[dict]:
+def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode: str, transport: str,
+            workdir: Path, index: int) -> list[dict]:
     """Fresh servers on ``gpus`` GPUs, cold compile caches: the timed sweep (and, concurrent, the warm passes)."""
-    tag = f"{gpus}gpu-{mode}-{index}"
+    tag = f"{gpus}gpu-{mode}-{transport}-{index}"
     os.environ["MNEME_CACHE_DIR"] = str(workdir / f"cache-{tag}")  # the servers' compile caches start empty
     extra = {}
     if args.engine:
@@ -103,7 +104,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     executor = AsyncReplayExecutor(
         record_db=database, record_id=record_id, iterations=args.iterations, warmup=args.warmup,
         results_db_dir=str(workdir / f"results-{tag}"), num_workers=gpus * args.workers_per_gpu,
-        local_gpus=list(range(gpus)), **extra,
+        local_gpus=list(range(gpus)), transport=transport, **extra,
     )
     try:
         baseline = executor.evaluate(ExperimentConfiguration.from_dict({
@@ -123,7 +124,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     for phase, submitted, results, seconds in phases:
         verified = [r for r in results if r.verified]
         rows.append({
-            "gpus": gpus, "mode": mode, "phase": phase, "configs": len(submitted), "verified": len(verified),
+            "gpus": gpus, "mode": mode, "transport": transport, "phase": phase, "configs": len(submitted), "verified": len(verified),
             "seconds": seconds, "rate": len(verified) / seconds, "startup": startup,
             "per_gpu": collections.Counter(r.gpu_id for r in results),
             "failures": sorted({f"{r.status}: {r.error[:80]}" for r in results if not r.verified}),
@@ -131,7 +132,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
             if verified else 0.0,
         })
         if phase == "cold" and args.timeline:
-            print(f"timeline {gpus} GPU {mode} run {index}: {json.dumps(timeline(arrivals))}", flush=True)
+            print(f"timeline {gpus} GPU {mode} {transport} run {index}: {json.dumps(timeline(arrivals))}", flush=True)
     return rows
 
 
@@ -145,39 +146,40 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
     print(f"\nvector add, n={args.n}: 80 configurations = 16 block sizes x 5 compile variants ({variants}), "
           f"{args.iterations} iterations + {args.warmup} warm-ups, {args.workers_per_gpu} workers per GPU; "
           f"each row: the median of its runs (each run: fresh servers, timed after a baseline replay)\n")
-    print(f"| {'setup':<28} | {'timed in each run':<34} | runs | verified  | configs/s | min..max      "
+    print(f"| {'setup':<38} | {'timed in each run':<34} | runs | verified  | configs/s | min..max      "
           f"| vs reference | per GPU     | start-up s | kernel us |")
-    print(f"|{'-' * 30}|{'-' * 36}|------|-----------|-----------|---------------|--------------|-------------|"
+    print(f"|{'-' * 40}|{'-' * 36}|------|-----------|-----------|---------------|--------------|-------------|"
           f"------------|-----------|")
     reference_rate = REFERENCE_CONFIGS / REFERENCE_SECONDS
-    print(f"| {'reference (Mneme/HIP, 1 GPU)':<28} | {'80 configs':<34} | {1:>4} | {'80/80':>9} | "
+    print(f"| {'reference (Mneme/HIP, 1 GPU)':<38} | {'80 configs':<34} | {1:>4} | {'80/80':>9} | "
           f"{reference_rate:>9.1f} | {'':<13} | {1.0:>11.1f}x | {'':<11} | {'':>10} | {'':>9} |")
     groups = collections.defaultdict(list)
     for row in rows:
-        groups[(row["mode"], row["phase"], row["gpus"])].append(row)
+        groups[(row["transport"], row["mode"], row["phase"], row["gpus"])].append(row)
     medians = {}
-    for (mode, phase, gpus), runs in sorted(groups.items(), key=lambda kv: (kv[0][0] != "sequential", kv[0][1],
-                                                                           kv[0][2])):
+    for (transport, mode, phase, gpus), runs in sorted(
+            groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "sequential", kv[0][2], kv[0][3])):
         rates = [r["rate"] for r in runs]
-        median = medians[(mode, phase, gpus)] = statistics.median(rates)
+        median = medians[(transport, mode, phase, gpus)] = statistics.median(rates)
         share = sum((r["per_gpu"] for r in runs), collections.Counter())
         per_gpu = "/".join(str(share[g]) for g in sorted(share))
         verified = f"{sum(r['verified'] for r in runs)}/{sum(r['configs'] for r in runs)}"
-        setup = f"mneme, {gpus} GPU{'s' if gpus > 1 else ''}, {mode}"
-        print(f"| {setup:<28} | {describe(phase, runs[0]['configs'], args.warm_passes):<34} | {len(runs):>4} | "
+        setup = f"mneme, {gpus} GPU{'s' if gpus > 1 else ''}, {mode}, {transport}"
+        print(f"| {setup:<38} | {describe(phase, runs[0]['configs'], args.warm_passes):<34} | {len(runs):>4} | "
               f"{verified:>9} | {median:>9.1f} | {f'{min(rates):.0f}..{max(rates):.0f}':<13} | "
               f"{median / reference_rate:>11.1f}x | {per_gpu:<11} | "
               f"{statistics.median(r['startup'] for r in runs):>10.2f} | "
               f"{statistics.median(r['kernel_us'] for r in runs):>9.1f} |")
 
-    pairs = [(mode, phase) for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
-             if groups.get((mode, phase, 1)) and groups.get((mode, phase, 2))]
+    pairs = [(transport, mode, phase) for transport in args.transports.split(",")
+             for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
+             if groups.get((transport, mode, phase, 1)) and groups.get((transport, mode, phase, 2))]
     if pairs:
-        print("\n| 2 GPUs / 1 GPU             | ratio of medians | run by run (min..max) | target                  |")
-        print("|----------------------------|------------------|-----------------------|-------------------------|")
-    for mode, phase in pairs:
-        one, two = groups[(mode, phase, 1)], groups[(mode, phase, 2)]
-        ratio = medians[(mode, phase, 2)] / medians[(mode, phase, 1)]
+        print("\n| 2 GPUs / 1 GPU                     | ratio of medians | run by run (min..max) | target                  |")
+        print("|------------------------------------|------------------|-----------------------|-------------------------|")
+    for transport, mode, phase in pairs:
+        one, two = groups[(transport, mode, phase, 1)], groups[(transport, mode, phase, 2)]
+        ratio = medians[(transport, mode, phase, 2)] / medians[(transport, mode, phase, 1)]
         paired = [b["rate"] / a["rate"] for a, b in zip(one, two)]  # runs were interleaved: pair them
         if (mode, phase) == ("concurrent", "cold"):
             target = f">= {TWO_GPU_TARGET}x: {'met' if ratio >= TWO_GPU_TARGET else 'NOT met'}"
@@ -185,14 +187,14 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
             target = "none: one at a time"
         else:
             target = "none: steady rate"
-        print(f"| {f'{mode}, {phase}':<26} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
+        print(f"| {f'{mode}, {phase}, {transport}':<34} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
               f"{target:<23} |")
-    best_one = max((m for (mode, phase, gpus), m in medians.items() if gpus == 1 and phase == "cold"), default=0)
+    best_one = max((m for (_, mode, phase, gpus), m in medians.items() if gpus == 1 and phase == "cold"), default=0)
     print(f"\nbest median on 1 GPU (cold sweeps): {best_one:.1f} configs/s (target >= {ONE_GPU_TARGET:g}: "
           f"{'met' if best_one >= ONE_GPU_TARGET else 'NOT met'})")
     for row in rows:
         for failure in row["failures"]:
-            print(f"  not verified ({row['gpus']} GPU, {row['mode']}, {row['phase']}): {failure}")
+            print(f"  not verified ({row['gpus']} GPU, {row['mode']}, {row['transport']}, {row['phase']}): {failure}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers-per-gpu", type=int, default=2, help="worker processes per GPU (default 2)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs to use at most (default: all visible, up to 2)")
     p.add_argument("--modes", default="sequential,concurrent", help="sequential (reference loop), concurrent")
+    p.add_argument("--transports", default="stream",
+                   help="how the executor sends requests: stream, unary, or both to compare (default stream)")
     p.add_argument("--repeats", type=int, default=5, help="runs of each setup, fresh servers each (default 5)")
     p.add_argument("--warm-passes", type=int, default=5,
                    help="passes over the space after each cold concurrent sweep, warm cache (default 5; 0: none)")
@@ -213,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error("--repeats must be at least 1")
+    if not set(args.transports.split(",")) <= set(TRANSPORTS):
+        p.error(f"--transports: each one of {', '.join(TRANSPORTS)}")
 
     from mneme.format.synthetic import write_vecadd_recording
     from mneme.recorded_execution import RecordedExecution
@@ -236,9 +242,10 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for index in range(args.repeats):  # interleaved, so that drift of the machine hits every setup alike
             for mode in args.modes.split(","):
-                for count in sorted({1, visible}):
-                    rows += one_run(args, recording.path, recording.dynamic_hash, count, configs, mode, workdir,
-                                    index)
+                for transport in args.transports.split(","):
+                    for count in sorted({1, visible}):
+                        rows += one_run(args, recording.path, recording.dynamic_hash, count, configs, mode,
+                                        transport, workdir, index)
     print_tables(args, rows, variants)
     return 0
 

@@ -46,6 +46,9 @@ from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
 from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
 
 RESULTS_FILE = "results.jsonl"
+#: How requests travel: all over one ReplayBatchStream call per server (fewer gRPC messages per
+#: configuration in client and server), or one Replay call each.
+TRANSPORTS = ("stream", "unary")
 # Transport-level failures: the server (or the way to it) went away; the work is retried elsewhere.
 _RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -79,6 +82,8 @@ def server_capacity(workers: int) -> int:
 LOOKAHEAD = 64
 #: Configurations sent to a server for code it is still compiling (for the first of them), at most.
 SENT_PER_COMPILE = 2
+#: Events the dispatcher handles before it sends again: results that come together are answered together.
+MAX_EVENTS_PER_ROUND = 1024
 
 
 @dataclass
@@ -113,12 +118,66 @@ class _Server:
     preparing: Any = None  # the Prepare call made on connecting
     compiled: set[str] = field(default_factory=set)  # codes this server answered a configuration of
     compiling: dict[str, int] = field(default_factory=dict)  # codes sent, not answered yet: how many tasks
+    stream: "_Stream | None" = None  # the ReplayBatchStream call its requests go over (transport "stream")
+    outbox: list = field(default_factory=list)  # requests of this dispatch round, not handed to the stream yet
 
     def available(self, now: float) -> bool:
         return now >= self.down_until and self.outstanding < self.capacity
 
 
 _RECORDED_CODE = code_of(ExperimentConfiguration())  # the code of the recorded launch's knobs
+
+
+class _Stream:
+    """One ``ReplayBatchStream`` call to a server. The dispatcher hands it the requests of a round
+    together (``send``) and they go out as one message, with whatever else is waiting by then; the
+    responses come back as the server has them ready, through a reader thread, as ``("responses", ...)``
+    events, and the call's end as one ``("stream_end", ...)`` event. ``pending`` maps the request ids
+    sent and not answered to their tasks; only the dispatcher thread touches it."""
+
+    def __init__(self, server: _Server, metadata: tuple, events: "queue.Queue[tuple]") -> None:
+        self.pending: dict[str, _Task] = {}
+        self._requests: "queue.SimpleQueue[list | None]" = queue.SimpleQueue()
+        self._call = server.stub.ReplayBatchStream(self._outgoing(), metadata=metadata)
+        self._reader = threading.Thread(
+            target=self._read, args=(server, events), name=f"replay-stream-{server.address}", daemon=True)
+        self._reader.start()
+
+    def send(self, requests: list) -> None:
+        self._requests.put(requests)
+
+    def close(self) -> None:
+        """No more requests: the server answers those it has, then ends the call."""
+        self._requests.put(None)
+
+    def _outgoing(self):
+        from mneme._proto import replay_pb2
+
+        closing = False
+        while not closing:
+            first = self._requests.get()
+            if first is None:
+                return
+            batch = list(first)
+            while True:  # what else is waiting goes in the same message
+                try:
+                    more = self._requests.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    closing = True
+                    break
+                batch += more
+            yield replay_pb2.ReplayBatch(requests=batch)
+
+    def _read(self, server: _Server, events: "queue.Queue[tuple]") -> None:
+        code, details = grpc.StatusCode.OK, ""
+        try:
+            for batch in self._call:
+                events.put(("responses", server, self, batch.responses))
+        except grpc.RpcError as exc:
+            code, details = exc.code(), exc.details() or exc.code().name
+        events.put(("stream_end", server, self, code, details))
 
 
 class AsyncReplayExecutor:
@@ -132,7 +191,10 @@ class AsyncReplayExecutor:
     servers), ``tls_ca``/``tls_cert``/``tls_key``/``tls_server_name`` (TLS and
     mutual TLS to remote servers), ``max_attempts`` and ``retry_window``
     (retries when servers go away), ``local_gpus``, ``server_args``,
-    ``server_env`` and ``server_startup_timeout`` (local servers).
+    ``server_env`` and ``server_startup_timeout`` (local servers), ``transport``
+    (``"stream"``, the default: one ``ReplayBatchStream`` call per server carries all
+    requests, those sent together in one message; ``"unary"``: one ``Replay`` call per
+    configuration).
     """
 
     def __init__(
@@ -159,7 +221,10 @@ class AsyncReplayExecutor:
         server_args: Sequence[str] = (),
         server_env: Mapping[str, str] | None = None,
         server_startup_timeout: float = 120.0,
+        transport: str = "stream",
     ) -> None:
+        if transport not in TRANSPORTS:
+            raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
         if iterations < 1:
             raise ConfigurationError(f"iterations={iterations}: at least one measured launch is needed")
         if warmup < 0:
@@ -174,6 +239,7 @@ class AsyncReplayExecutor:
         self.timeout_seconds = timeout_seconds
         self.max_attempts = max_attempts
         self.retry_window = retry_window
+        self.transport = transport
         store, key = _split_database(self.record_db)
         self.record_key = record_key or key
         self._results_path: Path | None = None
@@ -182,10 +248,12 @@ class AsyncReplayExecutor:
             directory.mkdir(parents=True, exist_ok=True)
             self._results_path = directory / RESULTS_FILE
         self._results_lock = threading.Lock()
+        self._results_file: Any = None
         self._local: list[_LocalServer] = []
         self._events: "queue.Queue[tuple]" = queue.Queue()
         self._backlog: "collections.deque[_Task]" = collections.deque()
         self._ids = itertools.count(1)
+        self._id_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"  # request ids: unique to this executor
         self._closed = False
         self._token = token or (_read_token(token_file) if token_file else None)
         self._credentials = _channel_credentials(tls_ca, tls_cert, tls_key)
@@ -212,7 +280,7 @@ class AsyncReplayExecutor:
             raise MnemeError("this AsyncReplayExecutor was shut down; create a new one")
         if not isinstance(config, ExperimentConfiguration):
             config = ExperimentConfiguration.from_dict(config)
-        task = _Task(config, Future(), f"{os.getpid()}-{next(self._ids)}-{secrets.token_hex(4)}")
+        task = _Task(config, Future(), f"{self._id_prefix}-{next(self._ids)}")
         task.future.set_running_or_notify_cancel()
         self._events.put(("submit", task))
         return task.future
@@ -245,6 +313,9 @@ class AsyncReplayExecutor:
             self._events.put(("abandon", None))
         self._events.put(("stop", None))
         self._dispatcher.join()
+        with self._results_lock:
+            if self._results_file is not None:
+                self._results_file.close()
         for server in self._servers:
             server.channel.close()
         _stop_servers(self._local)
@@ -330,33 +401,57 @@ class AsyncReplayExecutor:
 
     # -- dispatching (one thread owns all scheduling state) -----------------------------
     def _dispatch_loop(self) -> None:
+        """Rounds: take the events that are there (waiting for one at most 0.1 s), then send what can go."""
         stopping = False
         while True:
             try:
-                event = self._events.get(timeout=0.1)
+                events = [self._events.get(timeout=0.1)]
             except queue.Empty:
-                event = None
-            if event is not None:
-                kind, payload = event[0], event[1]
-                if kind == "submit":
-                    self._backlog.append(payload)
-                elif kind == "done":
-                    self._on_done(*event[1:])
-                elif kind == "prepared":
-                    server, call = event[1], event[2]
-                    if call.code() == grpc.StatusCode.OK:
-                        server.compiled.add(_RECORDED_CODE)
-                elif kind == "abandon":
-                    for task in self._backlog:
-                        self._finish(task, ExperimentResult.failure(
-                            STATUS_INTERNAL_ERROR, "the executor was shut down before this configuration ran"))
-                    self._backlog.clear()
-                elif kind == "stop":
-                    stopping = True
+                events = []
+            while events and len(events) < MAX_EVENTS_PER_ROUND:
+                try:
+                    events.append(self._events.get_nowait())
+                except queue.Empty:
+                    break
+            for event in events:
+                stopping = self._handle(event) or stopping
             self._pump()
+            self._flush()
             if stopping and not self._backlog and all(s.outstanding == 0 for s in self._servers) \
                     and self._events.empty():
+                for server in self._servers:
+                    if server.stream is not None:
+                        server.stream.close()
                 return
+
+    def _handle(self, event: tuple) -> bool:
+        """One event; True for ``stop``."""
+        kind = event[0]
+        if kind == "submit":
+            self._backlog.append(event[1])
+        elif kind == "done":  # a unary call ended
+            task, server, call = event[1:]
+            code = call.code()
+            self._on_answer(task, server, code, call.details() or code.name,
+                            call.result() if code == grpc.StatusCode.OK else None)
+        elif kind == "responses":  # answers on a stream
+            server, stream, responses = event[1:]
+            for response in responses:
+                self._on_stream_response(server, stream, response)
+        elif kind == "stream_end":
+            self._on_stream_end(*event[1:])
+        elif kind == "prepared":
+            server, call = event[1], event[2]
+            if call.code() == grpc.StatusCode.OK:
+                server.compiled.add(_RECORDED_CODE)
+        elif kind == "abandon":
+            for task in self._backlog:
+                self._finish(task, ExperimentResult.failure(
+                    STATUS_INTERNAL_ERROR, "the executor was shut down before this configuration ran"))
+            self._backlog.clear()
+        elif kind == "stop":
+            return True
+        return False
 
     def _pump(self) -> None:
         """Send waiting work to servers with room; fail it only when no server is up for ``retry_window``."""
@@ -417,10 +512,45 @@ class AsyncReplayExecutor:
         server.outstanding += 1
         if task.code not in server.compiled:
             server.compiling[task.code] = server.compiling.get(task.code, 0) + 1
-        call = server.stub.Replay.future(request, metadata=self._metadata())
-        call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
+        if self.transport == "unary":
+            call = server.stub.Replay.future(request, metadata=self._metadata())
+            call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
+            return
+        if server.stream is None:
+            server.stream = _Stream(server, self._metadata(), self._events)
+        server.stream.pending[task.request_id] = task
+        server.outbox.append(request)
 
-    def _on_done(self, task: _Task, server: _Server, call: Any) -> None:
+    def _flush(self) -> None:
+        """The requests of this round go out, one message per server."""
+        for server in self._servers:
+            if server.outbox:
+                server.stream.send(server.outbox)
+                server.outbox = []
+
+    def _on_stream_response(self, server: _Server, stream: _Stream, response: Any) -> None:
+        task = stream.pending.pop(response.request_id, None)
+        if task is None:  # not ours, or already answered: nothing to count
+            return
+        if response.error_code:  # the server could not serve it: as a unary call would have ended
+            code = getattr(grpc.StatusCode, response.error_code, grpc.StatusCode.INTERNAL)
+            self._on_answer(task, server, code, response.error_message or response.error_code, None)
+        else:
+            self._on_answer(task, server, grpc.StatusCode.OK, "", response)
+
+    def _on_stream_end(self, server: _Server, stream: _Stream, code: grpc.StatusCode, details: str) -> None:
+        """The call ended: what it had not answered fails as the call did (retried when the server went
+        away), and the next request opens a new call."""
+        if server.stream is stream:
+            server.stream = None
+        if code == grpc.StatusCode.OK:
+            code, details = grpc.StatusCode.UNAVAILABLE, "the server ended the stream before answering"
+        for task in list(stream.pending.values()):
+            self._on_answer(task, server, code, details, None)
+        stream.pending.clear()
+
+    def _on_answer(self, task: _Task, server: _Server, code: grpc.StatusCode, details: str, response: Any) -> None:
+        """A server's answer for ``task``: its ReplayResponse (``code`` OK), or the status it failed with."""
         from mneme._proto.convert import result_from_proto
 
         server.outstanding -= 1
@@ -428,17 +558,13 @@ class AsyncReplayExecutor:
             server.compiling[task.code] -= 1
             if not server.compiling[task.code]:
                 del server.compiling[task.code]
-        code = call.code()
         if code == grpc.StatusCode.OK:
             server.failures = 0
             server.compiled.add(task.code)
-            response = call.result()
             if response.request_id == task.request_id:
                 self._finish(task, result_from_proto(response.result), server.address, response.worker)
                 return
             code, details = grpc.StatusCode.INTERNAL, f"response for {response.request_id!r} on our call"
-        else:
-            details = call.details() or code.name
         if code not in _RETRYABLE:
             if not task.future.done():
                 task.future.set_exception(ReplayServerError(f"replay server {server.address}: {code.name}: {details}"))
@@ -469,8 +595,10 @@ class AsyncReplayExecutor:
                 "config": task.config.to_dict(), "result": result.to_dict(), "server": server, "worker": worker,
                 "attempts": task.attempts, "time": time.time(),
             })
-            with self._results_lock, open(self._results_path, "a") as out:
-                out.write(line + "\n")
+            with self._results_lock:
+                if self._results_file is None:  # line-buffered: each record is on disk as it is written
+                    self._results_file = open(self._results_path, "a", buffering=1)
+                self._results_file.write(line + "\n")
         task.future.set_result(result)
 
 

@@ -109,11 +109,10 @@ class ExperimentConfiguration:
         """Build from a (possibly partial) dict; missing keys take the defaults."""
         if not isinstance(data, Mapping):
             raise ConfigurationError(f"a configuration is a dict, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
+        unknown = set(data) - _CONFIG_KEYS
         if unknown:
             raise ConfigurationError(
-                f"unknown configuration keys {sorted(unknown)}; valid keys are {sorted(known)}"
+                f"unknown configuration keys {sorted(unknown)}; valid keys are {sorted(_CONFIG_KEYS)}"
             )
         kwargs: dict[str, Any] = {}
         for key, value in data.items():
@@ -133,10 +132,8 @@ class ExperimentConfiguration:
 
     def to_dict(self) -> dict[str, Any]:
         """The reference's ``Replay-config`` dict; ``from_dict(to_dict())`` is the identity."""
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = value.to_dict() if isinstance(value, Dim3) else value
+        out = {name: getattr(self, name) for name in _CONFIG_FIELDS}
+        out["grid"], out["block"] = self.grid.to_dict(), self.block.to_dict()
         return out
 
     def replace(self, **changes: Any) -> "ExperimentConfiguration":
@@ -196,11 +193,13 @@ class ExperimentConfiguration:
         configurations that run the same experiment have the same ``hash``.
         """
         if self.set_launch_bounds:
-            return self.replace(
-                max_threads=self.max_threads if self.max_threads is not None else MAX_THREADS_PER_BLOCK,
-                min_blocks_per_sm=self.min_blocks_per_sm if self.min_blocks_per_sm is not None else 1,
-            )
-        return self.replace(max_threads=MAX_THREADS_PER_BLOCK, min_blocks_per_sm=1)
+            max_threads = self.max_threads if self.max_threads is not None else MAX_THREADS_PER_BLOCK
+            min_blocks = self.min_blocks_per_sm if self.min_blocks_per_sm is not None else 1
+        else:
+            max_threads, min_blocks = MAX_THREADS_PER_BLOCK, 1
+        if (self.max_threads, self.min_blocks_per_sm) == (max_threads, min_blocks):
+            return self
+        return dataclasses.replace(self, max_threads=max_threads, min_blocks_per_sm=min_blocks)
 
     def code_knobs(self) -> dict[str, Any]:
         """The knobs that decide the code a replay runs (two configurations with equal ``code_knobs``
@@ -224,6 +223,10 @@ class ExperimentConfiguration:
 
     def __str__(self) -> str:
         return json.dumps(self.to_dict())
+
+
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentConfiguration))
+_CONFIG_KEYS = frozenset(_CONFIG_FIELDS)
 
 
 # Outcome categories of a replay, used by the tuner's trial records and the servers' metrics.

@@ -122,6 +122,17 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         return _response(request.request_id, outcome)
 
     def ReplayStream(self, request_iterator, context):
+        for responses in self._serve_stream(((request,) for request in request_iterator), context):
+            yield from responses
+
+    def ReplayBatchStream(self, batch_iterator, context):
+        for responses in self._serve_stream((batch.requests for batch in batch_iterator), context):
+            yield replay_pb2.ReplayResponseBatch(responses=responses)
+
+    def _serve_stream(self, batches, context):
+        """The work of a stream: requests come in groups (``batches``), and the responses ready at the same
+        time are yielded together, as they complete. A request that cannot be served gets an error
+        response and does not end the others; the caller hanging up drops the requests still queued."""
         responses: "queue.Queue[replay_pb2.ReplayResponse]" = queue.Queue()
         pending: dict[int, Future] = {}
         lock = threading.Lock()
@@ -138,21 +149,24 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             else:
                 responses.put(_error_response(request_id, error, self.pool.settings.gpu))
 
+        def take(request: replay_pb2.ReplayRequest) -> None:
+            try:
+                job = self._job(request)
+            except RequestError as exc:
+                responses.put(_error_response(request.request_id, exc, self.pool.settings.gpu))
+                return
+            if isinstance(job, ExperimentResult):
+                responses.put(replay_pb2.ReplayResponse(request_id=request.request_id, result=result_to_proto(job)))
+                return
+            with lock:
+                pending[job.id] = job.future
+            job.future.add_done_callback(lambda f, rid=request.request_id, j=job: finished(rid, j, f))
+
         def read_requests() -> None:
             try:
-                for request in request_iterator:
-                    try:
-                        job = self._job(request)
-                    except RequestError as exc:
-                        responses.put(_error_response(request.request_id, exc, self.pool.settings.gpu))
-                        continue
-                    if isinstance(job, ExperimentResult):
-                        responses.put(replay_pb2.ReplayResponse(request_id=request.request_id,
-                                                                result=result_to_proto(job)))
-                        continue
-                    with lock:
-                        pending[job.id] = job.future
-                    job.future.add_done_callback(lambda f, rid=request.request_id, j=job: finished(rid, j, f))
+                for batch in batches:
+                    for request in batch:
+                        take(request)
             except Exception:  # the caller went away mid-stream
                 pass
             finally:
@@ -169,14 +183,19 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         reader.start()
         while context.is_active():
             try:
-                yield responses.get(timeout=0.1)
-                continue
+                ready = [responses.get(timeout=0.1)]
             except queue.Empty:
-                pass
-            with lock:
-                idle = not pending
-            if reading_done.is_set() and idle and responses.empty():
-                return
+                with lock:
+                    idle = not pending
+                if reading_done.is_set() and idle and responses.empty():
+                    return
+                continue
+            while True:  # and whatever else is ready now
+                try:
+                    ready.append(responses.get_nowait())
+                except queue.Empty:
+                    break
+            yield ready
 
     def Prepare(self, request, context):
         try:
@@ -201,7 +220,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             futures.wait(self.compile_cache.warm(instance, self.pool.arch), timeout=COMPILER_WARM_SECONDS)
 
     def GetServerInfo(self, request, context):
-        capabilities = ["replay", "stream", "prepare", "watchdog", "fault-isolation"]
+        capabilities = ["replay", "stream", "batch-stream", "prepare", "watchdog", "fault-isolation"]
         cache = self.compile_cache
         if cache is not None:
             capabilities.append("compile-pool")
@@ -239,10 +258,13 @@ def _response(request_id: str, outcome: JobOutcome) -> replay_pb2.ReplayResponse
 
 
 def _error_response(request_id: str, error: BaseException, gpu: int) -> replay_pb2.ReplayResponse:
-    """In a stream, one bad request must not end the others: it gets a failed result."""
+    """In a stream, one bad request must not end the others: it gets a response with the status a unary
+    call would have ended with (``error_code``, which clients act on: retry elsewhere, or raise), and a
+    failed result saying the same for clients that only read results."""
     code = getattr(error, "code", "INTERNAL")
     result = ExperimentResult.failure(STATUS_INTERNAL_ERROR, f"{code}: {error}", gpu_id=gpu)
-    return replay_pb2.ReplayResponse(request_id=request_id, result=result_to_proto(result))
+    return replay_pb2.ReplayResponse(request_id=request_id, result=result_to_proto(result),
+                                     error_code=code, error_message=str(error))
 
 
 def _abort(context: grpc.ServicerContext, error: RequestError) -> None:

@@ -117,19 +117,35 @@ class ReplayRequest(_message.Message):
     timeout_seconds: float
     def __init__(self, request_id: _Optional[str] = ..., instance: _Optional[_Union[InstanceRef, _Mapping]] = ..., config: _Optional[_Union[Configuration, _Mapping]] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
+class ReplayBatch(_message.Message):
+    __slots__ = ("requests",)
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: _containers.RepeatedCompositeFieldContainer[ReplayRequest]
+    def __init__(self, requests: _Optional[_Iterable[_Union[ReplayRequest, _Mapping]]] = ...) -> None: ...
+
+class ReplayResponseBatch(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[ReplayResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[ReplayResponse, _Mapping]]] = ...) -> None: ...
+
 class ReplayResponse(_message.Message):
-    __slots__ = ("request_id", "result", "worker", "queued_seconds", "server_seconds")
+    __slots__ = ("request_id", "result", "worker", "queued_seconds", "server_seconds", "error_code", "error_message")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     QUEUED_SECONDS_FIELD_NUMBER: _ClassVar[int]
     SERVER_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ERROR_CODE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     result: Result
     worker: str
     queued_seconds: float
     server_seconds: float
-    def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., worker: _Optional[str] = ..., queued_seconds: _Optional[float] = ..., server_seconds: _Optional[float] = ...) -> None: ...
+    error_code: str
+    error_message: str
+    def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., worker: _Optional[str] = ..., queued_seconds: _Optional[float] = ..., server_seconds: _Optional[float] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class PrepareRequest(_message.Message):
     __slots__ = ("instance",)

@@ -44,6 +44,11 @@ class ReplayServiceStub:
                 request_serializer=mneme_dot_v1_dot_replay__pb2.ReplayRequest.SerializeToString,
                 response_deserializer=mneme_dot_v1_dot_replay__pb2.ReplayResponse.FromString,
                 _registered_method=True)
+        self.ReplayBatchStream = channel.stream_stream(
+                '/mneme.v1.ReplayService/ReplayBatchStream',
+                request_serializer=mneme_dot_v1_dot_replay__pb2.ReplayBatch.SerializeToString,
+                response_deserializer=mneme_dot_v1_dot_replay__pb2.ReplayResponseBatch.FromString,
+                _registered_method=True)
         self.Prepare = channel.unary_unary(
                 '/mneme.v1.ReplayService/Prepare',
                 request_serializer=mneme_dot_v1_dot_replay__pb2.PrepareRequest.SerializeToString,
@@ -70,6 +75,15 @@ class ReplayServiceServicer:
         """Many configurations over one call: responses come back as they complete
         (not in request order); each carries the request_id of its request.
         Cancelling the call drops the requests still queued.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReplayBatchStream(self, request_iterator, context):
+        """ReplayStream with batches: each message carries the requests (or the
+        responses) that were ready together, so that at high rates a message
+        costs the client and the server once for several configurations.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -102,6 +116,11 @@ def add_ReplayServiceServicer_to_server(servicer, server):
                     servicer.ReplayStream,
                     request_deserializer=mneme_dot_v1_dot_replay__pb2.ReplayRequest.FromString,
                     response_serializer=mneme_dot_v1_dot_replay__pb2.ReplayResponse.SerializeToString,
+            ),
+            'ReplayBatchStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.ReplayBatchStream,
+                    request_deserializer=mneme_dot_v1_dot_replay__pb2.ReplayBatch.FromString,
+                    response_serializer=mneme_dot_v1_dot_replay__pb2.ReplayResponseBatch.SerializeToString,
             ),
             'Prepare': grpc.unary_unary_rpc_method_handler(
                     servicer.Prepare,
@@ -168,6 +187,33 @@ class ReplayService:
             '/mneme.v1.ReplayService/ReplayStream',
             mneme_dot_v1_dot_replay__pb2.ReplayRequest.SerializeToString,
             mneme_dot_v1_dot_replay__pb2.ReplayResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplayBatchStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/mneme.v1.ReplayService/ReplayBatchStream',
+            mneme_dot_v1_dot_replay__pb2.ReplayBatch.SerializeToString,
+            mneme_dot_v1_dot_replay__pb2.ReplayResponseBatch.FromString,
             options,
             channel_credentials,
             insecure,

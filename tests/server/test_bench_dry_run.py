@@ -14,7 +14,7 @@ def test_bench_prints_its_table(tmp_path):
     env = subprocess_env(tmp_path / "log")
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "server_throughput.py"), "--n", "4096", "--gpus", "2",
-         "--modes", "concurrent", "--workers-per-gpu", "1", "--repeats", "1", "--warm-passes", "1", "--timeline",
+         "--modes", "concurrent", "--workers-per-gpu", "1", "--repeats", "1", "--warm-passes", "1", "--timeline", "--transports", "stream,unary",
          "--engine", "fake_engine:spec_from_env",
          "--engine-env", json.dumps(env)],
         capture_output=True, text=True, timeout=120, env={**os.environ, **env},
@@ -22,8 +22,10 @@ def test_bench_prints_its_table(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| reference (Mneme/HIP, 1 GPU)" in done.stdout and "11.3" in done.stdout
     assert "| mneme, 1 GPU, concurrent" in done.stdout and "80/80" in done.stdout
-    assert "| mneme, 2 GPUs, concurrent" in done.stdout and "| concurrent, cold" in done.stdout
-    timeline = [line for line in done.stdout.splitlines() if line.startswith("timeline 2 GPU concurrent run 0: ")]
+    for transport in ("stream", "unary"):
+        assert f"| mneme, 2 GPUs, concurrent, {transport}" in done.stdout
+        assert f"| concurrent, cold, {transport}" in done.stdout
+    timeline = [line for line in done.stdout.splitlines() if line.startswith("timeline 2 GPU concurrent stream run 0: ")]
     assert timeline, done.stdout
     first = json.loads(timeline[0].split(": ", 1)[1])["first_result_ms"]
     assert set(first) == {"O0", "O1", "O2", "O3", "O4"}  # every compile variant's first result arrived

@@ -12,7 +12,7 @@ import pytest
 from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, start_server, store, subprocess_env  # noqa: F401
 
 from mneme._proto import replay_pb2, replay_pb2_grpc
-from mneme.async_executor import AsyncReplayExecutor, ReplayServerError
+from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor, ReplayServerError
 from mneme.mneme_types import ExperimentConfiguration
 
 
@@ -44,20 +44,23 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
     assert len(pids) >= 3, "work went to every worker (and the crashed one's replacement)"
 
 
-def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
+def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, tmp_path, transport, how):
     doomed, doomed_address = start_server(store, tmp_path / "log-a", "--workers", "2")
     survivor, survivor_address = start_server(store, tmp_path / "log-b", "--workers", "2")
     try:
         executor = AsyncReplayExecutor(
             record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=1, warmup=0,
             results_db_dir=str(tmp_path / "results"), servers=[doomed_address, survivor_address],
+            transport=transport,
         )
         with executor:
             futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(40)]
             while not (tmp_path / "log-a" / "runs.log").exists():
                 time.sleep(0.01)
             time.sleep(0.1)
-            doomed.send_signal(signal.SIGKILL)
+            doomed.send_signal(how)  # gone at once, or shutting down: its queued work fails UNAVAILABLE
             results = [f.result(timeout=60) for f in futures]
         assert all(r.verified for r in results), [r.error for r in results if not r.verified]
         assert [r.exec_time[0] for r in results] == list(range(1, 41))
@@ -71,9 +74,11 @@ def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, t
             process.wait()
 
 
-def test_no_server_left_gives_failed_results(store, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_no_server_left_gives_failed_results(store, tmp_path, transport):
     server, address = start_server(store, tmp_path / "log")
-    executor = AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=1.0)
+    executor = AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=1.0,
+                                   transport=transport)
     try:
         assert executor.evaluate(config()).verified
         server.kill()
@@ -85,14 +90,17 @@ def test_no_server_left_gives_failed_results(store, tmp_path):
         server.kill()
 
 
-def test_refusals_are_errors_not_results(store, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_refusals_are_errors_not_results(store, tmp_path, transport):
     token_file = tmp_path / "token"
     token_file.write_text("t0ken")
     server, address = start_server(store, tmp_path / "log", "--token-file", str(token_file))
     try:
         with pytest.raises(ReplayServerError, match="bearer token"):
-            AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], token="wrong")
-        with AsyncReplayExecutor(str(store / "999.json"), RECORD_ID, servers=[address], token="t0ken") as executor:
+            AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], token="wrong",
+                                transport=transport)
+        with AsyncReplayExecutor(str(store / "999.json"), RECORD_ID, servers=[address], token="t0ken",
+                                 transport=transport) as executor:
             with pytest.raises(ReplayServerError, match="NOT_FOUND"):
                 executor.evaluate(config())
     finally:
@@ -105,12 +113,12 @@ def test_servers_none_without_gpus_says_what_to_do(store):
         AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])
 
 
-
-
-def test_work_waiting_for_a_busy_server_is_not_given_up(store, tmp_path):
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_work_waiting_for_a_busy_server_is_not_given_up(store, tmp_path, transport):
     server, address = start_server(store, tmp_path / "log")
     try:
-        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=0.3) as executor:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=0.3,
+                                 transport=transport) as executor:
             futures = [executor.submit(config("slow:0.1", block_x=i + 1)) for i in range(12)]  # ~1.2 s of work
             assert all(f.result(timeout=30).verified for f in futures)
     finally:

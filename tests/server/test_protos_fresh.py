@@ -50,5 +50,5 @@ def test_stubs_import_and_name_the_services():
 
     assert replay_pb2.DESCRIPTOR.package == "mneme.v1"
     service = replay_pb2.DESCRIPTOR.services_by_name["ReplayService"]
-    assert {m.name for m in service.methods} == {"Replay", "ReplayStream", "Prepare", "GetServerInfo"}
+    assert {m.name for m in service.methods} == {"Replay", "ReplayStream", "ReplayBatchStream", "Prepare", "GetServerInfo"}
     assert health_pb2.DESCRIPTOR.services_by_name["Health"].full_name == "grpc.health.v1.Health"
