@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
-from mneme.mneme_types import CODEGEN_OPT_LEVELS, DEFAULT_PASSES, ExperimentConfiguration
+from mneme.mneme_types import DEFAULT_PASSES, ExperimentConfiguration
 from mneme.replay import ptx as ptxrw
 
 #: codegen_opt of the baseline (the recorded code was built at ptxas' default -O3).
@@ -355,16 +355,11 @@ _WARM_UP_PTX = ".version 9.0\n.target {arch}\n.address_size 64\n.visible .entry 
 def warm_up(arch: str) -> float:
     """Start the PTX compiler of this process once, on a trivial kernel (nothing is cached), so that the
     first real compile pays only for itself: the library's one-time initialisation (6-9 ms on the GPU
-    machines) or ptxas's first start from disk. The library compiles it at every ``codegen_opt`` level
-    (4-5 ms each, at ``Prepare``, not in a sweep): measured on a vector add, the first real compile after
-    a warm-up at one level took 6.6-7.5 ms, after one at every level 4.5-6.0 ms (5-6 ms from then on).
-    Seconds taken; a failure is ignored (a real compile reports its own)."""
+    machines) or ptxas's first start from disk. Seconds taken; a failure is ignored (a real compile
+    reports its own)."""
     start = time.perf_counter()
-    compiler = ptx_compiler()
-    levels = CODEGEN_OPT_LEVELS if compiler.name == "library" else (BASELINE_CODEGEN_OPT,)
     try:
-        for level in levels:
-            compiler.compile(_WARM_UP_PTX.format(arch=arch), ptxas_flags(level, arch))
+        ptx_compiler().compile(_WARM_UP_PTX.format(arch=arch), ptxas_flags(BASELINE_CODEGEN_OPT, arch))
     except MnemeError:
         pass
     return time.perf_counter() - start

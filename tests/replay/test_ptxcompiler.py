@@ -199,6 +199,5 @@ def _library_must_not_load():
 def test_the_warm_up_kernel_compiles(use, choice, arch):
     """warm_up ignores failures, so its kernel is checked here: a warm-up that failed would warm nothing."""
     use(choice)
-    for level in range(5) if choice == "library" else [3]:  # the library warms every codegen_opt level
-        cubin, _ = cmp.ptx_compiler().compile(cmp._WARM_UP_PTX.format(arch=arch), cmp.ptxas_flags(level, arch))
-        assert cubin.startswith(b"\x7fELF")
+    cubin, _ = cmp.ptx_compiler().compile(cmp._WARM_UP_PTX.format(arch=arch), cmp.ptxas_flags(3, arch))
+    assert cubin.startswith(b"\x7fELF")
