@@ -29,6 +29,7 @@ from mneme.mneme_types import (
 from mneme.tuning.sample_strategy import SamplingStrategy
 from mneme.tuning.search_space import Candidate
 from tuner.errors import TuningError
+from tuner.interrupts import interrupts_held
 from tuner.objective import Objective, Outcome
 from tuner.progress import Reporter, format_ns
 from tuner.results_dir import ResultsDirectory
@@ -206,10 +207,11 @@ class TuningLoop:
         outcome = self.objective.evaluate(result)
         pruned = self.strategy.tell(candidate, outcome.values, outcome.running)
         record = self._record(candidate, result, outcome, pruned, elapsed)
-        self.results.append_trial(record)
-        self.state.records.append(record)
-        self.state.done_hashes.add(record["hash"])
-        self.state.evaluated_now += 1
+        with interrupts_held():  # the file and the count agree, whenever Ctrl-C comes
+            self.results.append_trial(record)
+            self.state.records.append(record)
+            self.state.done_hashes.add(record["hash"])
+            self.state.evaluated_now += 1
         self._update_best(record)
         self.log.info("trial %d %s %s metric=%s speedup=%s %s", record["trial"], record["status"],
                       record["params"], record["metric"], record["speedup"], record["error"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import signal
 
 import pytest
 
@@ -131,6 +133,22 @@ def test_interrupted_run_resumes_where_it_stopped(tmp_path, loader, space_module
     assert read(tmp_path, "summary.json")["skipped_resumed"] == len(first)
     assert {r["trial"] for r in records} == set(range(len(records)))
     assert "resuming" in out.getvalue()
+
+
+def test_ctrl_c_while_a_trial_is_written_still_counts_it(tmp_path, loader, space_module, monkeypatch):
+    """SIGINT between writing a trial and counting it: the summary agrees with trials.jsonl."""
+    from tuner.results_dir import ResultsDirectory
+    write = ResultsDirectory.append_trial
+
+    def write_then_ctrl_c(self, record):
+        write(self, record)
+        if record["trial"] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(ResultsDirectory, "append_trial", write_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        tune(tmp_path, loader, space_module=space_module, workers=1)
+    assert len(trials(tmp_path)) == read(tmp_path, "summary.json")["trials"] == 4
 
 
 def test_rerun_baseline_replays_it_again(tmp_path, loader, space_module):
