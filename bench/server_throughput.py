@@ -32,6 +32,8 @@ import argparse
 import collections
 import json
 import os
+import resource
+import shlex
 import statistics
 import sys
 import tempfile
@@ -62,8 +64,17 @@ def space(n: int, has_bitcode: bool) -> tuple[list[ExperimentConfiguration], str
     return configs, ("passes default<O1..Oz>" if has_bitcode else "codegen_opt 0..4 (PTX tier)")
 
 
-def timed(executor: AsyncReplayExecutor, configs: list, mode: str, arrivals: list | None = None) -> tuple[list, float]:
-    """The sweep and its seconds; ``arrivals`` (if given) gets (seconds after start, config, result) per result."""
+def client_cpu_seconds() -> float:
+    """CPU seconds this process (the client: every thread of it) has used."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(executor: AsyncReplayExecutor, configs: list, mode: str,
+          arrivals: list | None = None) -> tuple[list, float, float]:
+    """The sweep, its seconds and the client's CPU seconds in it; ``arrivals`` (if given) gets
+    (seconds after start, config, result) per result."""
+    cpu = client_cpu_seconds()
     start = time.perf_counter()
     if mode == "sequential":  # the reference example's loop: evaluate one at a time
         results = []
@@ -77,7 +88,7 @@ def timed(executor: AsyncReplayExecutor, configs: list, mode: str, arrivals: lis
             for c, f in zip(configs, futures):
                 f.add_done_callback(lambda f, c=c: arrivals.append((time.perf_counter() - start, c, f.result())))
         results = [f.result() for f in futures]
-    return results, time.perf_counter() - start
+    return results, time.perf_counter() - start, client_cpu_seconds() - cpu
 
 
 def timeline(arrivals: list) -> dict:
@@ -97,9 +108,10 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     """Fresh servers on ``gpus`` GPUs, cold compile caches: the timed sweep (and, concurrent, the warm passes)."""
     tag = f"{gpus}gpu-{mode}-{transport}-{index}"
     os.environ["MNEME_CACHE_DIR"] = str(workdir / f"cache-{tag}")  # the servers' compile caches start empty
-    extra = {}
+    extra = {"server_args": shlex.split(args.server_args)}
     if args.engine:
-        extra = {"server_args": ["--engine", args.engine], "server_env": json.loads(args.engine_env or "{}")}
+        extra = {"server_args": ["--engine", args.engine, *extra["server_args"]],
+                 "server_env": json.loads(args.engine_env or "{}")}
     started = time.perf_counter()
     executor = AsyncReplayExecutor(
         record_db=database, record_id=record_id, iterations=args.iterations, warmup=args.warmup,
@@ -121,11 +133,11 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     finally:
         executor.shutdown()
     rows = []
-    for phase, submitted, results, seconds in phases:
+    for phase, submitted, results, seconds, cpu in phases:
         verified = [r for r in results if r.verified]
         rows.append({
             "gpus": gpus, "mode": mode, "transport": transport, "phase": phase, "configs": len(submitted), "verified": len(verified),
-            "seconds": seconds, "rate": len(verified) / seconds, "startup": startup,
+            "seconds": seconds, "rate": len(verified) / seconds, "startup": startup, "client_cpu": cpu / seconds,
             "per_gpu": collections.Counter(r.gpu_id for r in results),
             "failures": sorted({f"{r.status}: {r.error[:80]}" for r in results if not r.verified}),
             "kernel_us": statistics.median(statistics.mean(r.measured_times) for r in verified) / 1e3
@@ -145,14 +157,16 @@ def describe(phase: str, configs: int, warm_passes: int) -> str:
 def print_tables(args, rows: list[dict], variants: str) -> None:
     print(f"\nvector add, n={args.n}: 80 configurations = 16 block sizes x 5 compile variants ({variants}), "
           f"{args.iterations} iterations + {args.warmup} warm-ups, {args.workers_per_gpu} workers per GPU; "
-          f"each row: the median of its runs (each run: fresh servers, timed after a baseline replay)\n")
+          f"each row: the median of its runs (each run: fresh servers, timed after a baseline replay); "
+          f"client CPU: the CPU time of this process (the executor's threads) over the row's seconds, "
+          f"100% = one core\n")
     print(f"| {'setup':<38} | {'timed in each run':<34} | runs | verified  | configs/s | min..max      "
-          f"| vs reference | per GPU     | start-up s | kernel us |")
+          f"| vs reference | per GPU     | start-up s | kernel us | client CPU |")
     print(f"|{'-' * 40}|{'-' * 36}|------|-----------|-----------|---------------|--------------|-------------|"
-          f"------------|-----------|")
+          f"------------|-----------|------------|")
     reference_rate = REFERENCE_CONFIGS / REFERENCE_SECONDS
     print(f"| {'reference (Mneme/HIP, 1 GPU)':<38} | {'80 configs':<34} | {1:>4} | {'80/80':>9} | "
-          f"{reference_rate:>9.1f} | {'':<13} | {1.0:>11.1f}x | {'':<11} | {'':>10} | {'':>9} |")
+          f"{reference_rate:>9.1f} | {'':<13} | {1.0:>11.1f}x | {'':<11} | {'':>10} | {'':>9} | {'':>10} |")
     groups = collections.defaultdict(list)
     for row in rows:
         groups[(row["transport"], row["mode"], row["phase"], row["gpus"])].append(row)
@@ -169,7 +183,8 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
               f"{verified:>9} | {median:>9.1f} | {f'{min(rates):.0f}..{max(rates):.0f}':<13} | "
               f"{median / reference_rate:>11.1f}x | {per_gpu:<11} | "
               f"{statistics.median(r['startup'] for r in runs):>10.2f} | "
-              f"{statistics.median(r['kernel_us'] for r in runs):>9.1f} |")
+              f"{statistics.median(r['kernel_us'] for r in runs):>9.1f} | "
+              f"{statistics.median(r['client_cpu'] for r in runs):>9.0%} |")
 
     pairs = [(transport, mode, phase) for transport in args.transports.split(",")
              for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
@@ -212,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="passes over the space after each cold concurrent sweep, warm cache (default 5; 0: none)")
     p.add_argument("--timeline", action="store_true",
                    help="print when each cold sweep's first result of every compile variant arrived, and its compiles")
+    p.add_argument("--server-args", default="",
+                   help="more `mneme serve` arguments for the local servers, as one string (e.g. '--compile-processes 8')")
     p.add_argument("--engine", default=None, help="replay engine module:factory (plumbing dry-runs without a GPU)")
     p.add_argument("--engine-env", default=None, help="JSON environment for --engine servers")
     args = p.parse_args(argv)

@@ -43,7 +43,12 @@ from typing import Any, Mapping, Sequence
 import grpc
 
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
-from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
+from mneme.mneme_types import (
+    STATUS_INTERNAL_ERROR,
+    ExperimentConfiguration,
+    ExperimentResult,
+    configuration_hash,
+)
 
 RESULTS_FILE = "results.jsonl"
 #: How requests travel: all over one ReplayBatchStream call per server (fewer gRPC messages per
@@ -65,17 +70,25 @@ class ReplayServerError(MnemeError):
     """A replay server refused a request (unknown recording, bad token, malformed request)."""
 
 
-def server_capacity(workers: int) -> int:
+def server_capacity(workers: int, transport: str = "stream") -> int:
     """Requests one server holds at once; the rest waits in the client.
 
-    Per worker, the two it has been handed (the server's pipelining) and two
+    Per worker, the two it has been handed (the server's pipelining) and more
     waiting in the server's queue, so that a worker finds its next job there
-    while a result travels back and the client sends the next request, and can
-    take a job whose code is compiled ahead of one still compiling; four more
-    to spare. At most 48: a server answers RESOURCE_EXHAUSTED beyond 60 calls
-    at once (``rpc_threads`` 64 less 4).
+    while results travel back and the client sends the next requests, and can
+    take a job whose code is compiled ahead of one still compiling.
+
+    ``unary``: two waiting per worker and four to spare, at most 48: a server
+    answers RESOURCE_EXHAUSTED beyond 60 calls at once (``rpc_threads`` 64
+    less 4). ``stream``: one call carries them all, and no thread limit holds,
+    so the queue is deeper, six per worker and eight to spare: answers reach
+    the client in bursts, and with two waiting per worker the workers sat idle
+    ~15% of a sweep in the per-request traces (docs/serving.md).
     """
-    return min(max(1, workers) * 4 + 4, 48)
+    workers = max(1, workers)
+    if transport == "unary":
+        return min(workers * 4 + 4, 48)
+    return min(workers * 8 + 8, 256)
 
 
 #: Waiting configurations the dispatcher looks through for one a server can run without a compile wait.
@@ -378,7 +391,7 @@ class AsyncReplayExecutor:
         server = _Server(address, channel, replay_pb2_grpc.ReplayServiceStub(channel))
         try:
             info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
-            server.capacity = server_capacity(int(info.workers))
+            server.capacity = server_capacity(int(info.workers), self.transport)
             # Restore the instance on every worker and have every compile process read it now, not in the
             # first replays (errors surface with those); wait_prepared() waits for it.
             server.preparing = server.stub.Prepare.future(
@@ -590,9 +603,10 @@ class AsyncReplayExecutor:
         if task.future.done():  # a late duplicate: a result is counted once
             return
         if self._results_path is not None:
+            config = task.config.to_dict()
             line = json.dumps({
-                "record_db": self.record_db, "record_id": self.record_id, "config_hash": task.config.hash(),
-                "config": task.config.to_dict(), "result": result.to_dict(), "server": server, "worker": worker,
+                "record_db": self.record_db, "record_id": self.record_id, "config_hash": configuration_hash(config),
+                "config": config, "result": result.to_dict(), "server": server, "worker": worker,
                 "attempts": task.attempts, "time": time.time(),
             })
             with self._results_lock:

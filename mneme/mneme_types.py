@@ -218,8 +218,7 @@ class ExperimentConfiguration:
         The same across processes, machines and Python versions (no ``hash()``
         randomization, sorted keys, fixed separators).
         """
-        canonical = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+        return configuration_hash(self.to_dict())
 
     def __str__(self) -> str:
         return json.dumps(self.to_dict())
@@ -227,6 +226,12 @@ class ExperimentConfiguration:
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentConfiguration))
 _CONFIG_KEYS = frozenset(_CONFIG_FIELDS)
+
+
+def configuration_hash(config: Mapping[str, Any]) -> str:
+    """``ExperimentConfiguration.hash`` of a configuration already in its ``to_dict`` form."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
 
 # Outcome categories of a replay, used by the tuner's trial records and the servers' metrics.
@@ -291,12 +296,11 @@ class ExperimentResult:
         return self.exec_time[self.warmup :]
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        return {name: _plain(getattr(self, name)) for name in _RESULT_FIELDS}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ExperimentResult":
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(data) - known
+        unknown = set(data) - _RESULT_KEYS
         if unknown:
             raise ConfigurationError(f"unknown result keys {sorted(unknown)}")
         kwargs = dict(data)
@@ -310,6 +314,10 @@ class ExperimentResult:
     def failure(cls, status: str, error: str, **fields: Any) -> "ExperimentResult":
         """A result for a replay that did not complete (the tuner penalises it)."""
         return cls(failed=True, status=status, error=error, **fields)
+
+
+_RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentResult))
+_RESULT_KEYS = frozenset(_RESULT_FIELDS)
 
 
 def _plain(value: Any) -> Any:

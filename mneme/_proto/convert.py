@@ -77,6 +77,5 @@ def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
 
 def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
     fields = {name: getattr(msg, name) for name in _SCALAR_RESULT_FIELDS}
-    fields["exec_time"] = [int(t) for t in msg.exec_time]
-    fields["mismatches"] = [json_format.MessageToDict(m) for m in msg.mismatches]
-    return ExperimentResult.from_dict(fields)
+    return ExperimentResult(exec_time=list(msg.exec_time),
+                            mismatches=[json_format.MessageToDict(m) for m in msg.mismatches], **fields)

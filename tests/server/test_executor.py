@@ -12,7 +12,7 @@ import pytest
 from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, start_server, store, subprocess_env  # noqa: F401
 
 from mneme._proto import replay_pb2, replay_pb2_grpc
-from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor, ReplayServerError
+from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor, ReplayServerError, server_capacity
 from mneme.mneme_types import ExperimentConfiguration
 
 
@@ -191,6 +191,29 @@ def test_configurations_of_the_recorded_code_go_out_at_once_after_prepare(store,
                 held = max(held, state.in_flight + state.queue_depth)
             assert held == 6, f"the server held {held} of 6 configurations before the first answer"
             assert all(f.result(timeout=30).verified for f in futures)
+    finally:
+        server.kill()
+        server.wait()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tmp_path, transport):
+    """The stream transport keeps a deeper queue in each server than unary calls (which share its
+    RPC threads): before the first answer, the server holds ``server_capacity(workers, transport)``."""
+    server, address = start_server(store, tmp_path / "log", "--workers", "2", replay_seconds=0.5)
+    info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
+                                 servers=[address], transport=transport) as executor:
+            executor.wait_prepared(timeout=30)
+            futures = [executor.submit(config(block_x=i + 1)) for i in range(40)]
+            held = 0
+            deadline = time.monotonic() + 0.4  # before the first answer (0.5 s of replay)
+            while time.monotonic() < deadline:
+                state = info(replay_pb2.ServerInfoRequest())
+                held = max(held, state.in_flight + state.queue_depth)
+            assert held == server_capacity(2, transport) == {"stream": 24, "unary": 12}[transport]
+            assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 41))
     finally:
         server.kill()
         server.wait()
