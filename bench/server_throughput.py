@@ -18,6 +18,10 @@ takes a fraction of a second, where fixed latencies weigh, so it is repeated
 the median and the range are reported. After each cold concurrent sweep, the
 same servers run the space ``--warm-passes`` times more at once (compile cache
 warm): the steady rate of a long tuning run, shown beside, not the target.
+The ratio table also gives, for the cold sweeps, the rate from the moment
+every compile variant had its first result to the sweep's end ("cold after
+compiles"): the part of a sweep that a second GPU can share, where the start
+(a compile and a round trip, the same on one GPU and on two) is not.
 
     python bench/server_throughput.py                  # 1 GPU, and 2 if present
     python bench/server_throughput.py --repeats 9 --workers-per-gpu 3
@@ -91,12 +95,30 @@ def timed(executor: AsyncReplayExecutor, configs: list, mode: str,
     return results, time.perf_counter() - start, client_cpu_seconds() - cpu
 
 
+def variant(config: ExperimentConfiguration) -> str:
+    return config.passes if config.passes.strip() != "default<O3>" else f"O{config.codegen_opt}"
+
+
+def first_results(arrivals: list) -> dict[str, float]:
+    """Seconds into the sweep when each compile variant's first result came."""
+    first: dict[str, float] = {}
+    for seconds, config, _ in sorted(arrivals, key=lambda a: a[0]):
+        first.setdefault(variant(config), seconds)
+    return first
+
+
+def rate_after_compiles(arrivals: list) -> float | None:
+    """Configurations/s from the moment every compile variant had its first result to the sweep's end:
+    the part of a cold sweep whose work two GPUs can share (None when nothing came after it)."""
+    ready = max(first_results(arrivals).values(), default=0.0)
+    after = [seconds for seconds, _, result in arrivals if seconds > ready and result.verified]
+    return len(after) / (max(after) - ready) if after else None
+
+
 def timeline(arrivals: list) -> dict:
     """When the cold sweep's results came: the first of each compile variant, and the compiles' own seconds."""
     arrivals = sorted(arrivals, key=lambda a: a[0])
-    first: dict[str, float] = {}
-    for seconds, config, _ in arrivals:
-        first.setdefault(config.passes if config.passes.strip() != "default<O3>" else f"O{config.codegen_opt}", seconds)
+    first = first_results(arrivals)
     compiles = [r.codegen_time for _, _, r in arrivals if r.codegen_time > 0 and not getattr(r, "compile_cached", False)]
     return {"first_result_ms": {k: round(v * 1e3, 1) for k, v in first.items()},
             "compile_ms": sorted(round(c * 1e3, 1) for c in compiles),
@@ -138,6 +160,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
         rows.append({
             "gpus": gpus, "mode": mode, "transport": transport, "phase": phase, "configs": len(submitted), "verified": len(verified),
             "seconds": seconds, "rate": len(verified) / seconds, "startup": startup, "client_cpu": cpu / seconds,
+            "after_compiles": rate_after_compiles(arrivals) if phase == "cold" else None,
             "per_gpu": collections.Counter(r.gpu_id for r in results),
             "failures": sorted({f"{r.status}: {r.error[:80]}" for r in results if not r.verified}),
             "kernel_us": statistics.median(statistics.mean(r.measured_times) for r in verified) / 1e3
@@ -190,8 +213,8 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
              for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
              if groups.get((transport, mode, phase, 1)) and groups.get((transport, mode, phase, 2))]
     if pairs:
-        print("\n| 2 GPUs / 1 GPU                     | ratio of medians | run by run (min..max) | target                  |")
-        print("|------------------------------------|------------------|-----------------------|-------------------------|")
+        print(f"\n| {'2 GPUs / 1 GPU':<40} | ratio of medians | run by run (min..max) | target                  |")
+        print(f"|{'-' * 42}|------------------|-----------------------|-------------------------|")
     for transport, mode, phase in pairs:
         one, two = groups[(transport, mode, phase, 1)], groups[(transport, mode, phase, 2)]
         ratio = medians[(transport, mode, phase, 2)] / medians[(transport, mode, phase, 1)]
@@ -202,8 +225,15 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
             target = "none: one at a time"
         else:
             target = "none: steady rate"
-        print(f"| {f'{mode}, {phase}, {transport}':<34} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
+        print(f"| {f'{mode}, {phase}, {transport}':<40} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
               f"{target:<23} |")
+        after = [(a["after_compiles"], b["after_compiles"]) for a, b in zip(one, two)
+                 if a["after_compiles"] and b["after_compiles"]]
+        if (mode, phase) == ("concurrent", "cold") and after:
+            ratio = statistics.median(b for _, b in after) / statistics.median(a for a, _ in after)
+            paired = [b / a for a, b in after]
+            print(f"| {f'{mode}, cold after compiles, {transport}':<40} | {ratio:>15.2f}x | "
+                  f"{f'{min(paired):.2f}..{max(paired):.2f}':<21} | {'none: part of a sweep':<23} |")
     best_one = max((m for (_, mode, phase, gpus), m in medians.items() if gpus == 1 and phase == "cold"), default=0)
     print(f"\nbest median on 1 GPU (cold sweeps): {best_one:.1f} configs/s (target >= {ONE_GPU_TARGET:g}: "
           f"{'met' if best_one >= ONE_GPU_TARGET else 'NOT met'})")

@@ -25,6 +25,7 @@ def test_bench_prints_its_table(tmp_path):
     for transport in ("stream", "unary"):
         assert f"| mneme, 2 GPUs, concurrent, {transport}" in done.stdout
         assert f"| concurrent, cold, {transport}" in done.stdout
+        assert f"| concurrent, cold after compiles, {transport}" in done.stdout
     timeline = [line for line in done.stdout.splitlines() if line.startswith("timeline 2 GPU concurrent stream run 0: ")]
     assert timeline, done.stdout
     first = json.loads(timeline[0].split(": ", 1)[1])["first_result_ms"]
