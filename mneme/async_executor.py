@@ -634,6 +634,7 @@ class _LocalServer:
         command = [
             sys.executable, "-m", "mneme", "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
             "--store", store, "--workers", str(workers), "--token-file", token_file, "--log-level", "WARNING",
+            "--parent-pid", str(os.getpid()),  # a client that dies (even by SIGKILL) leaves no server behind
             *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
         ]
         log_path = log_dir / f"server-gpu{gpu}.log"

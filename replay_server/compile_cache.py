@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import multiprocessing
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -31,6 +32,7 @@ from typing import Any
 from mneme.mneme_types import ExperimentConfiguration
 from replay_server.engine import CompileFunction, InstanceKey
 from replay_server.metrics import ServerMetrics
+from replay_server.parent import exit_with_parent
 
 
 def compile_key(instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> str:
@@ -86,7 +88,9 @@ class CompileCache:
         self.misses = 0
 
     def _new_process(self) -> ProcessPoolExecutor:
-        return ProcessPoolExecutor(max_workers=1, mp_context=self._mp)
+        # A supervisor killed with SIGKILL leaves no compile process behind.
+        return ProcessPoolExecutor(max_workers=1, mp_context=self._mp, initializer=exit_with_parent,
+                                   initargs=(os.getpid(),))
 
     def _submit(self, index: int | None, *call: Any) -> Future:
         """Run ``call`` in process ``index``, or (None) in the first process that is idle."""

@@ -20,6 +20,7 @@ from replay_server.engine import load_engine_spec
 from replay_server.health import HealthService
 from replay_server.metrics import ServerMetrics
 from replay_server.names import is_local_store, local_store_root
+from replay_server.parent import when_parent_gone
 from replay_server.service import ReplayService
 from replay_server.worker_pool import PoolSettings, WorkerPool
 
@@ -172,10 +173,25 @@ class ReplayServer:
         self.stop()
 
 
-def serve_forever(options: ServerOptions, announce=print) -> int:
-    """Run until SIGTERM/SIGINT; announces the bound address (clients with --port 0 read it)."""
+def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process is no longer the parent);
+    announces the bound address (clients with --port 0 read it)."""
     server = ReplayServer(options)
     port = server.start()
+
+    def stop(signum, frame):
+        threading.Thread(target=server.stop, daemon=True).start()
+
+    # Before the announcement: a client may stop the server as soon as it has read it.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    if parent_pid is not None:  # the process that started this server exited, however: stop too
+
+        def orphaned() -> None:
+            log.warning("the process that started this server (pid %d) is gone: stopping", parent_pid)
+            server.stop()
+
+        when_parent_gone(parent_pid, orphaned)
     host = "127.0.0.1" if options.host in ("127.0.0.1", "localhost") else options.host
     announce(
         f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
@@ -183,11 +199,5 @@ def serve_forever(options: ServerOptions, announce=print) -> int:
         + (f", metrics on :{options.metrics_port}/metrics" if options.metrics_port is not None else "")
         + ")"
     )
-
-    def stop(signum, frame):
-        threading.Thread(target=server.stop, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     server.wait()
     return 0

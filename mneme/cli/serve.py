@@ -31,6 +31,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="device memory each worker may hold in prepared instances, LRU-evicted "
                              "(default 0: half the GPU's memory, shared by the workers)")
     parser.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    parser.add_argument("--parent-pid", type=int, default=None,
+                        help="stop when the process with this pid is no longer this server's parent "
+                             "(it exited or was killed); AsyncReplayExecutor sets it for the servers it starts")
     parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
 
@@ -54,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         compile_processes=args.compile_processes,
         prepared_cache_bytes=int(args.prepared_cache_gib * (1 << 30)),
     )
-    return serve_forever(options, announce=lambda line: print(line, flush=True))
+    return serve_forever(options, announce=lambda line: print(line, flush=True), parent_pid=args.parent_pid)
 
 
 COMMANDS = [Command("serve", "run a per-GPU gRPC replay server", configure, run)]
