@@ -19,3 +19,8 @@ class ArtifactError(MnemeError):
 
 class ConfigurationError(MnemeError):
     """An experiment configuration or command-line setting is invalid."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived (a batch system's time limit, ``kill``): a command that handles it stops as on
+    Ctrl-C, keeping what it has done, and exits with status 143."""

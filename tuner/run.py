@@ -16,6 +16,7 @@ from mneme.tuning.sample_strategy import make_strategy
 from mneme.tuning.search_space import SearchSpace, baseline_checked, describe_space
 from tuner.errors import TuningError
 from tuner.export import write_export
+from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
@@ -111,7 +112,8 @@ class TuneRun:
             _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
                          "sampler": o.sampler, "trials": o.trials}, self.out)
             return 0
-        return self._tune(space, description, identity)
+        with sigterm_as_interrupt():  # a batch system's time limit stops the run as Ctrl-C does
+            return self._tune(space, description, identity)
 
     # -- a real run -----------------------------------------------------------------------
     def _tune(self, space: SearchSpace, description: dict[str, Any], identity: KernelIdentity) -> int:

@@ -13,7 +13,7 @@ import importlib
 import sys
 
 from mneme import __version__
-from mneme.errors import MnemeError
+from mneme.errors import MnemeError, Terminated
 
 CLI_MODULES = ["record", "replay", "tune", "serve", "store_cmds", "config"]
 
@@ -43,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     except MnemeError as exc:
         print(f"mneme {command.name}: error: {exc}", file=sys.stderr)
         return 2
+    except Terminated:
+        print(f"mneme {command.name}: terminated (SIGTERM)", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print(f"mneme {command.name}: interrupted", file=sys.stderr)
         return 130

@@ -1,4 +1,5 @@
-"""A real Ctrl-C (SIGINT) to a running `mneme tune` leaves a directory that --resume completes."""
+"""A real Ctrl-C (SIGINT), or SIGTERM (a batch system's time limit), to a running `mneme tune` leaves a
+directory that --resume completes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -34,17 +37,19 @@ def driver(tmp_path: Path, delay: float) -> Path:
     return path
 
 
-def test_sigint_then_resume(tmp_path):
+@pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted"),
+                                                  (signal.SIGTERM, 143, "terminated (SIGTERM)")], ids=["sigint", "sigterm"])
+def test_stopped_by_signal_then_resume(tmp_path, signum, status, said):
     proc = subprocess.Popen([sys.executable, str(driver(tmp_path, 0.02))], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     trials = tmp_path / "run" / "trials.jsonl"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and (not trials.exists() or trials.read_text().count("\n") < 5):
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    assert "--resume" in err
+    assert proc.returncode == status, err
+    assert "--resume" in err and f"mneme tune: {said}" in err
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["stopped"] == "interrupted" and 5 <= summary["trials"] < summary["space_size"]
     done = summary["trials"]

@@ -135,15 +135,16 @@ def test_interrupted_run_resumes_where_it_stopped(tmp_path, loader, space_module
     assert "resuming" in out.getvalue()
 
 
-def test_ctrl_c_while_a_trial_is_written_still_counts_it(tmp_path, loader, space_module, monkeypatch):
-    """SIGINT between writing a trial and counting it: the summary agrees with trials.jsonl."""
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_signal_while_a_trial_is_written_still_counts_it(tmp_path, loader, space_module, monkeypatch, signum):
+    """SIGINT or SIGTERM between writing a trial and counting it: the summary agrees with trials.jsonl."""
     from tuner.results_dir import ResultsDirectory
     write = ResultsDirectory.append_trial
 
     def write_then_ctrl_c(self, record):
         write(self, record)
         if record["trial"] == 3:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(ResultsDirectory, "append_trial", write_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
