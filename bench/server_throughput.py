@@ -102,8 +102,9 @@ def variant(config: ExperimentConfiguration) -> str:
 def first_results(arrivals: list) -> dict[str, float]:
     """Seconds into the sweep when each compile variant's first result came."""
     first: dict[str, float] = {}
-    for seconds, config, _ in sorted(arrivals, key=lambda a: a[0]):
-        first.setdefault(variant(config), seconds)
+    for seconds, config, _ in arrivals:
+        name = variant(config)
+        first[name] = min(seconds, first.get(name, seconds))
     return first
 
 
@@ -130,10 +131,10 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     """Fresh servers on ``gpus`` GPUs, cold compile caches: the timed sweep (and, concurrent, the warm passes)."""
     tag = f"{gpus}gpu-{mode}-{transport}-{index}"
     os.environ["MNEME_CACHE_DIR"] = str(workdir / f"cache-{tag}")  # the servers' compile caches start empty
-    extra = {"server_args": shlex.split(args.server_args)}
+    server_args = shlex.split(args.server_args)
+    extra = {"server_args": server_args}
     if args.engine:
-        extra = {"server_args": ["--engine", args.engine, *extra["server_args"]],
-                 "server_env": json.loads(args.engine_env or "{}")}
+        extra = {"server_args": ["--engine", args.engine, *server_args], "server_env": json.loads(args.engine_env or "{}")}
     started = time.perf_counter()
     executor = AsyncReplayExecutor(
         record_db=database, record_id=record_id, iterations=args.iterations, warmup=args.warmup,
@@ -227,9 +228,11 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
             target = "none: steady rate"
         print(f"| {f'{mode}, {phase}, {transport}':<40} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
               f"{target:<23} |")
+        if (mode, phase) != ("concurrent", "cold"):
+            continue
         after = [(a["after_compiles"], b["after_compiles"]) for a, b in zip(one, two)
                  if a["after_compiles"] and b["after_compiles"]]
-        if (mode, phase) == ("concurrent", "cold") and after:
+        if after:
             ratio = statistics.median(b for _, b in after) / statistics.median(a for a, _ in after)
             paired = [b / a for a, b in after]
             print(f"| {f'{mode}, cold after compiles, {transport}':<40} | {ratio:>15.2f}x | "
