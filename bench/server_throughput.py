@@ -1,8 +1,10 @@
 """Verified configurations per second through the replay servers, one GPU and two side by side.
 
 The reference's vector-add space: 5 compile variants x 16 block sizes
-(64..1024 step 64) = 80 configurations, 5 iterations + 2 warm-ups each. The
-reference ran it in 7.09 s on one GPU: 11.3 configurations/s. This runs the
+(64..1024 step 64) = 80 configurations, 5 iterations + 2 warm-ups each, on
+the reference's recorded launch (grid 40000 x block 256: 10,240,000
+elements, the default ``--n``). The reference ran it in 7.09 s on one GPU:
+11.3 configurations/s. This runs the
 same space through ``AsyncReplayExecutor`` and local ``mneme serve`` servers on
 one GPU and on two (when present), in one run, and prints one table with the
 reference's number beside ours and the two-GPU / one-GPU ratio.
@@ -52,6 +54,7 @@ from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
 
 REFERENCE_SECONDS = 7.09
 REFERENCE_CONFIGS = 80
+REFERENCE_N = 40000 * 256  # the reference's recorded launch: grid 40000 x block 256 (its baseline configuration)
 PASSES = ["default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>"]
 ONE_GPU_TARGET = 100.0
 TWO_GPU_TARGET = 1.8
@@ -247,7 +250,8 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=1 << 20, help="vector length of the synthetic recording (default 2^20)")
+    p.add_argument("--n", type=int, default=REFERENCE_N,
+                   help="vector length of the synthetic recording (default: the reference's launch, 40000 x 256)")
     p.add_argument("--iterations", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--workers-per-gpu", type=int, default=2, help="worker processes per GPU (default 2)")

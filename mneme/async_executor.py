@@ -99,6 +99,14 @@ LOOKAHEAD = 64
 SENT_PER_COMPILE = 2
 #: Events the dispatcher handles before it sends again: results that come together are answered together.
 MAX_EVENTS_PER_ROUND = 1024
+#: Requests a stream sends an idle server in one round, at most: they go out at once as a message of
+#: their own, and the rest of its places are filled a moment later, so that its workers start and its
+#: compiles begin while the dispatcher still prepares the rest (a full window takes milliseconds of
+#: Python, and a stream's message leaves only when the dispatcher lets go of the interpreter).
+FIRST_MESSAGE = 8
+#: How long the dispatcher waits for events after a round that left requests for the next one: it lets
+#: the streams' threads send what the round prepared.
+FIRST_MESSAGE_PAUSE = 0.0005
 
 
 @dataclass
@@ -418,9 +426,10 @@ class AsyncReplayExecutor:
     def _dispatch_loop(self) -> None:
         """Rounds: take the events that are there (waiting for one at most 0.1 s), then send what can go."""
         stopping = False
+        more_now = False  # the last round left requests it could have sent
         while True:
             try:
-                events = [self._events.get(timeout=0.1)]
+                events = [self._events.get(timeout=FIRST_MESSAGE_PAUSE if more_now else 0.1)]
             except queue.Empty:
                 events = []
             while events and len(events) < MAX_EVENTS_PER_ROUND:
@@ -430,7 +439,7 @@ class AsyncReplayExecutor:
                     break
             for event in events:
                 stopping = self._handle(event) or stopping
-            self._pump()
+            more_now = self._pump()
             self._flush()
             if stopping and not self._backlog and all(s.outstanding == 0 for s in self._servers) \
                     and self._events.empty():
@@ -468,8 +477,11 @@ class AsyncReplayExecutor:
             return True
         return False
 
-    def _pump(self) -> None:
-        """Send waiting work to servers with room; fail it only when no server is up for ``retry_window``."""
+    def _pump(self) -> bool:
+        """Send waiting work to servers with room; fail it only when no server is up for ``retry_window``.
+
+        True when a server that was idle got its ``FIRST_MESSAGE`` and could take more: the next round
+        comes right after the streams have sent this one's."""
         now = time.monotonic()
         if not any(now >= s.down_until for s in self._servers):
             for task in self._backlog:
@@ -477,17 +489,26 @@ class AsyncReplayExecutor:
                 if now - task.stranded_since > self.retry_window:
                     self._give_up(task, f"no replay server reachable for {self.retry_window:g}s")
             self._backlog = collections.deque(t for t in self._backlog if not t.future.done())
-            return
-        waiting_for_compiles: list[_Server] = []  # servers with room, and nothing they could start now
+            return False
+        # An idle server's first requests go out before the rest of its places are filled (streams only:
+        # a unary call leaves at once).
+        idle = {id(s) for s in self._servers if s.outstanding == 0 and self.transport == "stream"}
+        held: list[_Server] = []  # servers with room, and nothing they could start now or in this round
+        more_now = False
         while self._backlog:
-            server = self._pick(now, waiting_for_compiles)
+            server = self._pick(now, held)
             if server is None:  # all busy: the rest waits for a result to make room
-                return
+                return more_now
+            if id(server) in idle and server.outstanding >= FIRST_MESSAGE:
+                held.append(server)
+                more_now = True
+                continue
             task = self._take_for(server)
             if task is None:
-                waiting_for_compiles.append(server)
+                held.append(server)
             elif not task.future.done():
                 self._send(task, server)
+        return more_now
 
     def _pick(self, now: float, exclude: list[_Server]) -> _Server | None:
         candidates = [s for s in self._servers if s.available(now) and all(s is not e for e in exclude)]

@@ -197,9 +197,19 @@ def test_configurations_of_the_recorded_code_go_out_at_once_after_prepare(store,
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tmp_path, transport):
+def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tmp_path, transport, monkeypatch):
     """The stream transport keeps a deeper queue in each server than unary calls (which share its
-    RPC threads): before the first answer, the server holds ``server_capacity(workers, transport)``."""
+    RPC threads): before the first answer, the server holds ``server_capacity(workers, transport)``.
+
+    Over a stream, the idle server's first ``FIRST_MESSAGE`` requests leave as a message of their own
+    (a full window takes milliseconds of Python to prepare, and its workers and compiles start on the
+    first ones); the rest of its places are filled right after, not after an answer."""
+    import mneme.async_executor as executor_module
+
+    messages: list[int] = []
+    send = executor_module._Stream.send
+    monkeypatch.setattr(executor_module._Stream, "send",
+                        lambda stream, requests: (messages.append(len(requests)), send(stream, requests))[1])
     server, address = start_server(store, tmp_path / "log", "--workers", "2", replay_seconds=0.5)
     info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
     try:
@@ -213,6 +223,9 @@ def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tm
                 state = info(replay_pb2.ServerInfoRequest())
                 held = max(held, state.in_flight + state.queue_depth)
             assert held == server_capacity(2, transport) == {"stream": 24, "unary": 12}[transport]
+            if transport == "stream":
+                assert messages[0] <= executor_module.FIRST_MESSAGE < held, messages
+                assert sum(messages[:3]) >= held, messages
             assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 41))
     finally:
         server.kill()
