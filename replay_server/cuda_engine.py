@@ -49,6 +49,9 @@ class CudaPreparedInstance:
     def healthy(self) -> bool:
         return bool(self._replayer.healthy)
 
+    def get_ready(self) -> str:
+        return self._replayer.get_ready()  # the reset policy's proof: two launches of the recorded baseline
+
     def run(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
     ) -> ExperimentResult:

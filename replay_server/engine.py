@@ -45,6 +45,12 @@ class PreparedInstance(Protocol):
         """False once a fault destroyed the CUDA context: the worker must go."""
         ...
 
+    def get_ready(self) -> str:
+        """The one-time device work a first replay would otherwise pay for, done when the instance is
+        prepared (``Prepare``, under the replay watchdog). '' when ready, else why the instance cannot
+        replay on this worker (then ``healthy`` may be False: the worker must go)."""
+        ...
+
     def run(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
     ) -> ExperimentResult:

@@ -202,7 +202,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             if not request.HasField("instance"):
                 raise RequestError("INVALID_ARGUMENT", "the request names no instance (record_db, record_id)")
             instance = self._instance(request.instance)
-            jobs = self.pool.prepare_everywhere(lambda: Job("prepare", instance))
+            jobs = self.pool.prepare_everywhere(lambda: Job("prepare", instance, timeout=self.watchdog))
             outcomes: list[JobOutcome] = [job.future.result() for job in jobs]
         except RequestError as exc:
             _abort(context, exc)

@@ -10,7 +10,10 @@ serves messages from the supervisor over a pipe, one at a time:
                         ("begin", job_id)          the replay starts (watchdog from here)
                         ("result", job_id, result_dict, held_bytes, retiring)
                                    retiring: the context is lost, the worker exits next
-                        ("prepared", job_id, instance_bytes, held_bytes)
+                        ("prepared", job_id, instance_bytes, held_bytes, problem, retiring)
+                                   after "begin": the instance's one-time device work
+                                   (``get_ready``) runs under the watchdog; problem: why
+                                   the instance cannot replay ('' when it can)
                         ("error", job_id, error_type, message)      the request is at fault
 
 A replay that leaves the context unusable (``healthy`` False) is answered,
@@ -98,7 +101,12 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
                 raise
             continue
         if kind == "prepare":
-            conn.send(("prepared", job_id, prepared.device_bytes, cache.total_bytes))
+            conn.send(("begin", job_id))
+            problem = prepared.get_ready()
+            retiring = cache.unhealthy()
+            conn.send(("prepared", job_id, prepared.device_bytes, cache.total_bytes, problem, retiring))
+            if retiring:
+                _retire()
             continue
         _, _, _, config_dict, iterations, warmup, compiled = message
         conn.send(("begin", job_id))
@@ -107,8 +115,12 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
         retiring = cache.unhealthy()
         conn.send(("result", job_id, result.to_dict(), cache.total_bytes, retiring))
         if retiring:
-            sys.stdout.flush()
-            os._exit(EXIT_CONTEXT_LOST)  # the context is gone: no cleanup can succeed
+            _retire()
+
+
+def _retire() -> None:
+    sys.stdout.flush()
+    os._exit(EXIT_CONTEXT_LOST)  # the context is gone: no cleanup can succeed
 
 
 def _run(prepared: Any, config_dict: dict, iterations: int, warmup: int, compiled: Any) -> ExperimentResult:

@@ -259,8 +259,15 @@ class WorkerSlot:
             self.held_bytes, self.retiring = message[3], message[4]
             self.pool.complete(head, result, self.name)
         elif kind == "prepared":
-            self.held_bytes = message[3]
-            self.pool.complete_prepare(head, message[2], self.name)
+            self.held_bytes, problem, self.retiring = message[3], message[4], message[5]
+            if problem:
+                self.pool.fail(head, RequestError(
+                    "FAILED_PRECONDITION",
+                    f"{self.name} restored the instance but cannot replay it: {problem}"
+                    + ("; the worker was replaced" if self.retiring else ""),
+                ))
+            else:
+                self.pool.complete_prepare(head, message[2], self.name)
         elif kind == "error":
             code = _ERROR_CODES.get(message[2], "INTERNAL")
             self.pool.fail(head, RequestError(code, message[3]))

@@ -200,6 +200,16 @@ class Replayer:
             self._idempotent = self._prove_idempotent()
         return not self._idempotent
 
+    def get_ready(self) -> str:
+        """Do now the one-time work that the first configuration would otherwise pay for (the reset
+        policy's proof: two launches of the recorded baseline, ``uses_resets``), so that it is not
+        counted in any configuration's time. '' when this Replayer can run; otherwise why it cannot
+        (the proof lost the CUDA context: drop this Replayer and replace the process)."""
+        self.uses_resets()
+        if self.healthy:
+            return ""
+        return self._proof_failure[1] if self._proof_failure else "the CUDA context was lost"
+
     @property
     def window_error(self) -> str:
         """Why the recorded window could not be reserved ('' when it was, or was not tried)."""

@@ -276,6 +276,23 @@ def test_idempotent_kernel_is_reset_only_before_each_configuration(vecadd_path):
         assert replayer.idempotent is None and replayer.last_timing["reset_each_launch"] is True
 
 
+def test_get_ready_proves_the_reset_policy_before_any_configuration(vecadd_path):
+    """What a server's Prepare does on each worker: the proof's two baseline launches happen then, and the
+    first configuration's result is the same as without it."""
+    from mneme.replay import Replayer
+
+    rec = RecordedExecution.from_json(str(vecadd_path))
+    record_id = rec.single_instance().record_id
+    with Replayer(rec, record_id) as replayer:
+        assert replayer.idempotent is None
+        assert replayer.get_ready() == ""
+        assert replayer.idempotent is True and replayer.healthy
+        result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
+        assert result.status == "verified", result.error
+        assert replayer.last_timing["reset_each_launch"] is False
+        assert replayer.get_ready() == ""  # once proven, nothing more to do
+
+
 def test_a_variant_that_is_correct_but_not_idempotent_is_judged_with_resets(vecadd_path):
     """reset='auto' proves the recorded vector add idempotent; a rewrite that is right from the recorded memory
     (c starts at 12345: c = a + b + (c - 12345)) but wrong on its own output is replayed again with the resets

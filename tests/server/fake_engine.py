@@ -9,6 +9,10 @@ What a replay does is chosen by the configuration's ``passes``:
   "compile-crash"  the compile pool's process dies; the replay itself verifies
   "compile:S"  its compile takes S seconds; the replay verifies
   anything     verified; exec_time = block.x ns per launch
+What preparing does (``get_ready``, the one-time device work) is chosen by the record id:
+  "ready-hang"   never returns (the watchdog must act)
+  "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
+  anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -35,6 +39,16 @@ class FakePrepared:
     replay_seconds: float = 0.0
     device_bytes: int = 1 << 20
     healthy: bool = True
+
+    def get_ready(self):
+        if self.record_id == "ready-hang":
+            time.sleep(3600)
+        if self.record_id == "ready-fault":
+            self.healthy = False
+            return "the recorded baseline faulted (simulated): CUDA_ERROR_ILLEGAL_ADDRESS"
+        with open(Path(self.log_dir) / "ready.log", "a") as log:
+            log.write(f"{self.record_id} {os.getpid()}\n")
+        return ""
 
     def run(self, config, iterations, warmup, compiled=None):
         with open(Path(self.log_dir) / "runs.log", "a") as log:

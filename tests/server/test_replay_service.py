@@ -151,6 +151,32 @@ def test_prepare_restores_on_every_worker(served):
     response = stub.Prepare(replay_pb2.PrepareRequest(instance=request().instance), timeout=20)
     assert response.workers_prepared == 2 and response.device_bytes == 1 << 20
     assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).prepared_instance_bytes == 2 << 20
+    # Each worker did the instance's one-time device work then, not in a first configuration.
+    ready = (served[2] / "ready.log").read_text().split("\n")[:-1]
+    assert sorted(line.split()[0] for line in ready) == [request().instance.record_id] * 2
+    assert len({line.split()[1] for line in ready}) == 2
+
+
+def test_prepare_that_cannot_get_ready_fails_clearly_and_the_server_goes_on(served):
+    stub, server, log, _ = served
+    instance = request(record_id="ready-fault").instance
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Prepare(replay_pb2.PrepareRequest(instance=instance), timeout=20)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "cannot replay it: the recorded baseline faulted (simulated)" in err.value.details()
+    assert "the worker was replaced" in err.value.details()
+    assert result_from_proto(stub.Replay(request(), timeout=20).result).verified  # fresh workers serve
+
+
+def test_prepare_that_hangs_is_stopped_by_the_watchdog(served):
+    stub, server, log, _ = served
+    instance = request(record_id="ready-hang").instance
+    started = time.monotonic()
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Prepare(replay_pb2.PrepareRequest(instance=instance), timeout=30)
+    assert time.monotonic() - started < 15  # the 1 s watchdog, then the worker's replacement
+    assert "watchdog" in err.value.details()
+    assert result_from_proto(stub.Replay(request(), timeout=20).result).verified
 
 
 def test_health_reports_serving(served):
