@@ -206,9 +206,11 @@ class Replayer:
         counted in any configuration's time. '' when this Replayer can run; otherwise why it cannot
         (the proof lost the CUDA context: drop this Replayer and replace the process)."""
         self.uses_resets()
-        if self.healthy:
-            return ""
-        return self._proof_failure[1] if self._proof_failure else "the CUDA context was lost"
+        return "" if self.healthy else self._why_unusable()[1]
+
+    def _why_unusable(self) -> tuple[str, str]:
+        """(status, error) of a Replayer that is no longer healthy."""
+        return self._proof_failure or (STATUS_RUNTIME_ERROR, "the CUDA context was lost")
 
     @property
     def window_error(self) -> str:
@@ -301,7 +303,7 @@ class Replayer:
 
         resets_each_launch = self.uses_resets()  # the first run with reset='auto' proves idempotence
         if not self.healthy:
-            status, error = self._proof_failure or (STATUS_RUNTIME_ERROR, "the CUDA context was lost")
+            status, error = self._why_unusable()
             return fail(status, error, executed=True)
 
         # Code.
