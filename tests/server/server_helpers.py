@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -75,6 +76,15 @@ def stub_for(port: int) -> replay_pb2_grpc.ReplayServiceStub:
 def runs(log_dir: Path) -> list[str]:
     path = log_dir / "runs.log"
     return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for(condition, what: str, seconds: float = 10.0) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``seconds`` (never a fixed sleep:
+    a loaded CI machine takes longer)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {seconds} s"
+        time.sleep(0.01)
 
 
 ENGINE_ARGS = ["--engine", "fake_engine:spec_from_env"]

@@ -7,7 +7,7 @@ import urllib.request
 
 import grpc
 import pytest
-from server_helpers import RECORD_DB, RECORD_ID, free_port, make_server, request, runs, store, stub_for  # noqa: F401
+from server_helpers import RECORD_DB, RECORD_ID, free_port, make_server, request, runs, store, stub_for, wait_for  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2
@@ -63,10 +63,8 @@ def test_faults_and_hangs_fail_only_their_configuration(served):
     info = stub.GetServerInfo(replay_pb2.ServerInfoRequest())
     assert info.worker_restarts == 3 and info.replays_completed == 7 and info.engine == "fake"
     assert (info.gpu_name, info.arch) == ("fake GPU", "sm_test")
-    deadline = time.monotonic() + 10
-    while stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready < 2:  # respawned workers come back
-        assert time.monotonic() < deadline, "replaced workers did not pass their self-test"
-        time.sleep(0.05)
+    wait_for(lambda: stub.GetServerInfo(replay_pb2.ServerInfoRequest()).workers_ready == 2,
+             "replaced workers pass their self-test and come back")
 
     m = _metrics(metrics_port)
     assert m["mneme_replays_total{outcome=verified}"] == 3
@@ -193,11 +191,11 @@ def test_health_reports_serving(served):
 def test_queued_work_waits_and_a_cancelled_call_never_runs(serve, tmp_path):
     server, stub = serve(workers=1, depth=1)
     busy = stub.Replay.future(request("slow:0.6", 1), timeout=30)
-    time.sleep(0.2)
+    wait_for(lambda: runs(tmp_path / "log"), "the slow configuration started on the only worker")
     queued = stub.Replay.future(request("default<O3>", 2), timeout=30)
     doomed = stub.Replay.future(request("default<O3>", 3), timeout=30)
-    time.sleep(0.1)
-    assert stub.GetServerInfo(replay_pb2.ServerInfoRequest()).queue_depth == 2
+    wait_for(lambda: stub.GetServerInfo(replay_pb2.ServerInfoRequest()).queue_depth == 2,
+             "two configurations queued behind it", seconds=0.5)
     doomed.cancel()
     assert result_from_proto(busy.result().result).verified
     assert result_from_proto(queued.result().result).exec_time[0] == 2
@@ -219,10 +217,7 @@ def test_innocent_work_queued_behind_a_crash_is_not_lost(serve, tmp_path):
 def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
     server, stub = serve(workers=1, depth=1)
     call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("default<O3>", i, str(i)) for i in (2, 3, 4)]))
-    deadline = time.monotonic() + 10
-    while not runs(tmp_path / "log"):
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_for(lambda: runs(tmp_path / "log"), "the slow configuration started")
     call.cancel()
     time.sleep(0.8)
     assert [line.split()[1] for line in runs(tmp_path / "log")] == ["1"]
