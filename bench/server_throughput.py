@@ -25,6 +25,12 @@ every compile variant had its first result to the sweep's end ("cold after
 compiles"): the part of a sweep that a second GPU can share, where the start
 (a compile and a round trip, the same on one GPU and on two) is not.
 
+``--compile-ahead`` (default ``no,yes``: both, side by side): with ``yes`` the
+executor names the space's code variants (``compile_ahead``, as ``mneme tune``
+does with its search space), so each server compiles them while it prepares
+the instance; the timed sweep then waits for no compile, and the start-up
+column shows what preparing took.
+
     python bench/server_throughput.py                  # 1 GPU, and 2 if present
     python bench/server_throughput.py --repeats 9 --workers-per-gpu 3
     python bench/server_throughput.py --transports stream,unary   # the executor's two transports side by side
@@ -130,9 +136,11 @@ def timeline(arrivals: list) -> dict:
 
 
 def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode: str, transport: str,
-            workdir: Path, index: int) -> list[dict]:
-    """Fresh servers on ``gpus`` GPUs, cold compile caches: the timed sweep (and, concurrent, the warm passes)."""
-    tag = f"{gpus}gpu-{mode}-{transport}-{index}"
+            ahead: bool, workdir: Path, index: int) -> list[dict]:
+    """Fresh servers on ``gpus`` GPUs, cold compile caches: the timed sweep (and, concurrent, the warm passes).
+    ``ahead``: the executor names the space's code variants (``compile_ahead``), so the servers compile
+    them while they prepare, before the timed sweep."""
+    tag = f"{gpus}gpu-{mode}-{transport}-{'ahead' if ahead else 'cold'}-{index}"
     os.environ["MNEME_CACHE_DIR"] = str(workdir / f"cache-{tag}")  # the servers' compile caches start empty
     server_args = shlex.split(args.server_args)
     extra = {"server_args": server_args}
@@ -142,7 +150,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     executor = AsyncReplayExecutor(
         record_db=database, record_id=record_id, iterations=args.iterations, warmup=args.warmup,
         results_db_dir=str(workdir / f"results-{tag}"), num_workers=gpus * args.workers_per_gpu,
-        local_gpus=list(range(gpus)), transport=transport, **extra,
+        local_gpus=list(range(gpus)), transport=transport, compile_ahead=configs if ahead else (), **extra,
     )
     try:
         baseline = executor.evaluate(ExperimentConfiguration.from_dict({
@@ -162,7 +170,7 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     for phase, submitted, results, seconds, cpu in phases:
         verified = [r for r in results if r.verified]
         rows.append({
-            "gpus": gpus, "mode": mode, "transport": transport, "phase": phase, "configs": len(submitted), "verified": len(verified),
+            "gpus": gpus, "mode": mode, "transport": client_setup(transport, ahead), "phase": phase, "ahead": ahead, "configs": len(submitted), "verified": len(verified),
             "seconds": seconds, "rate": len(verified) / seconds, "startup": startup, "client_cpu": cpu / seconds,
             "after_compiles": rate_after_compiles(arrivals) if phase == "cold" else None,
             "per_gpu": collections.Counter(r.gpu_id for r in results),
@@ -171,13 +179,18 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
             if verified else 0.0,
         })
         if phase == "cold" and args.timeline:
-            print(f"timeline {gpus} GPU {mode} {transport} run {index}: {json.dumps(timeline(arrivals))}", flush=True)
+            print(f"timeline {gpus} GPU {mode} {client_setup(transport, ahead)} run {index}: "
+                  f"{json.dumps(timeline(arrivals))}", flush=True)
     return rows
 
 
-def describe(phase: str, configs: int, warm_passes: int) -> str:
+def client_setup(transport: str, ahead: bool) -> str:
+    return f"{transport}, compiled ahead" if ahead else transport
+
+
+def describe(phase: str, configs: int, warm_passes: int, ahead: bool = False) -> str:
     if phase == "cold":
-        return f"{configs} configs, cold compile cache"
+        return f"{configs} configs, code compiled by Prepare" if ahead else f"{configs} configs, cold compile cache"
     return f"{warm_passes} x {configs // warm_passes} configs, warm cache"
 
 
@@ -187,12 +200,12 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
           f"each row: the median of its runs (each run: fresh servers, timed after a baseline replay); "
           f"client CPU: the CPU time of this process (the executor's threads) over the row's seconds, "
           f"100% = one core\n")
-    print(f"| {'setup':<38} | {'timed in each run':<34} | runs | verified  | configs/s | min..max      "
+    print(f"| {'setup':<50} | {'timed in each run':<36} | runs | verified  | configs/s | min..max      "
           f"| vs reference | per GPU     | start-up s | kernel us | client CPU |")
-    print(f"|{'-' * 40}|{'-' * 36}|------|-----------|-----------|---------------|--------------|-------------|"
+    print(f"|{'-' * 52}|{'-' * 38}|------|-----------|-----------|---------------|--------------|-------------|"
           f"------------|-----------|------------|")
     reference_rate = REFERENCE_CONFIGS / REFERENCE_SECONDS
-    print(f"| {'reference (Mneme/HIP, 1 GPU)':<38} | {'80 configs':<34} | {1:>4} | {'80/80':>9} | "
+    print(f"| {'reference (Mneme/HIP, 1 GPU)':<50} | {'80 configs':<36} | {1:>4} | {'80/80':>9} | "
           f"{reference_rate:>9.1f} | {'':<13} | {1.0:>11.1f}x | {'':<11} | {'':>10} | {'':>9} | {'':>10} |")
     groups = collections.defaultdict(list)
     for row in rows:
@@ -206,31 +219,35 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
         per_gpu = "/".join(str(share[g]) for g in sorted(share))
         verified = f"{sum(r['verified'] for r in runs)}/{sum(r['configs'] for r in runs)}"
         setup = f"mneme, {gpus} GPU{'s' if gpus > 1 else ''}, {mode}, {transport}"
-        print(f"| {setup:<38} | {describe(phase, runs[0]['configs'], args.warm_passes):<34} | {len(runs):>4} | "
+        print(f"| {setup:<50} | {describe(phase, runs[0]['configs'], args.warm_passes, runs[0]['ahead']):<36} | "
+              f"{len(runs):>4} | "
               f"{verified:>9} | {median:>9.1f} | {f'{min(rates):.0f}..{max(rates):.0f}':<13} | "
               f"{median / reference_rate:>11.1f}x | {per_gpu:<11} | "
               f"{statistics.median(r['startup'] for r in runs):>10.2f} | "
               f"{statistics.median(r['kernel_us'] for r in runs):>9.1f} | "
               f"{statistics.median(r['client_cpu'] for r in runs):>9.0%} |")
 
-    pairs = [(transport, mode, phase) for transport in args.transports.split(",")
+    setups = list(dict.fromkeys(row["transport"] for row in rows))
+    pairs = [(transport, mode, phase) for transport in setups
              for mode, phase in [("concurrent", "cold"), ("concurrent", "warm"), ("sequential", "cold")]
              if groups.get((transport, mode, phase, 1)) and groups.get((transport, mode, phase, 2))]
     if pairs:
-        print(f"\n| {'2 GPUs / 1 GPU':<40} | ratio of medians | run by run (min..max) | target                  |")
-        print(f"|{'-' * 42}|------------------|-----------------------|-------------------------|")
+        print(f"\n| {'2 GPUs / 1 GPU':<56} | ratio of medians | run by run (min..max) | target                                 |")
+        print(f"|{'-' * 58}|------------------|-----------------------|----------------------------------------|")
     for transport, mode, phase in pairs:
         one, two = groups[(transport, mode, phase, 1)], groups[(transport, mode, phase, 2)]
         ratio = medians[(transport, mode, phase, 2)] / medians[(transport, mode, phase, 1)]
         paired = [b["rate"] / a["rate"] for a, b in zip(one, two)]  # runs were interleaved: pair them
         if (mode, phase) == ("concurrent", "cold"):
             target = f">= {TWO_GPU_TARGET}x: {'met' if ratio >= TWO_GPU_TARGET else 'NOT met'}"
+            if one[0]["ahead"]:
+                target += ", code compiled ahead"
         elif mode == "sequential":
             target = "none: one at a time"
         else:
             target = "none: steady rate"
-        print(f"| {f'{mode}, {phase}, {transport}':<40} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
-              f"{target:<23} |")
+        print(f"| {f'{mode}, {phase}, {transport}':<56} | {ratio:>15.2f}x | {f'{min(paired):.2f}..{max(paired):.2f}':<21} | "
+              f"{target:<38} |")
         if (mode, phase) != ("concurrent", "cold"):
             continue
         after = [(a["after_compiles"], b["after_compiles"]) for a, b in zip(one, two)
@@ -238,8 +255,8 @@ def print_tables(args, rows: list[dict], variants: str) -> None:
         if after:
             ratio = statistics.median(b for _, b in after) / statistics.median(a for a, _ in after)
             paired = [b / a for a, b in after]
-            print(f"| {f'{mode}, cold after compiles, {transport}':<40} | {ratio:>15.2f}x | "
-                  f"{f'{min(paired):.2f}..{max(paired):.2f}':<21} | {'none: part of a sweep':<23} |")
+            print(f"| {f'{mode}, cold after compiles, {transport}':<56} | {ratio:>15.2f}x | "
+                  f"{f'{min(paired):.2f}..{max(paired):.2f}':<21} | {'none: part of a sweep':<38} |")
     best_one = max((m for (_, mode, phase, gpus), m in medians.items() if gpus == 1 and phase == "cold"), default=0)
     print(f"\nbest median on 1 GPU (cold sweeps): {best_one:.1f} configs/s (target >= {ONE_GPU_TARGET:g}: "
           f"{'met' if best_one >= ONE_GPU_TARGET else 'NOT met'})")
@@ -259,6 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--modes", default="sequential,concurrent", help="sequential (reference loop), concurrent")
     p.add_argument("--transports", default="stream",
                    help="how the executor sends requests: stream, unary, or both to compare (default stream)")
+    p.add_argument("--compile-ahead", default="no,yes",
+                   help="no: the cold sweep compiles its code variants; yes: the executor names them "
+                        "(compile_ahead) and the servers compile them while preparing, before the sweep; "
+                        "no,yes (default): both, side by side")
     p.add_argument("--repeats", type=int, default=5, help="runs of each setup, fresh servers each (default 5)")
     p.add_argument("--warm-passes", type=int, default=5,
                    help="passes over the space after each cold concurrent sweep, warm cache (default 5; 0: none)")
@@ -273,6 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--repeats must be at least 1")
     if not set(args.transports.split(",")) <= set(TRANSPORTS):
         p.error(f"--transports: each one of {', '.join(TRANSPORTS)}")
+    if not args.compile_ahead or not set(args.compile_ahead.split(",")) <= {"no", "yes"}:
+        p.error("--compile-ahead: no, yes, or no,yes")
 
     from mneme.format.synthetic import write_vecadd_recording
     from mneme.recorded_execution import RecordedExecution
@@ -297,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
         for index in range(args.repeats):  # interleaved, so that drift of the machine hits every setup alike
             for mode in args.modes.split(","):
                 for transport in args.transports.split(","):
-                    for count in sorted({1, visible}):
-                        rows += one_run(args, recording.path, recording.dynamic_hash, count, configs, mode,
-                                        transport, workdir, index)
+                    for ahead in args.compile_ahead.split(","):
+                        for count in sorted({1, visible}):
+                            rows += one_run(args, recording.path, recording.dynamic_hash, count, configs, mode,
+                                            transport, ahead == "yes", workdir, index)
     print_tables(args, rows, variants)
     return 0
 

@@ -9,6 +9,9 @@ The tuning loop stays simple and synchronous (``evaluate``) or fans out
   stops them with the executor. ``num_workers`` worker processes are spread
   over the GPUs (more workers than GPUs puts several on a GPU).
 * ``servers=["host:port", ...]`` spreads the work over running servers.
+* ``compile_ahead=[configs]`` has every server compile the code of those
+  configurations while it prepares the instance (one per code variant of a
+  search space is enough), so that no replay of them waits for a compile.
 
 Every result stays attached to its configuration (a request id per
 submission); a server that goes away has its outstanding work retried on
@@ -51,6 +54,8 @@ from mneme.mneme_types import (
 )
 
 RESULTS_FILE = "results.jsonl"
+#: Code variants one executor may ask its servers to compile ahead (a server's Prepare takes at most this many).
+MAX_COMPILE_AHEAD = 4096
 #: How requests travel: all over one ReplayBatchStream call per server (fewer gRPC messages per
 #: configuration in client and server), or one Replay call each.
 TRANSPORTS = ("stream", "unary")
@@ -245,6 +250,7 @@ class AsyncReplayExecutor:
         server_env: Mapping[str, str] | None = None,
         server_startup_timeout: float = 120.0,
         transport: str = "stream",
+        compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -263,6 +269,7 @@ class AsyncReplayExecutor:
         self.max_attempts = max_attempts
         self.retry_window = retry_window
         self.transport = transport
+        self._ahead = _code_variants(compile_ahead)
         store, key = _split_database(self.record_db)
         self.record_key = record_key or key
         self._results_path: Path | None = None
@@ -314,8 +321,9 @@ class AsyncReplayExecutor:
 
     def wait_prepared(self, timeout: float | None = None) -> None:
         """Wait until every server has prepared the instance (the call made on connecting): its workers
-        restored it and its compile processes read it. A benchmark's timed part starts after this. A
-        failed preparation is not raised here: its reason comes back with the replays."""
+        restored it, its compile processes read it and compiled the ``compile_ahead`` code. A benchmark's
+        timed part starts after this. A failed preparation is not raised here: its reason comes back with
+        the replays."""
         deadline = None if timeout is None else time.monotonic() + timeout
         for server in self._servers:
             if server.preparing is None:
@@ -390,6 +398,7 @@ class AsyncReplayExecutor:
 
     def _connect(self, address: str) -> _Server:
         from mneme._proto import replay_pb2, replay_pb2_grpc
+        from mneme._proto.convert import config_to_proto
 
         options = [("grpc.max_receive_message_length", 4 << 20)]
         if self._server_name:
@@ -402,10 +411,13 @@ class AsyncReplayExecutor:
         try:
             info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
             server.capacity = server_capacity(int(info.workers), self.transport)
-            # Restore the instance on every worker and have every compile process read it now, not in the
-            # first replays (errors surface with those); wait_prepared() waits for it.
+            # Restore the instance on every worker, have every compile process read it and compile the
+            # compile_ahead code now, not in the first replays (errors surface with those); wait_prepared()
+            # waits for it.
             server.preparing = server.stub.Prepare.future(
-                replay_pb2.PrepareRequest(instance=self._instance_ref()), metadata=self._metadata())
+                replay_pb2.PrepareRequest(instance=self._instance_ref(),
+                                          compile=[config_to_proto(config) for _, config in self._ahead]),
+                metadata=self._metadata())
             # Preparing compiles the recorded launch's code there: its configurations need no compile wait.
             server.preparing.add_done_callback(lambda call: self._events.put(("prepared", server, call)))
         except grpc.RpcError as exc:
@@ -468,6 +480,8 @@ class AsyncReplayExecutor:
             server, call = event[1], event[2]
             if call.code() == grpc.StatusCode.OK:
                 server.compiled.add(_RECORDED_CODE)
+                errors = call.result().compile_errors
+                server.compiled.update(code for (code, _), error in zip(self._ahead, errors) if not error)
         elif kind == "abandon":
             for task in self._backlog:
                 self._finish(task, ExperimentResult.failure(
@@ -704,6 +718,20 @@ class _LocalServer:
 def _stop_servers(servers: list[_LocalServer]) -> None:
     for local in servers:
         local.stop()
+
+
+def _code_variants(configs: Sequence[ExperimentConfiguration | Mapping[str, Any]]) \
+        -> list[tuple[str, ExperimentConfiguration]]:
+    """One (code, configuration) per distinct ``code_knobs`` of ``configs``, in their order."""
+    variants: dict[str, ExperimentConfiguration] = {}
+    for config in configs:
+        if not isinstance(config, ExperimentConfiguration):
+            config = ExperimentConfiguration.from_dict(config)
+        variants.setdefault(code_of(config), config)
+    if len(variants) > MAX_COMPILE_AHEAD:
+        raise ConfigurationError(f"compile_ahead names {len(variants)} code variants; at most {MAX_COMPILE_AHEAD} "
+                                 "(compile the likeliest ones ahead, the others compile when first replayed)")
+    return list(variants.items())
 
 
 def _split_database(record_db: str) -> tuple[str, str]:

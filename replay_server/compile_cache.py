@@ -13,7 +13,10 @@ recording, find the compiler) when it is prepared, so that the first compile
 of each process during tuning costs only the compile. Other work goes to an
 idle process, or waits in one queue until the first process to finish takes
 it: a compile never waits behind a process that is still starting or warming
-while another one is free.
+while another one is free. Compiles asked for ahead of any replay (``Prepare``'s
+list: ``request_counted(..., ahead=True)``) wait in a queue of their own that
+a process takes from only when no replay's compile waits; a replay that needs
+one of them before it started moves it to the front.
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class CompileCache:
         self._processes = [self._new_process() for _ in range(max(processes, 1))]
         self._waiting = [0] * len(self._processes)  # submitted and not finished, per process
         self._pending: deque[tuple[Future, tuple]] = deque()  # (future, call) waiting for an idle process
+        self._ahead: "OrderedDict[str, tuple[Future, tuple]]" = OrderedDict()  # the same, asked for ahead, by key
         self._warmed: set[tuple] = set()  # (process index, instance, arch) each process has read
         self._entries: "OrderedDict[str, Future]" = OrderedDict()
         self._lock = threading.RLock()  # a submit can complete at once and re-enter through its callback
@@ -92,14 +96,18 @@ class CompileCache:
         return ProcessPoolExecutor(max_workers=1, mp_context=self._mp, initializer=exit_with_parent,
                                    initargs=(os.getpid(),))
 
-    def _submit(self, index: int | None, *call: Any) -> Future:
-        """Run ``call`` in process ``index``, or (None) in the first process that is idle."""
+    def _submit(self, index: int | None, *call: Any, ahead_key: str | None = None) -> Future:
+        """Run ``call`` in process ``index``, or (None) in the first process that is idle; when none is,
+        it waits (with ``ahead_key``: in the queue of compiles asked for ahead, under that key)."""
         with self._lock:
             if index is None:
                 idle = [i for i, n in enumerate(self._waiting) if n == 0]
                 if not idle:
                     work: Future = Future()
-                    self._pending.append((work, call))
+                    if ahead_key is None:
+                        self._pending.append((work, call))
+                    else:
+                        self._ahead[ahead_key] = (work, call)
                     return work
                 index = idle[0]
             return self._start(index, call)
@@ -124,8 +132,8 @@ class CompileCache:
     def _finished_one(self, index: int) -> None:
         with self._lock:
             self._waiting[index] -= 1
-            while self._pending and self._waiting[index] == 0:
-                queued, call = self._pending.popleft()
+            while (self._pending or self._ahead) and self._waiting[index] == 0:
+                queued, call = self._pending.popleft() if self._pending else self._ahead.popitem(last=False)[1]
                 if not queued.set_running_or_notify_cancel():
                     continue
                 try:
@@ -162,13 +170,17 @@ class CompileCache:
         """A future of the compiled product (shared by every request with the same key)."""
         return self.request_counted(instance, config, arch)[0]
 
-    def request_counted(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str) -> tuple[Future, bool]:
-        """``request``, and whether it was a hit (an entry existed, compiled or compiling)."""
+    def request_counted(self, instance: InstanceKey, config: ExperimentConfiguration, arch: str,
+                        ahead: bool = False) -> tuple[Future, bool]:
+        """``request``, and whether it was a hit (an entry existed, compiled or compiling). ``ahead``: no
+        replay waits for it yet, so it yields to every replay's compile until one asks for it."""
         key = compile_key(instance, config, arch)
         with self._lock:
             cached = self._entries.get(key)
             if cached is not None:
                 self._entries.move_to_end(key)
+                if not ahead and key in self._ahead:  # a replay needs it now: before every compile asked ahead
+                    self._pending.append(self._ahead.pop(key))
                 self.hits += 1
                 self._metrics.compile_hits.inc()
                 return cached, True
@@ -178,7 +190,8 @@ class CompileCache:
             self._entries[key] = product
             while len(self._entries) > self._max_entries:
                 self._entries.popitem(last=False)
-        work = self._submit(None, _timed_compile, self._function, instance, config.to_dict(), arch)
+        work = self._submit(None, _timed_compile, self._function, instance, config.to_dict(), arch,
+                            ahead_key=key if ahead else None)
         work.add_done_callback(lambda done: self._finish(key, product, done))
         return product, False
 
@@ -198,7 +211,8 @@ class CompileCache:
 
     def close(self) -> None:
         with self._lock:
-            pending, self._pending = list(self._pending), deque()
+            pending, self._pending = list(self._pending) + list(self._ahead.values()), deque()
+            self._ahead.clear()
         for queued, _ in pending:
             queued.cancel()
         for process in self._processes:

@@ -32,6 +32,8 @@ MAX_ITERATIONS = 100_000
 MAX_WARMUP = 10_000
 MAX_TIMEOUT_SECONDS = 24 * 3600
 COMPILER_WARM_SECONDS = 120.0  # Prepare waits this long at most for the compile processes to read the instance
+COMPILE_AHEAD_SECONDS = 120.0  # and this long at most for the compiles its request lists
+MAX_COMPILE_AHEAD = 4096  # configurations one Prepare may ask to compile (the compile cache's size)
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -198,26 +200,50 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             yield ready
 
     def Prepare(self, request, context):
+        """Restore the instance on every worker; meanwhile the compile processes read it and compile the
+        code of ``request.compile`` (when the GPU arch is not known yet, once the workers report it)."""
         try:
             if not request.HasField("instance"):
                 raise RequestError("INVALID_ARGUMENT", "the request names no instance (record_db, record_id)")
+            if len(request.compile) > MAX_COMPILE_AHEAD:
+                raise RequestError("INVALID_ARGUMENT", f"Prepare lists {len(request.compile)} configurations to "
+                                   f"compile; at most {MAX_COMPILE_AHEAD} (one per code variant is enough)")
             instance = self._instance(request.instance)
             jobs = self.pool.prepare_everywhere(lambda: Job("prepare", instance, timeout=self.watchdog))
+            compiling = self._compile_ahead(instance, request.compile) if self.pool.arch else None
             outcomes: list[JobOutcome] = [job.future.result() for job in jobs]
         except RequestError as exc:
             _abort(context, exc)
-        self._warm_compilers(instance)
+        if compiling is None:
+            compiling = self._compile_ahead(instance, request.compile)
         return replay_pb2.PrepareResponse(
-            device_bytes=max(o.device_bytes for o in outcomes), workers_prepared=len(outcomes)
+            device_bytes=max(o.device_bytes for o in outcomes), workers_prepared=len(outcomes),
+            compile_errors=_compile_errors(compiling),
         )
 
-    def _warm_compilers(self, instance: InstanceKey) -> None:
-        """Every compile process reads the instance now, not in the first configurations of a sweep.
-
-        A warm-up that fails is ignored: the same failure comes back with the compile that needs it.
-        """
-        if self.compile_cache is not None and self.pool.arch:
-            futures.wait(self.compile_cache.warm(instance, self.pool.arch), timeout=COMPILER_WARM_SECONDS)
+    def _compile_ahead(self, instance: InstanceKey, configs) -> list[Future | str]:
+        """Every compile process reads the instance (a warm-up that fails is ignored: the same failure
+        comes back with the compile that needs it); then the compiles of ``configs`` start, each behind
+        every replay's compile. Per configuration: the future of its product, or why there is none."""
+        cache, arch = self.compile_cache, self.pool.arch
+        if cache is None or not arch:
+            why = "this server has no compile pool" if cache is None else "no worker has reported the GPU yet"
+            return [f"{why}: the replay compiles its code" for _ in configs]
+        warming = cache.warm(instance, arch)
+        compiling: list[Future | str] = []
+        for message in configs:
+            try:
+                config = config_from_proto(message)
+            except MnemeError as exc:
+                compiling.append(f"unreadable configuration: {exc}")
+                continue
+            errors = config.validation_errors()
+            if errors:
+                compiling.append("invalid configuration: " + "; ".join(errors))
+            else:
+                compiling.append(cache.request_counted(instance, config, arch, ahead=True)[0])
+        futures.wait(warming, timeout=COMPILER_WARM_SECONDS)
+        return compiling
 
     def GetServerInfo(self, request, context):
         capabilities = ["replay", "stream", "batch-stream", "prepare", "watchdog", "fault-isolation"]
@@ -245,6 +271,24 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             arch=str(self.pool.device.get("arch", "")),
             gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
+
+
+def _compile_errors(compiling: list[Future | str]) -> list[str]:
+    """``PrepareResponse.compile_errors``: "" for each compiled product, else why there is none."""
+    pending = [c for c in compiling if isinstance(c, Future)]
+    futures.wait(pending, timeout=COMPILE_AHEAD_SECONDS)
+    errors = []
+    for outcome in compiling:
+        if isinstance(outcome, str):
+            errors.append(outcome)
+        elif not outcome.done():
+            errors.append(f"still compiling after {COMPILE_AHEAD_SECONDS:g} s; a replay of it waits for the compile")
+        elif outcome.cancelled() or outcome.exception() is not None:
+            error = "the compile was cancelled" if outcome.cancelled() else str(outcome.exception())
+            errors.append(f"compile failed: {error}")
+        else:
+            errors.append("")
+    return errors
 
 
 def _response(request_id: str, outcome: JobOutcome) -> replay_pb2.ReplayResponse:

@@ -13,7 +13,7 @@ from mneme import __version__
 from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
 from mneme.tuning.sample_strategy import make_strategy
-from mneme.tuning.search_space import SearchSpace, baseline_checked, describe_space
+from mneme.tuning.search_space import SearchSpace, baseline_checked, code_variants, describe_space
 from tuner.errors import TuningError
 from tuner.export import write_export
 from tuner.interrupts import sigterm_as_interrupt
@@ -26,12 +26,15 @@ from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
 from tuner.space_factory import build_space
 from tuner.summary import best_document, summary_document
 
-ExecutorFactory = Callable[[TuneOptions, Path], Executor]
+#: (options, results directory, configurations whose code to compile ahead) -> executor
+ExecutorFactory = Callable[[TuneOptions, Path, "list[ExperimentConfiguration]"], Executor]
 InstanceLoader = Callable[[str, str], "tuple[Any, KernelIdentity]"]
 
 
-def default_executor(options: TuneOptions, results_dir: Path) -> Executor:
-    """The real executor: local replay workers, or the replay servers of ``--servers``."""
+def default_executor(options: TuneOptions, results_dir: Path,
+                     compile_ahead: "list[ExperimentConfiguration]" = ()) -> Executor:
+    """The real executor: local replay workers, or the replay servers of ``--servers``; the servers
+    compile ``compile_ahead``'s code while they prepare the instance."""
     try:
         from mneme.async_executor import AsyncReplayExecutor
     except ImportError as exc:
@@ -44,6 +47,7 @@ def default_executor(options: TuneOptions, results_dir: Path) -> Executor:
         results_db_dir=str(results_dir / "replays"),
         num_workers=options.workers,
         servers=options.servers,
+        compile_ahead=compile_ahead,
     )
 
 
@@ -135,7 +139,8 @@ class TuneRun:
         executor = None
         complete = False
         try:
-            executor = self.executor_factory(o, results.path)
+            # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
+            executor = self.executor_factory(o, results.path, [] if o.baseline_only else code_variants(space))
             baseline = self._baseline(space, executor, results, reporter)
             if o.baseline_only:
                 complete = True

@@ -148,18 +148,22 @@ class ReplayResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., result: _Optional[_Union[Result, _Mapping]] = ..., worker: _Optional[str] = ..., queued_seconds: _Optional[float] = ..., server_seconds: _Optional[float] = ..., error_code: _Optional[str] = ..., error_message: _Optional[str] = ...) -> None: ...
 
 class PrepareRequest(_message.Message):
-    __slots__ = ("instance",)
+    __slots__ = ("instance", "compile")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_FIELD_NUMBER: _ClassVar[int]
     instance: InstanceRef
-    def __init__(self, instance: _Optional[_Union[InstanceRef, _Mapping]] = ...) -> None: ...
+    compile: _containers.RepeatedCompositeFieldContainer[Configuration]
+    def __init__(self, instance: _Optional[_Union[InstanceRef, _Mapping]] = ..., compile: _Optional[_Iterable[_Union[Configuration, _Mapping]]] = ...) -> None: ...
 
 class PrepareResponse(_message.Message):
-    __slots__ = ("device_bytes", "workers_prepared")
+    __slots__ = ("device_bytes", "workers_prepared", "compile_errors")
     DEVICE_BYTES_FIELD_NUMBER: _ClassVar[int]
     WORKERS_PREPARED_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_ERRORS_FIELD_NUMBER: _ClassVar[int]
     device_bytes: int
     workers_prepared: int
-    def __init__(self, device_bytes: _Optional[int] = ..., workers_prepared: _Optional[int] = ...) -> None: ...
+    compile_errors: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, device_bytes: _Optional[int] = ..., workers_prepared: _Optional[int] = ..., compile_errors: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ServerInfoRequest(_message.Message):
     __slots__ = ()

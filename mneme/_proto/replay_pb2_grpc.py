@@ -90,8 +90,9 @@ class ReplayServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Prepare(self, request, context):
-        """Prefetch and restore an instance on every worker of the server, so the
-        first replays of a tuning run do not pay for it.
+        """Prefetch and restore an instance on every worker of the server, and
+        compile the code the client names, so the first replays of a tuning run
+        do not pay for either.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

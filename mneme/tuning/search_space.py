@@ -11,6 +11,7 @@ themselves (``search_space.json``).
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -320,6 +321,26 @@ def iterate_points(space: SearchSpace) -> Iterator[dict[str, Any]]:
     names = list(dims)
     for combo in itertools.product(*(dims[n].values() for n in names)):
         yield dict(zip(names, combo))
+
+
+def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int = 100_000) \
+        -> list[ExperimentConfiguration]:
+    """One configuration per distinct code (``code_knobs``) among the space's points that its constraints
+    admit, in the grid's order: what a tuning run can compile ahead, before its first trial. Empty when
+    the space is continuous, has more than ``max_points`` points, or more than ``max_variants`` codes
+    (a sampler then explores a part of them: each compiles when first replayed)."""
+    size = space_size(space)
+    if size is None or size > max_points:
+        return []
+    variants: dict[str, ExperimentConfiguration] = {}
+    for params in iterate_points(space):
+        if not constraints_checked(space, params):
+            continue
+        config = derive_checked(space, params)
+        variants.setdefault(json.dumps(config.code_knobs(), sort_keys=True), config)
+        if len(variants) > max_variants:
+            return []
+    return list(variants.values())
 
 
 def derive_checked(space: SearchSpace, params: Mapping[str, Any]) -> ExperimentConfiguration:

@@ -118,6 +118,22 @@ def test_async_executor_with_local_servers(faulty, tmp_path):
     assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 5
 
 
+def test_code_compiled_ahead_by_prepare_is_what_the_replays_run(faulty, tmp_path):
+    """compile_ahead: the server compiles each named code variant (nvPTXCompiler or ptxas) while it prepares;
+    the replays of those variants find their code compiled and verify."""
+    from mneme.async_executor import AsyncReplayExecutor
+
+    directory, path, record_id = faulty
+    ahead = [_config(path, 128, codegen_opt=level) for level in range(5)]
+    with AsyncReplayExecutor(record_db=str(path), record_id=record_id, iterations=3, num_workers=1,
+                             compile_ahead=ahead) as executor:
+        executor.wait_prepared(timeout=300)
+        results = [f.result(timeout=300) for f in
+                   [executor.submit(_config(path, block, codegen_opt=level)) for level in range(5) for block in (64, 256)]]
+    assert all(r.verified for r in results), [r.error for r in results if not r.verified]
+    assert all(r.compile_cached for r in results), "a replay compiled code that Prepare had compiled"
+
+
 def test_two_gpus_each_get_a_server_and_share_the_work(tmp_path):
     """The embedded default on a machine with two or more GPUs: one server per GPU, several workers each."""
     import collections

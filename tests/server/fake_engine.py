@@ -8,6 +8,7 @@ What a replay does is chosen by the configuration's ``passes``:
   "raise"      the engine raises (an engine bug: internal_error, worker keeps serving)
   "compile-crash"  the compile pool's process dies; the replay itself verifies
   "compile:S"  its compile takes S seconds; the replay verifies
+  "compile-error"  its compile fails (a compiler error); the replay verifies
   anything     verified; exec_time = block.x ns per launch
 What preparing does (``get_ready``, the one-time device work) is chosen by the record id:
   "ready-hang"   never returns (the watchdog must act)
@@ -84,6 +85,8 @@ def fake_compile(instance, config, arch, log_dir="", seconds=0.01):
             log.write(f"{passes} {os.getpid()}\n")
     if passes == "compile-crash":  # the compiler process dies (a ptxas crash, an OOM kill)
         os._exit(1)
+    if passes == "compile-error":
+        raise RuntimeError("simulated compiler error: ptxas fatal")
     time.sleep(float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds)
     return f"code:{passes}:{arch}".encode()
 

@@ -22,7 +22,7 @@ def test_bench_prints_its_table(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "| reference (Mneme/HIP, 1 GPU)" in done.stdout and "11.3" in done.stdout
     assert "| mneme, 1 GPU, concurrent" in done.stdout and "80/80" in done.stdout
-    for transport in ("stream", "unary"):
+    for transport in ("stream", "unary", "stream, compiled ahead", "unary, compiled ahead"):
         assert f"| mneme, 2 GPUs, concurrent, {transport}" in done.stdout
         assert f"| concurrent, cold, {transport}" in done.stdout
         assert f"| concurrent, cold after compiles, {transport}" in done.stdout
@@ -30,3 +30,4 @@ def test_bench_prints_its_table(tmp_path):
     assert timeline, done.stdout
     first = json.loads(timeline[0].split(": ", 1)[1])["first_result_ms"]
     assert set(first) == {"O0", "O1", "O2", "O3", "O4"}  # every compile variant's first result arrived
+    assert "80 configs, code compiled by Prepare" in done.stdout and "code compiled ahead" in done.stdout

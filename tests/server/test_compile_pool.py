@@ -84,12 +84,42 @@ def test_warm_reads_an_instance_once_per_process_and_caches_the_recorded_launch(
         cache.close()
 
 
+def _compile_stamped(instance, config, arch):
+    """A stand-in compile function: the configuration's codegen_opt and when its compile ran."""
+    import time
+
+    time.sleep(0.05)
+    return config["codegen_opt"], time.monotonic()
+
+
+def test_compiles_asked_ahead_yield_to_replays_and_one_a_replay_needs_moves_up(tmp_path):
+    cache = CompileCache(_compile_stamped, processes=1, metrics=ServerMetrics(0, "test"))
+    instance = InstanceKey(str(tmp_path), "db.json", "1")
+    opt = [ExperimentConfiguration.from_dict({"codegen_opt": level}) for level in range(5)]
+    try:
+        busy = cache._submit(0, _compile_after, instance, {"sleep": 1.0}, "sm_90")  # the only process is busy
+        ahead = [cache.request_counted(instance, opt[level], "sm_90", ahead=True)[0] for level in (0, 1, 2)]
+        replay = cache.request(instance, opt[4], "sm_90")  # a replay's compile: before every one asked ahead
+        promoted, hit = cache.request_counted(instance, opt[2], "sm_90")  # a replay needs one asked ahead
+        assert hit and promoted is ahead[2]
+        busy.result(timeout=60)
+        done = [f.result(timeout=60) for f in (*ahead, replay)]
+        assert [level for level, _ in sorted(done, key=lambda d: d[1])] == [4, 2, 0, 1]
+        again, hit = cache.request_counted(instance, opt[0], "sm_90", ahead=True)  # asked ahead twice: one compile
+        assert hit and again.result(timeout=1) == done[0]
+    finally:
+        cache.close()
+
+
 def test_closing_the_pool_fails_compiles_still_waiting_instead_of_leaving_them_hanging(tmp_path):
     cache = CompileCache(_compile_after, processes=1, metrics=ServerMetrics(0, "test"))
     instance = InstanceKey(str(tmp_path), "db.json", "1")
     busy = cache._submit(0, _compile_after, instance, {"sleep": 3.0}, "sm_90")
     waiting = cache.request(instance, ExperimentConfiguration(), "sm_90")  # no idle process: it waits in the queue
+    ahead = cache.request_counted(instance, ExperimentConfiguration.from_dict({"codegen_opt": 2}), "sm_90",
+                                  ahead=True)[0]  # asked for ahead: in the other queue
     cache.close()
-    with pytest.raises(CancelledError):
-        waiting.result(timeout=10)
+    for future in (waiting, ahead):
+        with pytest.raises(CancelledError):
+            future.result(timeout=10)
     busy.result(timeout=30)

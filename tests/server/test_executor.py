@@ -13,11 +13,22 @@ from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, start_server, stor
 
 from mneme._proto import replay_pb2, replay_pb2_grpc
 from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor, ReplayServerError, server_capacity
+from mneme.errors import ConfigurationError
 from mneme.mneme_types import ExperimentConfiguration
 
 
 def config(passes="default<O3>", block_x=64) -> ExperimentConfiguration:
     return ExperimentConfiguration.from_dict({"block": {"x": block_x}, "passes": passes})
+
+
+def most_held(info, seconds: float) -> int:
+    """The most configurations a server held (running and queued) over the next ``seconds``."""
+    held = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        state = info(replay_pb2.ServerInfoRequest())
+        held = max(held, state.in_flight + state.queue_depth)
+    return held
 
 
 def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path):
@@ -184,16 +195,44 @@ def test_configurations_of_the_recorded_code_go_out_at_once_after_prepare(store,
                                  servers=[address]) as executor:
             executor.wait_prepared(timeout=30)
             futures = [executor.submit(config(block_x=64 * (i + 1))) for i in range(6)]
-            held = 0
-            deadline = time.monotonic() + 0.25  # before the first answer (0.3 s of replay)
-            while time.monotonic() < deadline:
-                state = info(replay_pb2.ServerInfoRequest())
-                held = max(held, state.in_flight + state.queue_depth)
+            held = most_held(info, seconds=0.25)  # before the first answer (0.3 s of replay)
             assert held == 6, f"the server held {held} of 6 configurations before the first answer"
             assert all(f.result(timeout=30).verified for f in futures)
     finally:
         server.kill()
         server.wait()
+
+
+def test_code_compiled_ahead_is_compiled_once_and_its_configurations_go_out_at_once(store, tmp_path):
+    """``compile_ahead``: each server compiles that code while it prepares (one compile per variant, however
+    many configurations name it); its configurations then fill the server's places at once and find the
+    code compiled, and code that failed to compile ahead is compiled (and its error reported) by its replays."""
+    server, address = start_server(store, tmp_path / "log", "--workers", "1", replay_seconds=0.3)
+    info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
+    ahead = [config("compile:0.4", 64), config("compile:0.4", 128), config("default<O1>"), config("compile-error")]
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
+                                 servers=[address], compile_ahead=ahead) as executor:
+            executor.wait_prepared(timeout=30)
+            compiled = (tmp_path / "log" / "compiles.log").read_text()
+            assert (compiled.count("compile:0.4"), compiled.count("default<O1>"), compiled.count("compile-error")) \
+                == (1, 1, 1)
+            futures = [executor.submit(config("compile:0.4", block_x=64 * (i + 1))) for i in range(6)]
+            held = most_held(info, seconds=0.25)  # before the first answer (0.3 s of replay)
+            assert held == 6, f"the server held {held} of 6 configurations before the first answer"
+            results = [f.result(timeout=30) for f in futures]
+            assert all(r.verified and r.compile_cached for r in results)
+            assert executor.evaluate(config("compile-error")).verified  # its replay compiled it (the test engine)
+        assert (tmp_path / "log" / "compiles.log").read_text().count("compile:0.4") == 1
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_compile_ahead_is_bounded():
+    variants = [{"passes": f"instcombine,p{i}"} for i in range(4097)]
+    with pytest.raises(ConfigurationError, match="at most 4096"):
+        AsyncReplayExecutor("db.json", RECORD_ID, servers=["127.0.0.1:1"], compile_ahead=variants)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)

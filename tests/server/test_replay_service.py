@@ -225,6 +225,31 @@ def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
     assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
 
 
+def test_prepare_compiles_the_listed_code_ahead_and_says_what_it_could_not(serve, tmp_path):
+    _, stub = serve(workers=1, compile_processes=2)
+    listed = [request(passes, block_x).config for passes, block_x in
+              (("default<O1>", 64), ("default<O2>", 64), ("default<O2>", 256), ("compile-error", 64))]
+    listed.append(replay_pb2.Configuration(block=replay_pb2.Dim3(x=4096, y=1, z=1), passes="default<O1>"))
+    prepared = stub.Prepare(replay_pb2.PrepareRequest(instance=request().instance, compile=listed), timeout=30)
+    errors = list(prepared.compile_errors)
+    assert errors[:3] == ["", "", ""] and prepared.workers_prepared == 1
+    assert errors[3].startswith("compile failed:") and "simulated compiler error" in errors[3]
+    assert errors[4].startswith("invalid configuration:") and "4096" in errors[4]
+    compiled = [line.split()[0] for line in (tmp_path / "log" / "compiles.log").read_text().splitlines()]
+    assert sorted(c for c in compiled if c != "default<O3>") == ["compile-error", "default<O1>", "default<O2>"]
+    result = result_from_proto(stub.Replay(request("default<O2>", 512), timeout=20).result)
+    assert result.verified and result.compile_cached, "the replay found its code compiled"
+    assert (tmp_path / "log" / "compiles.log").read_text().count("default<O2>") == 1
+
+
+def test_prepare_refuses_an_overlong_compile_list(serve):
+    _, stub = serve(workers=1)
+    listed = [request(block_x=64 + i % 900).config for i in range(4097)]
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Prepare(replay_pb2.PrepareRequest(instance=request().instance, compile=listed), timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 4096" in err.value.details()
+
+
 def test_prepare_has_every_compile_process_read_the_instance(serve, tmp_path):
     _, stub = serve(workers=1, compile_processes=3)
     prepared = stub.Prepare(replay_pb2.PrepareRequest(

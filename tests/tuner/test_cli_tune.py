@@ -19,7 +19,7 @@ def wired(monkeypatch, kernel):
     """Route the CLI's executor and recording loader to the test doubles."""
     executors = []
 
-    def make_executor(options, results_dir):
+    def make_executor(options, results_dir, compile_ahead):
         ex = FakeExecutor(iterations=options.iterations, warmup=options.warmup, workers=options.workers)
         executors.append((options, ex))
         return ex

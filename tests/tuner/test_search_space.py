@@ -14,6 +14,7 @@ from mneme.tuning.search_space import (
     PipelineParam,
     RealParam,
     SearchSpace,
+    code_variants,
     describe_space,
     dimensions_of,
     iterate_points,
@@ -73,6 +74,28 @@ def test_iteration_order_last_dimension_fastest():
     assert len(points) == space_size(TwoDims()) == 15
     assert [p["passes"] for p in points[:5]] == list(PipelineParam("passes").values())
     assert {p["block_dim_x"] for p in points[:5]} == {64}
+
+
+class NoO1AtLargeBlocks(TwoDims):
+    def constraints(self, params):
+        return params["passes"] != "default<O1>"
+
+    def derived(self, params):
+        if params["passes"] == "default<Oz>":  # specialized launch extents: each block size is its own code
+            return super().derived(params).replace(specialize_dims=True)
+        return super().derived(params)
+
+
+def test_code_variants_one_per_code_in_grid_order_or_none_when_too_many():
+    variants = code_variants(TwoDims())
+    assert [c.passes for c in variants] == list(PipelineParam("passes").values())
+    assert all(c.block.x == 64 for c in variants)
+    variants = code_variants(NoO1AtLargeBlocks())
+    assert [(c.passes, c.block.x) for c in variants if c.passes == "default<Oz>"] == \
+        [("default<Oz>", 64), ("default<Oz>", 128), ("default<Oz>", 192)]
+    assert "default<O1>" not in {c.passes for c in variants} and len(variants) == 6
+    assert code_variants(NoO1AtLargeBlocks(), max_variants=5) == []
+    assert code_variants(TwoDims(), max_points=14) == []
 
 
 def test_describe_space_is_json_ready():

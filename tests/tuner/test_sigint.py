@@ -24,7 +24,7 @@ DRIVER = textwrap.dedent("""
     from tuner.recording import KernelIdentity
     from mneme.cli import main
 
-    tuner.run.default_executor = lambda options, d: FakeExecutor(workers=options.workers, delay={delay})
+    tuner.run.default_executor = lambda options, d, ahead: FakeExecutor(workers=options.workers, delay={delay})
     tuner.run.load_instance = lambda db, rid: (vecadd_kernel(), KernelIdentity("vecAdd", "1", rid))
     sys.exit(main(["tune", "-rdb", "r.json", "-rid", "7", "--space-preset", "quick",
                    "--results-dir", {results!r}] + sys.argv[1:]))

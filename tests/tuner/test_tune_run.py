@@ -25,7 +25,12 @@ def tune(tmp_path, loader, executor=None, out=None, **settings):
     options = resolve_options(settings)
     executor = executor or FakeExecutor()
     out = out if out is not None else io.StringIO()
-    rc = run_tune(options, executor_factory=lambda o, d: executor, instance_loader=loader, out=out, is_tty=False)
+
+    def factory(o, d, compile_ahead):
+        executor.compile_ahead = compile_ahead
+        return executor
+
+    rc = run_tune(options, executor_factory=factory, instance_loader=loader, out=out, is_tty=False)
     return rc, executor, out
 
 
@@ -71,6 +76,9 @@ def test_builtin_launch_preset_writes_every_output(tmp_path, loader):
     assert kernel["knobs"]["launch"]["block"] == best["configuration"]["block"]
     assert "BEST:" in out.getvalue() and "[1/" in out.getvalue()
     assert "trial 0" in (run / "logs/tune.log").read_text()
+    # The five pipelines' code compiles ahead, one configuration each (the block size is not in the code).
+    assert sorted(c.passes for c in ex.compile_ahead) == sorted(config["passes"])
+    assert {c.code_knobs()["passes"] for c in ex.submitted} == {c.passes for c in ex.compile_ahead}
 
 
 def test_failures_are_recorded_with_reasons_and_never_best(tmp_path, loader, space_module):
@@ -198,7 +206,7 @@ def test_print_space_dry_run_and_baseline_only(tmp_path, loader, space_module):
     assert doc["baseline"]["block"]["x"] == 256 and doc["search_space"]["size"] == 32
     assert ex.evaluated == 0 and not ex.submitted
     rc, ex, _ = tune(tmp_path, loader, baseline_only=True, space_module=space_module)
-    assert rc == 0 and ex.evaluated == 1 and not ex.submitted
+    assert rc == 0 and ex.evaluated == 1 and not ex.submitted and ex.compile_ahead == []
     assert read(tmp_path, "baseline.json")["verified"]
     assert read(tmp_path, "summary.json")["stopped"] == "baseline-only"
 
@@ -268,7 +276,7 @@ def test_terminal_shows_a_progress_bar(tmp_path, loader, space_module):
     out = io.StringIO()
     options = resolve_options({"record_database": "r.json", "record_id": "1", "space_module": space_module,
                                "results_dir": str(tmp_path / "run")})
-    run_tune(options, executor_factory=lambda o, d: FakeExecutor(), instance_loader=loader, out=out, is_tty=True)
+    run_tune(options, executor_factory=lambda o, d, ahead: FakeExecutor(), instance_loader=loader, out=out, is_tty=True)
     text = out.getvalue()
     assert "tuning" in text and "failed" in text and "best" in text
     assert "[1/" not in text  # no per-trial lines under the bar
