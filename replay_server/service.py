@@ -93,12 +93,11 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             config = config_from_proto(request.config)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"unreadable configuration: {exc}") from exc
-        errors = config.validation_errors()
-        if errors:
+        invalid = _why_invalid(config)
+        if invalid:
             self.metrics.count_result(STATUS_INVALID_CONFIG, True, False)
             return ExperimentResult.failure(
-                STATUS_INVALID_CONFIG, "invalid configuration: " + "; ".join(errors),
-                warmup=request.warmup, gpu_id=self.pool.settings.gpu,
+                STATUS_INVALID_CONFIG, invalid, warmup=request.warmup, gpu_id=self.pool.settings.gpu,
             )
         job = Job(
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
@@ -237,11 +236,8 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             except MnemeError as exc:
                 compiling.append(f"unreadable configuration: {exc}")
                 continue
-            errors = config.validation_errors()
-            if errors:
-                compiling.append("invalid configuration: " + "; ".join(errors))
-            else:
-                compiling.append(cache.request_counted(instance, config, arch, ahead=True)[0])
+            invalid = _why_invalid(config)
+            compiling.append(invalid or cache.request_counted(instance, config, arch, ahead=True)[0])
         futures.wait(warming, timeout=COMPILER_WARM_SECONDS)
         return compiling
 
@@ -271,6 +267,12 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             arch=str(self.pool.device.get("arch", "")),
             gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
+
+
+def _why_invalid(config) -> str:
+    """Why ``config`` cannot launch ("" when it can)."""
+    errors = config.validation_errors()
+    return "invalid configuration: " + "; ".join(errors) if errors else ""
 
 
 def _compile_errors(compiling: list[Future | str]) -> list[str]:
