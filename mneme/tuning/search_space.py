@@ -323,7 +323,7 @@ def iterate_points(space: SearchSpace) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, combo))
 
 
-def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int = 100_000) \
+def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int = 20_000) \
         -> list[ExperimentConfiguration]:
     """One configuration per distinct code (``code_knobs``) among the space's points that its constraints
     admit, in the grid's order: what a tuning run can compile ahead, before its first trial. Empty when
