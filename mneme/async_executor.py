@@ -127,11 +127,7 @@ class _Task:
     def code(self) -> str:
         """The configuration's ``code_knobs``, canonical: tasks with equal ``code`` share a compile.
         (Computed by the dispatcher when it first needs it, not in ``submit``.)"""
-        return code_of(self.config)
-
-
-def code_of(config: ExperimentConfiguration) -> str:
-    return json.dumps(config.code_knobs(), sort_keys=True, separators=(",", ":"))
+        return self.config.code_key()
 
 
 @dataclass
@@ -153,7 +149,7 @@ class _Server:
         return now >= self.down_until and self.outstanding < self.capacity
 
 
-_RECORDED_CODE = code_of(ExperimentConfiguration())  # the code of the recorded launch's knobs
+_RECORDED_CODE = ExperimentConfiguration().code_key()  # the code of the recorded launch's knobs
 
 
 class _Stream:
@@ -727,7 +723,7 @@ def _code_variants(configs: Sequence[ExperimentConfiguration | Mapping[str, Any]
     for config in configs:
         if not isinstance(config, ExperimentConfiguration):
             config = ExperimentConfiguration.from_dict(config)
-        variants.setdefault(code_of(config), config)
+        variants.setdefault(config.code_key(), config)
     if len(variants) > MAX_COMPILE_AHEAD:
         raise ConfigurationError(f"compile_ahead names {len(variants)} code variants; at most {MAX_COMPILE_AHEAD} "
                                  "(compile the likeliest ones ahead, the others compile when first replayed)")

@@ -212,6 +212,10 @@ class ExperimentConfiguration:
             knobs.pop("block")
         return knobs
 
+    def code_key(self) -> str:
+        """``code_knobs`` as canonical JSON: configurations with equal keys run the same compiled code."""
+        return json.dumps(self.code_knobs(), sort_keys=True, separators=(",", ":"))
+
     def hash(self) -> str:
         """A stable identity: 16 hex digits of SHA-256 over the canonical JSON of ``to_dict``.
 

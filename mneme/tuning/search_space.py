@@ -11,7 +11,6 @@ themselves (``search_space.json``).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -337,7 +336,7 @@ def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int =
         if not constraints_checked(space, params):
             continue
         config = derive_checked(space, params)
-        variants.setdefault(json.dumps(config.code_knobs(), sort_keys=True), config)
+        variants.setdefault(config.code_key(), config)
         if len(variants) > max_variants:
             return []
     return list(variants.values())
