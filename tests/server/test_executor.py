@@ -40,6 +40,7 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
     )
     with executor:
         assert len(executor.servers) == 2
+        executor.wait_prepared(timeout=30)  # every worker has started (a loaded machine starts them slowly)
         futures = {64 * i: executor.submit(config(block_x=64 * i)) for i in range(1, 17)}
         crashed = executor.evaluate(config("crash"))
         for block_x, future in futures.items():
