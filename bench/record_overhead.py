@@ -19,7 +19,12 @@ Measured side by side in one run, on the vector-add example (examples/vecadd):
 
 Targets: filter-on overhead <= 2%; snapshot capture >= 10 GB/s.
 
+`--app-scale` times long, memory-heavy programs instead (bench/record_app_scale.py,
+issue 19): application and `mneme record` wall times with recording off, on
+with the defaults and with -mr 1, and where the recording's time goes.
+
     python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--launch-repeats 15] [--json OUT]
+    python bench/record_overhead.py --app-scale [--cg "230 9000"] [--stencil "1024 5000"] [--repeats 1]
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/record_app_scale.py
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
+import record_app_scale  # noqa: E402
 from record_agent.locate import cupti_library, recorder_library  # noqa: E402
 
 
@@ -232,7 +239,10 @@ def main() -> int:
                     help="also time each part of the recorder alone (eager loading, CUPTI injection, allocation window)")
     ap.add_argument("--skip-snapshots", action="store_true", help="time the application only, not snapshot capture")
     ap.add_argument("--json", help="also write the results here")
+    record_app_scale.add_arguments(ap)
     args = ap.parse_args()
+    if args.app_scale:
+        return record_app_scale.main(args)
     lib = args.recorder_lib or str(recorder_library())
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_vecadd(Path(tmp))

@@ -147,6 +147,7 @@ class EntryStats:
     prologue_s: float
     epilogue_s: float
     spool_write_s: float  # span of the spool file writes of both phases
+    spool_wait_s: float  # before the prologue, the application waited for the agent (spool full)
     converted_at: float  # time.monotonic() when its conversion finished
     convert_s: float  # the agent's conversion of the entry, wall
     pipeline: PipelineStats
@@ -167,6 +168,10 @@ class ConversionStats:
     @property
     def stall_s(self) -> float:
         return sum(e.stall_s for e in self.entries)
+
+    @property
+    def spool_wait_s(self) -> float:
+        return sum(e.spool_wait_s for e in self.entries)
 
     @property
     def stored_bytes(self) -> int:
@@ -376,5 +381,6 @@ def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> 
         stall_s=entry.prologue_seconds + entry.epilogue_seconds, prologue_s=entry.prologue_seconds,
         epilogue_s=entry.epilogue_seconds,
         spool_write_s=float(raw.get("prologue_write_seconds", 0.0)) + float(raw.get("epilogue_write_seconds", 0.0)),
+        spool_wait_s=float(raw.get("spool_wait_seconds", 0.0)),
         converted_at=now, convert_s=now - started, pipeline=pipeline,
     )  # fmt: skip

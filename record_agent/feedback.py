@@ -91,6 +91,8 @@ def recorded_line(summary: "RecordSummary") -> str:
             f"; {_size(summary.snapshot_bytes)} of device state captured ({_size(summary.stored_bytes)} new data stored), "
             f"the application stalled {summary.stall_s:.2f} s for snapshots"
         )
+        if summary.spool_wait_s >= 0.01:
+            line += f" and {summary.spool_wait_s:.2f} s for the agent (spool full)"
         if summary.after_exit_s >= 0.05:
             line += f", conversion ran {summary.after_exit_s:.2f} s after it exited"
     return line
@@ -107,6 +109,7 @@ def stats_document(summary: "RecordSummary", stats: "ConversionStats") -> dict:
         "snapshot_bytes": summary.snapshot_bytes,
         "stored_bytes": summary.stored_bytes,
         "stall_s": summary.stall_s,
+        "spool_wait_s": summary.spool_wait_s,
         "pipeline": total.as_dict(),
         "rates": total.rates(),
         "entries": [e.as_dict() for e in stats.entries],

@@ -53,6 +53,7 @@ class RecordSummary:
     snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
     stored_bytes: int = 0  # new chunk data written into the recording
     stall_s: float = 0.0  # the application waited this long for its snapshots
+    spool_wait_s: float = 0.0  # ... and this long for the agent (spool full)
     app_s: float = 0.0  # the application's run, start to exit
     after_exit_s: float = 0.0  # conversion left when it exited
 
@@ -189,6 +190,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     summary.snapshot_bytes = sum(e.snapshot_bytes for e in converter.stats.entries)
     summary.stored_bytes = converter.stats.stored_bytes
     summary.stall_s = converter.stats.stall_s
+    summary.spool_wait_s = converter.stats.spool_wait_s
     if recorder_error and recorder_error.get("error"):
         summary.errors.append(f"the recorder stopped: {recorder_error['error']}")
     if conversion_error is not None:

@@ -89,6 +89,7 @@ struct Pending {
   uint64_t prologue_bytes = 0;
   double prologue_seconds = 0;
   double prologue_writer_wait = 0, prologue_copy_wait = 0, prologue_setup = 0, prologue_write = 0;
+  double spool_wait = 0;  // back-pressure: waited for the agent to convert earlier entries
   std::vector<std::string> warnings;
 };
 
@@ -438,7 +439,9 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::snprintf(name, sizeof name, "%08ld", seq);
   p->final_dir = spool(std::string("entries/") + name);
   p->tmp_dir = p->final_dir + ".tmp";
+  const auto wait_start = std::chrono::steady_clock::now();
   wait_for_spool_room();
+  p->spool_wait = seconds_since(wait_start);
   if (!make_dirs(p->tmp_dir)) {
     stop_recording("cannot create the spool directory " + p->tmp_dir + ": " + std::strerror(errno));
     return;
@@ -599,6 +602,7 @@ bool commit_launch(Pending* p, CUresult launch_result) {
      << ", \"prologue_wait_seconds\": {\"file_writes\": " << p->prologue_writer_wait
      << ", \"copies\": " << p->prologue_copy_wait << ", \"setup\": " << p->prologue_setup << "}"
      << ", \"prologue_write_seconds\": " << p->prologue_write << ", \"epilogue_write_seconds\": " << epilogue_write
+     << ", \"spool_wait_seconds\": " << p->spool_wait
      << ", \"warnings\": " << strings_json(p->warnings) << "}\n";
   std::string body = os.str();
   if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {
