@@ -60,6 +60,20 @@ def build_example(tmp: Path, name: str) -> Path:
     return tmp / {"minife_cg": "cg"}.get(name, name)
 
 
+def main_ms(cmd: list[str], timeout: float) -> float:
+    """The application's own main() time (the JSON line bench/apps programs print)."""
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["main_ms"])
+
+
+def iterations_for(exe: Path, size: str, target_s: float, timeout: float) -> int:
+    """Iterations that make the program run ``target_s`` seconds: timed at 100 and 600 iterations."""
+    short, long = main_ms([str(exe), size, "100"], timeout), main_ms([str(exe), size, "600"], timeout)
+    per_iteration = max((long - short) / 500, 1e-3)
+    fixed = max(short - 100 * per_iteration, 0.0)
+    return max(1, int((target_s * 1e3 - fixed) / per_iteration))
+
+
 def _run(cmd: list[str], env: dict[str, str] | None, timeout: float) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=timeout)
@@ -98,7 +112,6 @@ def measure(apps: list[App], repeats: int, lib: str | None, timeout: float) -> l
     """Per app and variant, the runs (variants interleaved within each repeat)."""
     table: list[list[Run]] = []
     for app in apps:
-        _run(app.command, None, timeout)  # warm the driver and the file cache
         rows: list[list[Run]] = [[] for _ in range(1 + len(VARIANTS))]
         for _ in range(repeats):
             rows[0].append(run_plain(app, timeout))
@@ -133,7 +146,8 @@ def report(table: list[list[Run]]) -> list[dict]:
         rows.append({
             "app": r.app, "variant": r.variant, "app_s": r.app_s, "command_s": r.command_s,
             "app_overhead_pct": 100 * (r.app_s / plain - 1), "command_overhead_pct": 100 * (r.command_s / plain - 1),
-            "instances": s.get("instances", 0), "snapshot_gb": snap / 1e9, "stored_gb": s.get("stored_bytes", 0) / 1e9,
+            "instances": s.get("instances", 0), "snapshot_gb": snap / 1e9, "copied_gb": s.get("copied_bytes", 0) / 1e9,
+            "digest_s": sum(e.get("digest_s", 0.0) for e in entries), "stored_gb": s.get("stored_bytes", 0) / 1e9,
             "stall_s": stall, "spool_wait_s": s.get("spool_wait_s", 0.0), "stall_per_instance_s": stall / len(entries) if entries else 0.0,
             "snapshot_gb_s": snap / stall / 1e9 if stall else float("nan"),
             "hash_gb_s_thread": rates.get("hash_gb_s_per_thread", float("nan")),
@@ -149,21 +163,23 @@ def report(table: list[list[Run]]) -> list[dict]:
 
 def print_tables(rows: list[dict]) -> None:
     print("\nApplication scale: wall time (median run), the application's own (exec to exit) and the `mneme record` command's")
-    print("| app | variant | app wall [s] | app overhead | `mneme record` wall [s] | command overhead | instances | captured GB | stored GB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| app | variant | app wall [s] | app overhead | `mneme record` wall [s] | command overhead | instances | captured GB | "
+          "copied off the GPU GB | stored GB |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         rec = r["variant"] != "no recording"
         print(f"| {r['app']} | {r['variant']} | {r['app_s']:.2f} | {'%+.1f%%' % r['app_overhead_pct'] if rec else ''} | "
               f"{r['command_s']:.2f} | {'%+.1f%%' % r['command_overhead_pct'] if rec else ''} | "
-              f"{r['instances'] if rec else ''} | {'%.2f' % r['snapshot_gb'] if rec else ''} | {'%.2f' % r['stored_gb'] if rec else ''} |")
+              f"{r['instances'] if rec else ''} | {'%.2f' % r['snapshot_gb'] if rec else ''} | {'%.2f' % r['copied_gb'] if rec else ''} | "
+              f"{'%.2f' % r['stored_gb'] if rec else ''} |")
     print("\nWhere recording's time goes (per recorded variant): stall inside the application, the agent's stages")
-    print("| app | variant | stall [s] | waited for the agent [s] | stall per instance [s] | snapshot GB/s | SHA-256 GB/s/thread | compress GB/s/thread | "
+    print("| app | variant | stall [s] | of which GPU digests [s] | waited for the agent [s] | stall per instance [s] | snapshot GB/s | SHA-256 GB/s/thread | compress GB/s/thread | "
           "named from the index | agent conversion [s] | agent GB/s | pipeline GB/s | conversion after exit [s] |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         if r["variant"] == "no recording":
             continue
-        print(f"| {r['app']} | {r['variant']} | {r['stall_s']:.2f} | {r['spool_wait_s']:.2f} | {r['stall_per_instance_s']:.3f} | {r['snapshot_gb_s']:.1f} | "
+        print(f"| {r['app']} | {r['variant']} | {r['stall_s']:.2f} | {r['digest_s']:.3f} | {r['spool_wait_s']:.2f} | {r['stall_per_instance_s']:.3f} | {r['snapshot_gb_s']:.1f} | "
               f"{r['hash_gb_s_thread']:.2f} | {r['compress_gb_s_thread']:.2f} | {r['known_pct']:.0f}% | {r['convert_s']:.2f} | "
               f"{r['agent_gb_s']:.1f} | {r['pipeline_gb_s']:.1f} | {r['after_exit_s']:.2f} |")
 
@@ -173,14 +189,17 @@ def main(args) -> int:
         tmp_path = Path(tmp)
         apps = []
         vass = ["-vass", str(args.vass)]
-        if args.cg:
-            exe = build(tmp_path, ROOT / "bench" / "apps" / "cg_app.cu", "cg_app")
-            apps.append(App(f"cg_app {args.cg}", [str(exe), *args.cg.split()], vass))
-        if args.stencil:
-            exe = build(tmp_path, ROOT / "bench" / "apps" / "stencil_app.cu", "stencil_app")
-            apps.append(App(f"stencil_app {args.stencil}", [str(exe), *args.stencil.split()], vass))
+        for name, spec in (("cg_app", args.cg), ("stencil_app", args.stencil)):
+            if not spec:
+                continue
+            size, _, iterations = spec.partition(",")
+            exe = build(tmp_path, ROOT / "bench" / "apps" / f"{name}.cu", name)
+            n = int(iterations) if iterations else iterations_for(exe, size, args.target_s, args.app_timeout)
+            apps.append(App(f"{name} {size},{n}", [str(exe), size, str(n)], vass))
         if args.example_cg:
-            apps.append(App("minife_cg (headline)", [str(build_example(tmp_path, "minife_cg"))]))
+            exe = build_example(tmp_path, "minife_cg")
+            _run([str(exe)], None, args.app_timeout)  # warm the driver and the file cache
+            apps.append(App("minife_cg (headline)", [str(exe)]))
         rows = report(measure(apps, args.app_repeats, args.recorder_lib, args.app_timeout))
     print_tables(rows)
     if args.json:
@@ -191,8 +210,10 @@ def main(args) -> int:
 def add_arguments(ap) -> None:
     group = ap.add_argument_group("application scale (--app-scale)")
     group.add_argument("--app-scale", action="store_true", help="time the application-scale programs instead (issue 19)")
-    group.add_argument("--cg", default="230 9000", help="cg_app NX ITERATIONS ('' skips it; 230: 4.5 GB of device state)")
-    group.add_argument("--stencil", default="1024 5000", help="stencil_app N SWEEPS ('' skips it; 1024: 8.6 GB)")
+    group.add_argument("--cg", default="230", help="cg_app NX[,ITERATIONS] ('' skips it; 230: 4.5 GB of device state; "
+                       "no ITERATIONS: as many as make --target-s seconds)")
+    group.add_argument("--stencil", default="1024", help="stencil_app N[,SWEEPS] ('' skips it; 1024: 8.6 GB)")
+    group.add_argument("--target-s", type=float, default=22.0, help="run time the iteration counts aim at (default 22 s)")
     group.add_argument("--example-cg", action=argparse_bool(), default=True, help="also the headline's minife_cg example")
     group.add_argument("--vass", type=float, default=24, help="-vass GIB for the large programs (the window must hold their state)")
     group.add_argument("--app-repeats", type=int, default=1, help="runs per variant (default 1: these runs are long)")

@@ -24,7 +24,7 @@ issue 19): application and `mneme record` wall times with recording off, on
 with the defaults and with -mr 1, and where the recording's time goes.
 
     python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--launch-repeats 15] [--json OUT]
-    python bench/record_overhead.py --app-scale [--cg "230 9000"] [--stencil "1024 5000"] [--repeats 1]
+    python bench/record_overhead.py --app-scale [--cg 230[,ITERATIONS]] [--stencil 1024[,SWEEPS]] [--target-s 22] [--app-repeats 1]
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ from mneme.format.layout import PHASES
 from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
-from mneme.store import Store, open_store
+from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin
 from record_agent.spool import SpoolEntry, SpoolModule, SpoolRegion, committed_entries, read_entry, read_module
 
@@ -142,12 +142,14 @@ class EntryStats:
 
     seq: int
     kernel: str
-    snapshot_bytes: int  # prologue + epilogue, as copied off the device
+    snapshot_bytes: int  # prologue + epilogue: the device state the snapshots hold
+    copied_bytes: int  # of which copied off the device (the rest was unchanged since an earlier capture)
     stall_s: float  # the application waited this long for both snapshots
     prologue_s: float
     epilogue_s: float
     spool_write_s: float  # span of the spool file writes of both phases
     spool_wait_s: float  # before the prologue, the application waited for the agent (spool full)
+    digest_s: float  # of the stall: computing the GPU digests of both phases
     converted_at: float  # time.monotonic() when its conversion finished
     convert_s: float  # the agent's conversion of the entry, wall
     pipeline: PipelineStats
@@ -203,6 +205,8 @@ class SpoolConverter:
         self._code: dict[tuple[int, str], KernelCodeFiles] = {}
         self._databases: dict[tuple[int, str], RecordingDatabase] = {}
         self._exe_fatbin: bytes | None | bool = False  # False: not read yet
+        # Per device: (GPU digest, size) of every copied piece -> its chunks, for pieces later entries did not copy.
+        self._digest_chunks: dict[int, dict[tuple[str, int], tuple[ChunkRef, ...]]] = {}
 
     # -- code -------------------------------------------------------------------------
     def _module(self, module_id: int) -> SpoolModule:
@@ -243,7 +247,12 @@ class SpoolConverter:
         (base + d x size), so launches on different GPUs cannot share one.
         """
         if device not in self._writers:
-            store = self.store if device == 0 else open_store(f"{self.store.url.rstrip('/')}/device{device}")
+            if device == 0:
+                store = self.store
+            elif isinstance(self.store, LocalStore):
+                store = LocalStore(self.store.root / f"device{device}", sync=self.store.sync)
+            else:
+                store = open_store(f"{self.store.url.rstrip('/')}/device{device}")
             self._writers[device] = RecordingWriter(store)
         return self._writers[device]
 
@@ -293,23 +302,41 @@ class SpoolConverter:
         """Store both phases' chunks through one thread pool (prologue pieces first), then their snapshot files.
 
         A region's pieces are whole multiples of the chunk size but the last, so
-        chunking piece by piece equals chunking the region.
+        chunking piece by piece equals chunking the region. Pieces the recorder
+        did not copy (their GPU digest was captured before) take the chunks of
+        the piece that digest names.
         """
-        sources, owners = [], []
+        sources, copied = [], []
         for phase in PHASES:
             for i, r in enumerate(entry.regions):
-                for p in r.pieces:
-                    sources.append(FileSlice(entry.stripe_path(phase, p.stripe), p.offset, p.size))
-                    owners.append((phase, i))
-        chunks: dict[tuple[str, int], list[ChunkRef]] = {(phase, i): [] for phase in PHASES for i in range(len(entry.regions))}
-        for owner, refs in zip(owners, writer.put_chunks(sources, stats)):
-            chunks[owner] += refs
+                for k, p in enumerate(r.pieces):
+                    if r.copied(phase, k):
+                        sources.append(FileSlice(entry.stripe_path(phase, p.stripe), p.offset, p.size))
+                        copied.append((phase, i, k))
+        piece_refs = dict(zip(copied, writer.put_chunks(sources, stats)))
+        seen = self._digest_chunks.setdefault(entry.device, {})
+        for (phase, i, k), refs in piece_refs.items():
+            digest = entry.regions[i].digest(phase, k)
+            if digest:
+                seen[(digest, entry.regions[i].pieces[k].size)] = tuple(refs)
         out = {}
         for phase in PHASES:
-            regions = [
-                Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks[(phase, i)]), policies[r.base])
-                for i, r in enumerate(entry.regions)
-            ]
+            regions = []
+            for i, r in enumerate(entry.regions):
+                chunks: list[ChunkRef] = []
+                for k, p in enumerate(r.pieces):
+                    if r.copied(phase, k):
+                        chunks += piece_refs[(phase, i, k)]
+                        continue
+                    refs = seen.get((r.digest(phase, k), p.size))
+                    if refs is None:
+                        raise ArtifactError(
+                            f"spool entry {entry.path}: {phase} piece {k} of region {r.base:#x} was not copied, and no "
+                            f"earlier piece has its digest {r.digest(phase, k)}; the recorder and the agent disagree"
+                        )
+                    chunks += refs
+                    stats.add(unchanged_bytes=p.size)
+                regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policies[r.base]))
             name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
             out[phase] = ObjectRef(name, sha, size)
         return out
@@ -375,12 +402,14 @@ class SpoolConverter:
 def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> EntryStats:
     raw = entry.raw
     epilogue_bytes = int(raw.get("epilogue_bytes", entry.prologue_bytes))
+    copied = int(raw.get("prologue_copied_bytes", entry.prologue_bytes)) + int(raw.get("epilogue_copied_bytes", epilogue_bytes))
     now = time.monotonic()
     return EntryStats(
-        seq=entry.seq, kernel=entry.kernel, snapshot_bytes=entry.prologue_bytes + epilogue_bytes,
+        seq=entry.seq, kernel=entry.kernel, snapshot_bytes=entry.prologue_bytes + epilogue_bytes, copied_bytes=copied,
         stall_s=entry.prologue_seconds + entry.epilogue_seconds, prologue_s=entry.prologue_seconds,
         epilogue_s=entry.epilogue_seconds,
         spool_write_s=float(raw.get("prologue_write_seconds", 0.0)) + float(raw.get("epilogue_write_seconds", 0.0)),
         spool_wait_s=float(raw.get("spool_wait_seconds", 0.0)),
+        digest_s=float(raw.get("prologue_digest_seconds", 0.0)) + float(raw.get("epilogue_digest_seconds", 0.0)),
         converted_at=now, convert_s=now - started, pipeline=pipeline,
     )  # fmt: skip

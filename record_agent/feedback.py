@@ -88,7 +88,8 @@ def recorded_line(summary: "RecordSummary") -> str:
     line = f"mneme record: recorded {summary.instances} instance(s) of {len(summary.kernels)} kernel(s) into {summary.output}{watched}"
     if summary.snapshot_bytes:
         line += (
-            f"; {_size(summary.snapshot_bytes)} of device state captured ({_size(summary.stored_bytes)} new data stored), "
+            f"; {_size(summary.snapshot_bytes)} of device state captured ({_size(summary.copied_bytes)} copied off the GPU, "
+            f"{_size(summary.stored_bytes)} new data stored), "
             f"the application stalled {summary.stall_s:.2f} s for snapshots"
         )
         if summary.spool_wait_s >= 0.01:
@@ -107,6 +108,7 @@ def stats_document(summary: "RecordSummary", stats: "ConversionStats") -> dict:
         "after_exit_s": summary.after_exit_s,
         "instances": summary.instances,
         "snapshot_bytes": summary.snapshot_bytes,
+        "copied_bytes": summary.copied_bytes,
         "stored_bytes": summary.stored_bytes,
         "stall_s": summary.stall_s,
         "spool_wait_s": summary.spool_wait_s,

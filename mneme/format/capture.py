@@ -56,7 +56,9 @@ class PipelineStats:
     was already stored (no compression, no write); ``hashed_*``: SHA-256;
     ``compressed_*``: pieces zstd compressed (``stored_bytes`` their frames);
     ``raw_*``: pieces stored as raw frames (the probe said zstd would not pay);
-    ``wall_s``: elapsed time of the calls (stages overlap across threads).
+    ``wall_s``: elapsed time of the calls (stages overlap across threads);
+    ``unchanged_bytes``: snapshot bytes never copied off the device (named
+    by their GPU digest; the record agent adds these).
     """
 
     pieces: int = 0
@@ -73,6 +75,7 @@ class PipelineStats:
     compress_s: float = 0.0
     write_s: float = 0.0
     wall_s: float = 0.0
+    unchanged_bytes: int = 0  # not offered at all: the recorder saw on the GPU that they were captured before
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **values: float) -> None:
