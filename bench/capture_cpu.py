@@ -1,13 +1,13 @@
 """The agent's CPU side of capture, without a GPU: hashing, compression, storing chunks (issue 19).
 
-Snapshot-like data (float64 fields, CSR-style int32 indices, zeros;
+Snapshot-like data (float64 noise, a smooth float32 field, CSR-style int32 indices, zeros;
 the mix of an iterative solver's memory) is written to raw files as the
 recorder's spool holds them, then stored as chunks into a local recording
 directory, side by side in one run:
 
 * each stage alone, one thread and all threads: SHA-256, xxh3-128, zstd level
   3, the compression probe + raw frame;
-* ``put_many`` as before issue 19 (every piece SHA-256 hashed and zstd-3
+* ``put_many`` (into a store without per-chunk fsync, as `mneme record` writes) as before issue 19 (every piece SHA-256 hashed and zstd-3
   compressed) and as now (xxh3 index, probe, raw frames), for a first
   snapshot (every byte new) and a repeated one (an iterative program's next
   instance: the same bytes but one field).
@@ -41,12 +41,21 @@ PIECE = DEFAULT_CHUNK_SIZE
 
 
 def snapshot_file(path: Path, nbytes: int, seed: int) -> None:
-    """Thirds: float64 noise (a solution field, which zstd keeps at ~95%; ``seed`` changes it), int32 indices, zeros."""
-    third = nbytes // 3 // PIECE * PIECE
+    """Quarters: float64 noise (zstd keeps ~95%), a smooth float32 field (a stencil's: ~80%), int32 indices, zeros.
+
+    ``seed`` changes both float fields (an iterative solver's next state); the indices and zeros repeat.
+    """
+    quarter = nbytes // 4 // PIECE * PIECE
+    side = 1024
+    s = 6.2831853 / side
+    x = np.arange(side, dtype=np.float32)
+    plane = (np.sin(s * x)[None, :] * np.cos(s * x)[:, None]).astype(np.float32)
+    planes = quarter // plane.nbytes + 1
     with open(path, "wb") as f:
-        f.write(np.random.default_rng(seed).standard_normal(third // 8).tobytes())
-        f.write((np.arange(third // 4, dtype=np.int32) // 27).tobytes())
-        f.write(bytes(nbytes - 2 * third))
+        f.write(np.random.default_rng(seed).standard_normal(quarter // 8).tobytes())
+        f.write(np.concatenate([(plane + 0.001 * (k + 1000 * seed)).ravel() for k in range(planes)]).tobytes()[:quarter])
+        f.write((np.arange(quarter // 4, dtype=np.int32) // 27).tobytes())
+        f.write(bytes(nbytes - 3 * quarter))
 
 
 def stage_rates(sample: bytes, threads: int, reps: int) -> list[tuple[str, float, float]]:
@@ -101,14 +110,14 @@ def main() -> int:
         print(f"\nstoring a {nbytes / 1e9:.2f} GB snapshot file as chunks ({args.threads} threads), GB/s of snapshot bytes")
         print(f"  {'path':44s} {'first snapshot':>15s} {'repeated snapshot':>18s}")
         old = []
-        store = LocalStore(tmp_path / "old")
+        store = LocalStore(tmp_path / "old", sync=False)  # as mneme record writes now: no fsync per chunk
         for path in (first, second):
             t0 = time.perf_counter()
             old_put(store, path, args.threads)
             old.append(nbytes / (time.perf_counter() - t0) / 1e9)
         print(f"  {'before (SHA-256 + zstd 3 every piece)':44s} {old[0]:15.2f} {old[1]:18.2f}")
         new, stats = [], []
-        store, index = LocalStore(tmp_path / "new"), ContentIndex()
+        store, index = LocalStore(tmp_path / "new", sync=False), ContentIndex()
         for path in (first, second):
             s = PipelineStats()
             t0 = time.perf_counter()

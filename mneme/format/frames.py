@@ -7,6 +7,11 @@ samples at level 1) decides: a piece whose samples do not shrink below
 ``RAW_RATIO`` is stored as a zstd frame of *raw blocks* (RFC 8878, section
 3.1.1.2: block type 0), built here by copying, which every zstd decoder reads
 like any other frame (content size declared, so readers check it first).
+Between the two, data that shrinks only somewhat (smooth floating-point
+fields: 0.88 of their size at level 1, 0.78 at level 3, but 1 GB/s against
+0.2 GB/s per core) is compressed at level ``FAST_LEVEL``; the requested level
+is kept for data that compresses well (integers, zeros, repeated values),
+which zstd handles at several GB/s at any level.
 Nothing in the format changes: a chunk is still one zstd frame of its bytes.
 """
 
@@ -22,6 +27,9 @@ PROBE_LEVEL = 1
 PROBE_SAMPLE = 32 << 10
 #: Store raw when the probe's samples keep more than this fraction of their size.
 RAW_RATIO = 0.85
+#: Below this probe ratio the requested level is used; between it and RAW_RATIO, FAST_LEVEL.
+WELL_COMPRESSIBLE_RATIO = 0.5
+FAST_LEVEL = 1
 #: Largest block of a frame (zstd's Block_Maximum_Size).
 MAX_BLOCK = 128 << 10
 
@@ -70,21 +78,24 @@ def raw_frame(data: bytes | bytearray | memoryview) -> bytes:
     return b"".join(parts)
 
 
-def worth_compressing(data: bytes | bytearray | memoryview) -> bool:
-    """Whether samples from the start, middle and end of ``data`` shrink below ``RAW_RATIO`` at level 1."""
+def probe_ratio(data: bytes | bytearray | memoryview) -> float:
+    """What samples from the start, middle and end of ``data`` keep of their size at level 1 (1.0: nothing saved)."""
     view = memoryview(data).cast("B")
     if len(view) <= 3 * PROBE_SAMPLE:
         samples = [view]
     else:
         mid = (len(view) - PROBE_SAMPLE) // 2
         samples = [view[:PROBE_SAMPLE], view[mid : mid + PROBE_SAMPLE], view[-PROBE_SAMPLE:]]
+    total = sum(len(s) for s in samples)
+    if total == 0:
+        return 1.0
     probe = _compressor(PROBE_LEVEL)
-    kept = sum(len(probe.compress(s)) for s in samples)
-    return kept < RAW_RATIO * sum(len(s) for s in samples)
+    return sum(len(probe.compress(s)) for s in samples) / total
 
 
 def stored_frame(data: bytes | bytearray | memoryview, level: int) -> tuple[bytes, bool]:
     """The frame to store for ``data`` and whether it was compressed (False: raw blocks)."""
-    if worth_compressing(data):
-        return compressed_frame(data, level), True
-    return raw_frame(data), False
+    ratio = probe_ratio(data)
+    if ratio >= RAW_RATIO:
+        return raw_frame(data), False
+    return compressed_frame(data, level if ratio < WELL_COMPRESSIBLE_RATIO else min(level, FAST_LEVEL)), True

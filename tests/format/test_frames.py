@@ -53,3 +53,14 @@ def test_an_indexed_chunk_missing_from_the_store_is_written_again(tmp_path):
     store.delete(refs[0].name)  # as the S3 uploader prunes staged chunks it has sent
     (again,) = put_many(store, [data], 1 << 20, index=index)
     assert again == refs and read_chunks(store, again) == data
+
+
+def test_data_that_shrinks_only_somewhat_is_compressed_at_the_fast_level():
+    n = 1024
+    s = 6.2831853 / n
+    x = np.arange(n, dtype=np.float32)
+    field = (np.sin(s * x)[None, :] * np.cos(s * x)[:, None]).astype(np.float32).tobytes()  # a stencil's plane
+    frame, compressed = stored_frame(field, 3)
+    assert compressed and len(frame) < len(field)
+    assert frame == zstandard.ZstdCompressor(level=1, write_content_size=True).compress(field)
+    assert zstandard.ZstdDecompressor().decompress(frame) == field
