@@ -198,7 +198,8 @@ def snapshot_rows(exe: Path, lib: str, n: int, parents: list[str], writer_counts
             try:
                 # Two launches, both recorded: the first pays the one-time staging set-up.
                 wall([str(exe), str(n), "2"], injected_env(lib, spool, MNEME_MAX="2", MNEME_VA_SIZE=str(16 << 30),
-                                                           MNEME_SPOOL_WRITERS=str(writers), MNEME_RECORD_DUPLICATES="1"))
+                                                           MNEME_SPOOL_WRITERS=str(writers), MNEME_RECORD_DUPLICATES="1",
+                                                           MNEME_DIGESTS="0"))  # the copy path: every byte
                 entries = sorted(p for p in Path(spool, "entries").iterdir() if not p.name.endswith(".tmp"))
                 for instance, entry in enumerate(entries, 1):
                     meta = json.loads((entry / "launch.json").read_text())
