@@ -50,8 +50,13 @@ class ChunkRef(NamedTuple):
 
 
 def default_workers() -> int:
-    """Threads of a chunk pool: every CPU (hashing, compression and reads release the GIL), at most 32."""
+    """Threads of a storing pool: every CPU (hashing, compression and reads release the GIL), at most 32."""
     return max(1, min(32, os.cpu_count() or 1))
+
+
+def default_read_workers() -> int:
+    """Threads of a reading pool (replays: several may run at once on one host), at most 8."""
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 _local = threading.local()
@@ -290,7 +295,7 @@ def read_chunks_into(
         for i in range(len(refs)):
             one(i)
         return
-    with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(refs))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers or default_read_workers(), len(refs))) as pool:
         for _ in pool.map(one, range(len(refs))):
             pass
 
