@@ -18,10 +18,10 @@ Sizes and iteration counts are options, so a smaller run fits a device budget.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -217,16 +217,10 @@ def add_arguments(ap) -> None:
                        "no ITERATIONS: as many as make --target-s seconds)")
     group.add_argument("--stencil", default="1024", help="stencil_app N[,SWEEPS] ('' skips it; 1024: 8.6 GB)")
     group.add_argument("--target-s", type=float, default=22.0, help="run time the iteration counts aim at (default 22 s)")
-    group.add_argument("--example-cg", action=argparse_bool(), default=True, help="also the headline's minife_cg example")
+    group.add_argument("--example-cg", action=argparse.BooleanOptionalAction, default=True, help="also the headline's minife_cg example")
     group.add_argument("--vass", type=float, default=24, help="-vass GIB for the large programs (the window must hold their state)")
     group.add_argument("--app-repeats", type=int, default=1, help="runs per variant (default 1: these runs are long)")
     group.add_argument("--app-timeout", type=float, default=300, help="seconds one run may take")
-
-
-def argparse_bool():
-    import argparse
-
-    return argparse.BooleanOptionalAction
 
 
 if __name__ == "__main__":

@@ -44,7 +44,7 @@ from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
 from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin
-from record_agent.spool import SpoolEntry, SpoolModule, SpoolRegion, committed_entries, read_entry, read_module
+from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
 
 POINTER_SIZE = 8
 
