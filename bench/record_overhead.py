@@ -19,7 +19,12 @@ Measured side by side in one run, on the vector-add example (examples/vecadd):
 
 Targets: filter-on overhead <= 2%; snapshot capture >= 10 GB/s.
 
+`--app-scale` times long, memory-heavy programs instead (bench/record_app_scale.py,
+issue 19): application and `mneme record` wall times with recording off, on
+with the defaults and with -mr 1, and where the recording's time goes.
+
     python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--launch-repeats 15] [--json OUT]
+    python bench/record_overhead.py --app-scale [--cg 230[,ITERATIONS]] [--stencil 1024[,SWEEPS]] [--target-s 22] [--app-repeats 1]
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/record_app_scale.py
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
+import record_app_scale  # noqa: E402
 from record_agent.locate import cupti_library, recorder_library  # noqa: E402
 
 
@@ -191,7 +198,8 @@ def snapshot_rows(exe: Path, lib: str, n: int, parents: list[str], writer_counts
             try:
                 # Two launches, both recorded: the first pays the one-time staging set-up.
                 wall([str(exe), str(n), "2"], injected_env(lib, spool, MNEME_MAX="2", MNEME_VA_SIZE=str(16 << 30),
-                                                           MNEME_SPOOL_WRITERS=str(writers), MNEME_RECORD_DUPLICATES="1"))
+                                                           MNEME_SPOOL_WRITERS=str(writers), MNEME_RECORD_DUPLICATES="1",
+                                                           MNEME_DIGESTS="0"))  # the copy path: every byte
                 entries = sorted(p for p in Path(spool, "entries").iterdir() if not p.name.endswith(".tmp"))
                 for instance, entry in enumerate(entries, 1):
                     meta = json.loads((entry / "launch.json").read_text())
@@ -232,7 +240,10 @@ def main() -> int:
                     help="also time each part of the recorder alone (eager loading, CUPTI injection, allocation window)")
     ap.add_argument("--skip-snapshots", action="store_true", help="time the application only, not snapshot capture")
     ap.add_argument("--json", help="also write the results here")
+    record_app_scale.add_arguments(ap)
     args = ap.parse_args()
+    if args.app_scale:
+        return record_app_scale.main(args)
     lib = args.recorder_lib or str(recorder_library())
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_vecadd(Path(tmp))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -31,17 +32,19 @@ from mneme.format import (
     dynamic_hash,
     load_database,
     new_database,
-    put_chunks_from_file,
     static_hash,
     write_snapshot,
 )
+from mneme.format.capture import PipelineStats
+from mneme.format.chunks import ChunkRef, FileSlice
 from mneme.format.database import LaunchAttribute, attributes_key
+from mneme.format.layout import PHASES
 from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
-from mneme.store import Store, open_store
+from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin
-from record_agent.spool import SpoolEntry, SpoolModule, SpoolRegion, committed_entries, read_entry, read_module
+from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
 
 POINTER_SIZE = 8
 
@@ -134,11 +137,47 @@ def address_space(entry: SpoolEntry) -> tuple[AddressSpace, list[str]]:
 
 
 @dataclass
+class EntryStats:
+    """What recording one launch cost: in the application (the recorder's stall) and in the agent."""
+
+    seq: int
+    kernel: str
+    snapshot_bytes: int  # prologue + epilogue: the device state the snapshots hold
+    copied_bytes: int  # of which copied off the device (the rest was unchanged since an earlier capture)
+    stall_s: float  # the application waited this long for both snapshots
+    prologue_s: float
+    epilogue_s: float
+    spool_write_s: float  # span of the spool file writes of both phases
+    spool_wait_s: float  # before the prologue, the application waited for the agent (spool full)
+    digest_s: float  # of the stall: computing the GPU digests of both phases
+    converted_at: float  # time.monotonic() when its conversion finished
+    convert_s: float  # the agent's conversion of the entry, wall
+    pipeline: PipelineStats
+
+    def as_dict(self) -> dict:
+        out = {k: v for k, v in self.__dict__.items() if k != "pipeline"}
+        return {**out, "pipeline": self.pipeline.as_dict(), "rates": self.pipeline.rates()}
+
+
+@dataclass
 class ConversionStats:
     instances: int = 0
     bytes: int = 0
     databases: set[str] = field(default_factory=set)
     kernels: set[str] = field(default_factory=set)
+    entries: list[EntryStats] = field(default_factory=list)
+
+    @property
+    def stall_s(self) -> float:
+        return sum(e.stall_s for e in self.entries)
+
+    @property
+    def spool_wait_s(self) -> float:
+        return sum(e.spool_wait_s for e in self.entries)
+
+    @property
+    def stored_bytes(self) -> int:
+        return sum(e.pipeline.stored_bytes for e in self.entries)
 
 
 class SpoolConverter:
@@ -166,6 +205,8 @@ class SpoolConverter:
         self._code: dict[tuple[int, str], KernelCodeFiles] = {}
         self._databases: dict[tuple[int, str], RecordingDatabase] = {}
         self._exe_fatbin: bytes | None | bool = False  # False: not read yet
+        # Per device: (GPU digest, size) of every copied piece -> its chunks, for pieces later entries did not copy.
+        self._digest_chunks: dict[int, dict[tuple[str, int], tuple[ChunkRef, ...]]] = {}
 
     # -- code -------------------------------------------------------------------------
     def _module(self, module_id: int) -> SpoolModule:
@@ -206,7 +247,12 @@ class SpoolConverter:
         (base + d x size), so launches on different GPUs cannot share one.
         """
         if device not in self._writers:
-            store = self.store if device == 0 else open_store(f"{self.store.url.rstrip('/')}/device{device}")
+            if device == 0:
+                store = self.store
+            elif isinstance(self.store, LocalStore):
+                store = LocalStore(self.store.root / f"device{device}", sync=self.store.sync)
+            else:
+                store = open_store(f"{self.store.url.rstrip('/')}/device{device}")
             self._writers[device] = RecordingWriter(store)
         return self._writers[device]
 
@@ -251,23 +297,53 @@ class SpoolConverter:
         )
 
     # -- entries ----------------------------------------------------------------------
-    @staticmethod
-    def _region(writer: RecordingWriter, entry: SpoolEntry, r: SpoolRegion, phase: str, policy) -> Region:
-        """Store a region's chunks piece by piece (pieces are whole multiples of the chunk size but the last)."""
-        chunks = []
-        for p in r.pieces:
-            chunks += put_chunks_from_file(
-                writer.store, entry.stripe_path(phase, p.stripe), p.offset, p.size, writer.chunk_size, level=writer.level
-            )
-        return Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policy)
+    def _write_snapshots(self, writer: RecordingWriter, entry: SpoolEntry, static: str, dyn: str, policies,
+                         stats: PipelineStats) -> dict[str, ObjectRef]:
+        """Store both phases' chunks through one thread pool (prologue pieces first), then their snapshot files.
 
-    def _write_snapshot(self, writer: RecordingWriter, entry: SpoolEntry, static: str, dyn: str, phase: str, policies) -> ObjectRef:
-        regions = [self._region(writer, entry, r, phase, policies[r.base]) for r in entry.regions]
-        name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
-        return ObjectRef(name, sha, size)
+        A region's pieces are whole multiples of the chunk size but the last, so
+        chunking piece by piece equals chunking the region. Pieces the recorder
+        did not copy (their GPU digest was captured before) take the chunks of
+        the piece that digest names.
+        """
+        sources, copied = [], []
+        for phase in PHASES:
+            for i, r in enumerate(entry.regions):
+                for k, p in enumerate(r.pieces):
+                    if r.copied(phase, k):
+                        sources.append(FileSlice(entry.stripe_path(phase, p.stripe), p.offset, p.size))
+                        copied.append((phase, i, k))
+        piece_refs = dict(zip(copied, writer.put_chunks(sources, stats)))
+        seen = self._digest_chunks.setdefault(entry.device, {})
+        for (phase, i, k), refs in piece_refs.items():
+            digest = entry.regions[i].digest(phase, k)
+            if digest:
+                seen[(digest, entry.regions[i].pieces[k].size)] = tuple(refs)
+        out = {}
+        for phase in PHASES:
+            regions = []
+            for i, r in enumerate(entry.regions):
+                chunks: list[ChunkRef] = []
+                for k, p in enumerate(r.pieces):
+                    if r.copied(phase, k):
+                        chunks += piece_refs[(phase, i, k)]
+                        continue
+                    refs = seen.get((r.digest(phase, k), p.size))
+                    if refs is None:
+                        raise ArtifactError(
+                            f"spool entry {entry.path}: {phase} piece {k} of region {r.base:#x} was not copied, and no "
+                            f"earlier piece has its digest {r.digest(phase, k)}; the recorder and the agent disagree"
+                        )
+                    chunks += refs
+                    stats.add(unchanged_bytes=p.size)
+                regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policies[r.base]))
+            name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
+            out[phase] = ObjectRef(name, sha, size)
+        return out
 
     def convert(self, path: Path) -> str:
         """Convert one committed entry; returns the database name. The entry is deleted afterwards."""
+        started = time.monotonic()
         entry = read_entry(path)
         code = self.code_for(entry)
         pointers = pointer_offsets(entry.args, entry)
@@ -292,10 +368,8 @@ class SpoolConverter:
         dyn = dynamic_hash(
             db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence, attributes_key(attributes)
         )
-        refs = {
-            phase: self._write_snapshot(writer, entry, db.static_hash, dyn, phase, policies)
-            for phase in ("prologue", "epilogue")
-        }
+        stats = PipelineStats()
+        refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
@@ -308,15 +382,34 @@ class SpoolConverter:
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)
         self.stats.databases.add(db.name if entry.device == 0 else f"device{entry.device}/{db.name}")
         self.stats.kernels.add(entry.kernel)
+        self.stats.entries.append(_entry_stats(entry, stats, started))
         shutil.rmtree(path, ignore_errors=True)
         if self._on_commit:
             self._on_commit()
         return db.name
 
-    def convert_ready(self) -> int:
+    def convert_ready(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Convert every committed entry now in the spool; returns how many."""
         done = 0
         for path in committed_entries(self.spool_dir):
             self.convert(path)
             done += 1
+            if progress:
+                progress(done, self.stats.entries[-1].snapshot_bytes)
         return done
+
+
+def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> EntryStats:
+    raw = entry.raw
+    epilogue_bytes = int(raw.get("epilogue_bytes", entry.prologue_bytes))
+    copied = int(raw.get("prologue_copied_bytes", entry.prologue_bytes)) + int(raw.get("epilogue_copied_bytes", epilogue_bytes))
+    now = time.monotonic()
+    return EntryStats(
+        seq=entry.seq, kernel=entry.kernel, snapshot_bytes=entry.prologue_bytes + epilogue_bytes, copied_bytes=copied,
+        stall_s=entry.prologue_seconds + entry.epilogue_seconds, prologue_s=entry.prologue_seconds,
+        epilogue_s=entry.epilogue_seconds,
+        spool_write_s=float(raw.get("prologue_write_seconds", 0.0)) + float(raw.get("epilogue_write_seconds", 0.0)),
+        spool_wait_s=float(raw.get("spool_wait_seconds", 0.0)),
+        digest_s=float(raw.get("prologue_digest_seconds", 0.0)) + float(raw.get("epilogue_digest_seconds", 0.0)),
+        converted_at=now, convert_s=now - started, pipeline=pipeline,
+    )  # fmt: skip

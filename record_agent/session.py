@@ -17,14 +17,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import mneme
 from mneme.errors import MnemeError, NotAvailableError
 from mneme.format import RecorderInfo
-from mneme.store import open_store
+from mneme.store import LocalStore, open_store
 from record_agent.convert import SpoolConverter
+from record_agent.feedback import STATS_ENV, ConversionProgress, pending_bytes, recorded_line, write_stats
 from record_agent.locate import cupti_library, recorder_library
 from record_agent.options import RecordOptions
 from record_agent.ranks import detect_rank, rank_selected
@@ -48,6 +50,13 @@ class RecordSummary:
     launches_seen: int | None = None
     abandoned: int = 0
     errors: list[str] = field(default_factory=list)
+    snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
+    copied_bytes: int = 0  # of which copied off the device (the rest was unchanged since an earlier snapshot)
+    stored_bytes: int = 0  # new chunk data written into the recording
+    stall_s: float = 0.0  # the application waited this long for its snapshots
+    spool_wait_s: float = 0.0  # ... and this long for the agent (spool full)
+    app_s: float = 0.0  # the application's run, start to exit
+    after_exit_s: float = 0.0  # conversion left when it exited
 
 
 def output_location(options: RecordOptions, rank: int | None) -> str:
@@ -106,7 +115,9 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     else:
         local_dir = destination
         Path(local_dir).mkdir(parents=True, exist_ok=True)
-    store = open_store(local_dir)
+    # No fsync per chunk: a recording's GBs would go at the disk's speed (2 GB/s against the page cache's
+    # 15-40 on the H100 machine); renames keep every object atomic (docs/recording.md, Cost).
+    store = LocalStore(open_store(local_dir).root, sync=base_env.get("MNEME_RECORD_SYNC") == "1")  # type: ignore[attr-defined]
     spool_dir = tempfile.mkdtemp(prefix="mneme-spool-", dir=base_env.get("MNEME_SPOOL_PARENT") or None)
     app_env["MNEME_SPOOL_DIR"] = spool_dir
     recorder_info = RecorderInfo(
@@ -125,6 +136,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         before_write=(lambda: uploader.wait_for_space()) if uploader else None,
     )
     summary = RecordSummary(0, output=destination, rank=rank)
+    started = time.monotonic()
     try:
         proc = subprocess.Popen(list(options.command), env=app_env)
     except FileNotFoundError as exc:
@@ -155,11 +167,15 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
             except subprocess.TimeoutExpired:
                 pass
         summary.exit_code = _exit_status(proc.returncode)
+        exited = time.monotonic()
+        summary.app_s = exited - started
         if conversion_error is None:
             try:
-                converter.convert_ready()
+                with ConversionProgress(pending_bytes(spool_dir)) as progress:
+                    converter.convert_ready(progress.advance)
             except (MnemeError, OSError) as exc:
                 conversion_error = exc
+        summary.after_exit_s = time.monotonic() - exited
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -174,6 +190,11 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     summary.instances = converter.stats.instances
     summary.databases = sorted(converter.stats.databases)
     summary.kernels = sorted(converter.stats.kernels)
+    summary.snapshot_bytes = sum(e.snapshot_bytes for e in converter.stats.entries)
+    summary.copied_bytes = sum(e.copied_bytes for e in converter.stats.entries)
+    summary.stored_bytes = converter.stats.stored_bytes
+    summary.stall_s = converter.stats.stall_s
+    summary.spool_wait_s = converter.stats.spool_wait_s
     if recorder_error and recorder_error.get("error"):
         summary.errors.append(f"the recorder stopped: {recorder_error['error']}")
     if conversion_error is not None:
@@ -195,6 +216,8 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         if staging:
             shutil.rmtree(staging, ignore_errors=True)
     _report(summary, log)
+    if base_env.get(STATS_ENV):
+        write_stats(base_env[STATS_ENV], summary, converter.stats)
     return summary
 
 
@@ -224,13 +247,8 @@ def _start_uploader(staging_dir: str, destination: str, spool_limit: int):
 
 
 def _report(summary: RecordSummary, log) -> None:
-    where = summary.output
     if summary.instances:
-        print(
-            f"mneme record: recorded {summary.instances} instance(s) of {len(summary.kernels)} kernel(s) into {where}"
-            + (f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""),
-            file=log,
-        )
+        print(recorded_line(summary), file=log)
     elif not summary.errors:
         # The recorder watches launches only while a loaded kernel matches the selection.
         seen = f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""

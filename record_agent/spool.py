@@ -15,7 +15,9 @@ from typing import Any
 
 from mneme.errors import ArtifactError
 
-ENTRY_FORMAT = "mneme-spool-entry/2"
+ENTRY_FORMAT = "mneme-spool-entry/3"
+#: Formats this agent reads: /2 has no per-phase digests (every piece copied).
+ENTRY_FORMATS = ("mneme-spool-entry/2", ENTRY_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -28,8 +30,21 @@ class SpoolPiece:
 
 
 @dataclass(frozen=True)
+class PhaseDigests:
+    """A phase's GPU digests of a region's pieces ("" where none), and the pieces not copied (holes)."""
+
+    digests: tuple[str, ...]
+    skipped: frozenset[int]
+
+
+@dataclass(frozen=True)
 class SpoolRegion:
-    """A device range and where its bytes sit in the stripe files (same layout in both phases)."""
+    """A device range and where its bytes sit in the stripe files (same layout in both phases).
+
+    ``phases`` (absent when the GPU computed no digests) says per phase which
+    pieces were not copied: their bytes equal those of an earlier piece with
+    the same digest (and size), captured by this entry or a committed one.
+    """
 
     kind: str
     name: str
@@ -37,6 +52,15 @@ class SpoolRegion:
     size: int
     pieces: tuple[SpoolPiece, ...]
     policy: dict[str, Any] | None = None
+    phases: dict[str, PhaseDigests] = field(default_factory=dict, compare=False)
+
+    def digest(self, phase: str, k: int) -> str:
+        p = self.phases.get(phase)
+        return p.digests[k] if p else ""
+
+    def copied(self, phase: str, k: int) -> bool:
+        p = self.phases.get(phase)
+        return p is None or k not in p.skipped
 
 
 @dataclass(frozen=True)
@@ -104,6 +128,16 @@ def _dims(value: Any, what: str) -> tuple[int, int, int]:
     return (value[0], value[1], value[2])
 
 
+def _phase_digests(value: Any, pieces: int, what: str) -> PhaseDigests:
+    digests = tuple(str(d) for d in value["digests"])
+    skipped = frozenset(int(k) for k in value["skipped"])
+    if len(digests) != pieces:
+        raise ArtifactError(f"{what}: {len(digests)} digests for {pieces} pieces")
+    if any(not 0 <= k < pieces or not digests[k] for k in skipped):
+        raise ArtifactError(f"{what}: a piece not copied has no digest or is out of range")
+    return PhaseDigests(digests, skipped)
+
+
 def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
     """Parse ``path/launch.json`` and check the snapshot files hold every region it lists."""
     path = Path(path)
@@ -112,13 +146,15 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
         data = json.loads((path / "launch.json").read_text())
     except (OSError, ValueError) as exc:
         raise ArtifactError(f"{what}: cannot read launch.json ({exc}); the recorder died while writing it?") from exc
-    if data.get("format") != ENTRY_FORMAT:
+    if data.get("format") not in ENTRY_FORMATS:
         raise ArtifactError(f"{what}: format {data.get('format')!r} is not {ENTRY_FORMAT!r}; agent and recorder versions differ")
     try:
         regions = tuple(
             SpoolRegion(
                 r["kind"], r.get("name", ""), int(r["base"]), int(r["size"]),
                 tuple(SpoolPiece(int(k), int(o), int(n)) for k, o, n in r["pieces"]), r.get("policy"),
+                {phase: _phase_digests(r[phase], len(r["pieces"]), f"{what}: region {int(r['base']):#x} {phase}")
+                 for phase in ("prologue", "epilogue") if phase in r},
             )
             for r in data["regions"]
         )  # fmt: skip

@@ -6,8 +6,11 @@ its bytes under ``chunks/<2 hex>/<sha256 of the uncompressed bytes>``: memory
 that the epilogue shares with its prologue, or one instance with another, is
 stored once, and every read is verified against the name.
 
-Hashing and compression run on a thread pool: hashlib and zstandard both
-release the GIL on large buffers, so pieces are processed in parallel.
+Hashing and compression run on a thread pool: hashlib, xxhash, zstandard
+and file reads release the GIL on large buffers, so pieces are processed in
+parallel. A writer's :class:`~mneme.format.capture.ContentIndex` recognizes
+bytes it has stored before without hashing them again, and pieces zstd would
+not shrink are stored as raw frames (:mod:`mneme.format.frames`).
 """
 
 from __future__ import annotations
@@ -16,12 +19,15 @@ import contextlib
 import hashlib
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable, NamedTuple, Sequence, Union
 
 import zstandard
 
 from mneme.errors import ArtifactError
+from mneme.format.capture import ContentIndex, PipelineStats, fingerprint
+from mneme.format.frames import compressed_frame, stored_frame
 from mneme.format.layout import chunk_name
 from mneme.store.base import Store
 
@@ -44,20 +50,16 @@ class ChunkRef(NamedTuple):
 
 
 def default_workers() -> int:
+    """Threads of a storing pool: every CPU (hashing, compression and reads release the GIL), at most 32."""
+    return max(1, min(32, os.cpu_count() or 1))
+
+
+def default_read_workers() -> int:
+    """Threads of a reading pool (replays: several may run at once on one host), at most 8."""
     return max(1, min(8, os.cpu_count() or 1))
 
 
 _local = threading.local()
-
-
-def _compressor(level: int) -> zstandard.ZstdCompressor:
-    """A per-thread compressor (ZstdCompressor objects are not thread-safe)."""
-    cache = getattr(_local, "compressors", None)
-    if cache is None:
-        cache = _local.compressors = {}
-    if level not in cache:
-        cache[level] = zstandard.ZstdCompressor(level=level, write_content_size=True)
-    return cache[level]
 
 
 def _decompressor() -> zstandard.ZstdDecompressor:
@@ -68,8 +70,16 @@ def _decompressor() -> zstandard.ZstdDecompressor:
 
 
 def compress_chunk(data: bytes | memoryview, level: int = DEFAULT_LEVEL) -> bytes:
-    """The stored form of one piece: a zstd frame that records its content size."""
-    return _compressor(level).compress(data)
+    """The stored form of one piece: a zstd frame that records its content size (compressed)."""
+    return compressed_frame(data, level)
+
+
+def _read_buffer(size: int) -> bytearray:
+    """This thread's buffer for pieces read from files (reused: no allocation, no page faults per piece)."""
+    buf = getattr(_local, "read_buffer", None)
+    if buf is None or len(buf) < size:
+        buf = _local.read_buffer = bytearray(size)
+    return buf
 
 
 def _check_chunk_size(chunk_size: int) -> None:
@@ -100,35 +110,62 @@ def put_many(
     *,
     level: int = DEFAULT_LEVEL,
     workers: int | None = None,
+    index: ContentIndex | None = None,
+    stats: PipelineStats | None = None,
 ) -> list[list[ChunkRef]]:
     """Store several sources as chunks, all pieces through one thread pool; refs per source, in order.
 
-    Each piece is read inside its worker (file slices with ``os.pread``), so at
-    most ``workers`` pieces are in memory at a time. Within one call a digest
-    is claimed by the first piece that has it; an existing object is never
-    written again.
+    Each piece is read inside its worker (file slices with ``os.preadv`` into
+    the thread's buffer), so at most ``workers`` pieces are in memory at a
+    time. A piece whose fingerprint ``index`` knows is named without SHA-256;
+    within one call a digest is claimed by the first piece that has it; an
+    existing object is never written again; a piece that zstd would not
+    shrink is stored as a raw frame (:mod:`mneme.format.frames`). ``stats``
+    adds up what each stage cost.
     """
     _check_chunk_size(chunk_size)
+    stats = stats if stats is not None else PipelineStats()
+    started = time.perf_counter()
     with contextlib.ExitStack() as files:
         pieces: list[tuple[int, Callable[[int, int], bytes | memoryview], int, int]] = []
-        for index, source in enumerate(sources):
+        for source_index, source in enumerate(sources):
             read, size = _reader(source, files)
-            pieces += [(index, read, start, length) for start, length in _piece_bounds(size, chunk_size)]
+            pieces += [(source_index, read, start, length) for start, length in _piece_bounds(size, chunk_size)]
         claimed: set[str] = set()
         lock = threading.Lock()
 
         def one(piece: tuple[int, Callable[[int, int], bytes | memoryview], int, int]) -> ChunkRef:
             _, read, start, length = piece
+            t0 = time.perf_counter()
             data = read(start, length)
             if len(data) != length:
                 raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(data)}")
-            ref = ChunkRef(hashlib.sha256(data).hexdigest(), length)
+            t1 = time.perf_counter()
+            fp = fingerprint(data) if index is not None else b""
+            sha = index.lookup(fp, length) if index is not None else None
+            t2 = time.perf_counter()
+            stage = {"pieces": 1, "bytes": length, "read_s": t1 - t0, "fingerprint_s": t2 - t1}
+            if sha is None:
+                sha = hashlib.sha256(data).hexdigest()
+                if index is not None:
+                    index.add(fp, length, sha)
+                stage.update(hashed_bytes=length, hash_s=time.perf_counter() - t2)
+            else:
+                stage.update(known_bytes=length)
+            ref = ChunkRef(sha, length)
             with lock:
-                if ref.sha256 in claimed:
-                    return ref
+                fresh = ref.sha256 not in claimed
                 claimed.add(ref.sha256)
-            if not store.exists(ref.name):
-                store.put(ref.name, compress_chunk(data, level))
+            if fresh and not store.exists(ref.name):
+                t3 = time.perf_counter()
+                frame, compressed = stored_frame(data, level)
+                t4 = time.perf_counter()
+                store.put(ref.name, frame)
+                stage.update({"compressed_bytes" if compressed else "raw_bytes": length, "stored_bytes": len(frame),
+                              "compress_s": t4 - t3, "write_s": time.perf_counter() - t4})
+            else:
+                stage.update(present_bytes=length)
+            stats.add(**stage)
             return ref
 
         if len(pieces) <= 1:
@@ -136,9 +173,10 @@ def put_many(
         else:
             with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(pieces))) as pool:
                 refs = list(pool.map(one, pieces))
+    stats.add(wall_s=time.perf_counter() - started)
     grouped: list[list[ChunkRef]] = [[] for _ in sources]
-    for (index, _, _, _), ref in zip(pieces, refs):
-        grouped[index].append(ref)
+    for (source_index, _, _, _), ref in zip(pieces, refs):
+        grouped[source_index].append(ref)
     return grouped
 
 
@@ -159,7 +197,18 @@ def _reader(source: ChunkSource, files: contextlib.ExitStack) -> tuple[Callable[
         raise ArtifactError(
             f"region file {source.path} has {file_size} bytes; cannot read {size} bytes at offset {offset}"
         )
-    return (lambda s, n: os.pread(fd, n, offset + s)), size
+
+    def read(start: int, length: int) -> memoryview:
+        view = memoryview(_read_buffer(length))[:length]
+        got = 0
+        while got < length:  # preadv may return less than asked (signals, huge reads)
+            n = os.preadv(fd, [view[got:]], offset + start + got)
+            if n <= 0:
+                break
+            got += n
+        return view[:got]
+
+    return read, size
 
 
 def put_chunks(
@@ -186,7 +235,7 @@ def put_chunks_from_file(
 ) -> list[ChunkRef]:
     """Store ``size`` bytes of a file from ``offset`` as chunks (for raw region files of the recorder).
 
-    The file is read piece by piece with ``os.pread``; it is never held whole in memory.
+    The file is read piece by piece (``os.preadv``); it is never held whole in memory.
     """
     return put_many(store, [FileSlice(path, offset, size)], chunk_size, level=level, workers=workers)[0]
 
@@ -246,7 +295,7 @@ def read_chunks_into(
         for i in range(len(refs)):
             one(i)
         return
-    with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(refs))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers or default_read_workers(), len(refs))) as pool:
         for _ in pool.map(one, range(len(refs))):
             pass
 

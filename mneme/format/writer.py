@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
-from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, FileSlice, put_many
+from mneme.format.capture import ContentIndex, PipelineStats
+from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, ChunkRef, ChunkSource, FileSlice, put_many
 from mneme.format.database import (
     AddressSpace,
     DeviceInfo,
@@ -56,12 +57,28 @@ class RegionSource:
 
 
 class RecordingWriter:
-    """Writes recordings of one or more kernels into a store (a recording directory)."""
+    """Writes recordings of one or more kernels into a store (a recording directory).
+
+    It remembers the fingerprints of the chunks it stored (``index``), so bytes
+    that later snapshots repeat cost no hashing, and adds up what storing cost
+    (``stats``).
+    """
 
     def __init__(self, store: Store, *, chunk_size: int = DEFAULT_CHUNK_SIZE, level: int = DEFAULT_LEVEL):
         self.store = store
         self.chunk_size = chunk_size
         self.level = level
+        self.index = ContentIndex()
+        self.stats = PipelineStats()
+
+    def put_chunks(self, sources: Sequence[ChunkSource], stats: PipelineStats | None = None) -> list[list[ChunkRef]]:
+        """Store the sources' chunks through one thread pool; refs per source. ``stats`` also gets the costs."""
+        call = PipelineStats()
+        refs = put_many(self.store, sources, self.chunk_size, level=self.level, index=self.index, stats=call)
+        self.stats.merge(call)
+        if stats is not None:
+            stats.merge(call)
+        return refs
 
     # -- code ---------------------------------------------------------------------
     def write_code(
@@ -110,7 +127,7 @@ class RecordingWriter:
             if (src.data is None) == (src.path is None):
                 raise ArtifactError(f"region {src.name or hex(src.base)}: give exactly one of data and path")
             payloads.append(src.data if src.data is not None else FileSlice(src.path, src.offset, src.size))
-        refs = put_many(self.store, payloads, self.chunk_size, level=self.level)
+        refs = self.put_chunks(payloads)
         return [
             Region(src.base, sum(c.length for c in chunks), src.kind, src.name, tuple(chunks), src.policy)
             for src, chunks in zip(sources, refs)

@@ -2,7 +2,11 @@
 
 Writes go to a hidden temporary file in the destination directory, are
 fsync'ed and then renamed over the destination (``os.replace``), so a crash or
-a concurrent reader never sees a partial object.
+a concurrent reader never sees a partial object. ``sync=False`` leaves out the
+fsyncs (the rename stays atomic, so a killed process or a concurrent reader
+still never sees a partial object; only an OS crash or power loss can leave
+one, which readers detect by its hash): for writers that produce GBs faster
+than the disk takes them, as ``mneme record`` does (docs/recording.md).
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from mneme.store.base import InvalidNameError, Store, validate_name, validate_pr
 class LocalStore(Store):
     """Objects as files under ``root`` (created on the first write)."""
 
-    def __init__(self, root: str | os.PathLike[str]):
+    def __init__(self, root: str | os.PathLike[str], *, sync: bool = True):
         self._root = Path(root).expanduser().absolute()
+        self.sync = sync
 
     @property
     def root(self) -> Path:
@@ -77,7 +82,8 @@ class LocalStore(Store):
             with os.fdopen(fd, "wb") as f:
                 write(f)
                 f.flush()
-                os.fsync(f.fileno())
+                if self.sync:
+                    os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException as exc:
             try:
@@ -88,7 +94,8 @@ class LocalStore(Store):
                 hint = "; free some space" if exc.errno == errno.ENOSPC else ""
                 raise ArtifactError(f"cannot write {path} in {self.url}: {exc.strerror or exc}{hint}") from exc
             raise
-        _fsync_directory(path.parent)
+        if self.sync:
+            _fsync_directory(path.parent)
 
     def exists(self, name: str) -> bool:
         return self._path(name).is_file()

@@ -314,3 +314,36 @@ def test_full_spool_disk_ends_recording_with_a_clear_message(recorder_lib, progr
     assert "vecadd n=1048576 iterations=1: ok" in proc.stdout  # the application ran to the end, unaffected
     assert "No space left on device" in proc.stderr and "recording stopped" in proc.stderr
     assert not list((tmp_path / "rdb").glob("*.json"))  # nothing half-written
+
+
+def test_unchanged_memory_is_not_copied_again_and_the_recording_is_the_same(recorder_lib, programs, tmp_path):
+    """GPU digests: after the first snapshot only changed 16 MiB pieces leave the device (a and b never
+    change, c does), and the recording is byte for byte the one made copying everything."""
+    import json
+
+    n = 12 << 20  # 48 MiB per array: three pieces each
+    runs = {}
+    for digests in ("1", "0"):
+        rdb, stats = tmp_path / f"rdb{digests}", tmp_path / f"stats{digests}.json"
+        env = child_env(MNEME_RECORDER_LIB=recorder_lib, MNEME_DIGESTS=digests, MNEME_RECORD_STATS=str(stats))
+        proc = subprocess.run(
+            [sys.executable, "-m", "mneme", "record", "-rdb", str(rdb), "-mr", "0", "--record-duplicates", "--",
+             str(programs / "vecadd"), str(n), "3"],
+            env=env, capture_output=True, text=True, timeout=240,
+        )
+        assert proc.returncode == 0, proc.stderr
+        assert "copied off the GPU" in proc.stderr and "stalled" in proc.stderr
+        rec = only_database(rdb, "vecadd")
+        runs[digests] = (rec, json.loads(stats.read_text()))
+    (with_digests, stats1), (copy_all, stats0) = runs["1"], runs["0"]
+    assert set(with_digests.instances) == set(copy_all.instances) and len(with_digests.instances) == 3
+    for dyn, inst in with_digests.instances.items():
+        other = copy_all.instances[dyn]
+        for phase in ("load_prologue", "load_epilogue"):
+            assert [r.chunks for r in getattr(inst, phase)().regions] == [r.chunks for r in getattr(other, phase)().regions]
+    state = 3 * 4 * n
+    assert stats0["copied_bytes"] == stats0["snapshot_bytes"] == 3 * 2 * state
+    # First prologue: a, b and one piece of c (zeros: its three pieces are one); each epilogue: c's three
+    # pieces; the later prologues: nothing (c as the last epilogue left it).
+    piece = 16 << 20
+    assert stats1["copied_bytes"] == (3 + 3 + 1) * piece + 3 * (3 * piece)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 
@@ -211,3 +212,33 @@ def test_region_split_over_stripes_reads_back_whole(tmp_path):
     pro = {r.base: r for r in inst.load_prologue().regions}
     epi = {r.base: r for r in inst.load_epilogue().regions}
     assert pro[base].read(rec.store) == data_pro and epi[base].read(rec.store) == data_epi
+
+
+def test_pieces_the_recorder_did_not_copy_take_the_chunks_of_their_digest(tmp_path):
+    """Unchanged memory stays on the GPU: the epilogue's inputs and the next launch's prologue are holes."""
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    write_module(spool)
+    seen: set = set()
+    write_entry(spool, 0, n=256, k=0, digests=seen)
+    second = write_entry(spool, 1, n=256, k=1, launch_index=1, digests=seen)
+    meta = json.loads((second / "launch.json").read_text())
+    skipped = {(r["base"], phase) for r in meta["regions"] for phase in ("prologue", "epilogue") if r[phase]["skipped"]}
+    assert len(skipped) == 5  # a, b in both phases, and c's prologue (= the first launch's epilogue)
+    conv = convert_all(spool, out)
+    rec = RecordedExecution.from_json(next(out.glob("*.json")))
+    for inst in rec.instances.values():
+        k = inst.launch_index
+        a, b, c0, c1 = vecadd_arrays(256, k)
+        assert [r.read(rec.store) for r in inst.load_prologue().regions] == [a, b, c0]
+        assert [r.read(rec.store) for r in inst.load_epilogue().regions] == [a, b, c1]
+    assert conv.stats.entries[1].pipeline.unchanged_bytes == 5 * 1024
+
+
+def test_a_hole_whose_digest_the_agent_never_saw_is_a_clear_error(tmp_path):
+    spool, out = tmp_path / "spool", tmp_path / "out"
+    write_module(spool)
+    seen = {hashlib.sha1(vecadd_arrays(256)[0]).hexdigest()[:32]}  # "captured" by an entry the agent never got
+    write_entry(spool, 0, n=256, digests=seen)
+    with pytest.raises(ArtifactError, match="was not copied, and no earlier piece has its digest"):
+        convert_all(spool, out)
+    assert not list(out.glob("*.json"))

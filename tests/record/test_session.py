@@ -6,6 +6,7 @@ errors end with a clear message."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -119,3 +120,19 @@ def test_missing_application_is_a_clear_error(tmp_path):
 
     with pytest.raises(NotAvailableError, match="check the path"):
         session.record(options(tmp_path, ("/no/such/app",)), env=env_without_ranks())
+
+
+def test_summary_says_how_much_was_captured_and_the_stall_and_stats_file_has_every_instance(tmp_path, capfd):
+    app = fake_app(tmp_path, "write_module(spool)\nwrite_entry(spool, 0)\nwrite_entry(spool, 1, k=1)\n")
+    stats_file = tmp_path / "stats.json"
+    summary = session.record(options(tmp_path, app), env=dict(env_without_ranks(), MNEME_RECORD_STATS=str(stats_file)))
+    err = capfd.readouterr().err
+    assert summary.instances == 2 and summary.snapshot_bytes > 0 and summary.stall_s == pytest.approx(0.004)
+    assert "of device state captured" in err and "the application stalled 0.00 s for snapshots" in err
+    stats = json.loads(stats_file.read_text())
+    assert [e["seq"] for e in stats["entries"]] == [0, 1]
+    assert stats["snapshot_bytes"] == summary.snapshot_bytes and stats["app_s"] > 0
+    first, second = (e["pipeline"] for e in stats["entries"])
+    assert first["bytes"] == stats["entries"][0]["snapshot_bytes"]
+    # The second launch repeats the inputs of the first: named from the index, not hashed again.
+    assert second["known_bytes"] > 0 and second["hashed_bytes"] < second["bytes"]

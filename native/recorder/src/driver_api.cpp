@@ -78,6 +78,10 @@ DriverApi& driver() {
     MNEME_BIND(cuModuleGetGlobal_v2);
     MNEME_BIND(cuGetErrorString);
     MNEME_BIND(cuStreamIsCapturing);
+    MNEME_BIND(cuModuleLoadData);
+    MNEME_BIND(cuModuleGetFunction);
+    MNEME_BIND(cuLaunchKernel);
+    MNEME_BIND(cuMemcpyHtoDAsync_v2);
 #undef MNEME_BIND
     api.loaded = api.cuMemAlloc_v2 && api.cuMemAddressReserve && api.cuMemCreate;
   });

@@ -89,6 +89,10 @@ struct Pending {
   uint64_t prologue_bytes = 0;
   double prologue_seconds = 0;
   double prologue_writer_wait = 0, prologue_copy_wait = 0, prologue_setup = 0, prologue_write = 0;
+  double spool_wait = 0;  // back-pressure: waited for the agent to convert earlier entries
+  uint64_t prologue_copied = 0;
+  double prologue_digest = 0;
+  DigestSet new_digests;  // of the pieces this entry copied (remembered once it is committed)
   std::vector<std::string> warnings;
 };
 
@@ -305,7 +309,27 @@ std::string dims_json(const unsigned v[3]) {
   return "[" + std::to_string(v[0]) + ", " + std::to_string(v[1]) + ", " + std::to_string(v[2]) + "]";
 }
 
-std::string regions_json(const std::vector<DeviceRegion>& regions) {
+// Per phase, the pieces' digests and the indices of those not copied (when digests were computed).
+std::string phase_digests_json(const std::vector<Piece>& pieces, bool digests) {
+  std::string out = "{\"digests\": [", skipped = "], \"skipped\": [";
+  bool first_skip = true;
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    out += (k ? ", \"" : "\"") + (digests ? digest_hex(pieces[k].digest) : std::string()) + "\"";
+    if (!pieces[k].copied) {
+      skipped += (first_skip ? "" : ", ") + std::to_string(k);
+      first_skip = false;
+    }
+  }
+  return out + skipped + "]}";
+}
+
+bool has_digests(const std::vector<Piece>& pieces) {
+  return !pieces.empty() && std::all_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.has_digest; });
+}
+
+// The regions with their layout (`pieces`: the same in both phases) and, where
+// the GPU computed digests, per phase which pieces were not copied.
+std::string regions_json(const std::vector<DeviceRegion>& regions, const std::vector<std::vector<Piece>>& prologue_pieces) {
   std::string out = "[";
   for (size_t i = 0; i < regions.size(); ++i) {
     const auto& r = regions[i];
@@ -315,6 +339,10 @@ std::string regions_json(const std::vector<DeviceRegion>& regions) {
       out += (k ? ", [" : "[") + std::to_string(r.pieces[k].stripe) + ", " + std::to_string(r.pieces[k].offset) + ", " +
              std::to_string(r.pieces[k].size) + "]";
     out += "]";
+    const auto& pro = prologue_pieces[i];
+    if (has_digests(pro) || has_digests(r.pieces))
+      out += ", \"prologue\": " + phase_digests_json(pro, has_digests(pro)) + ", \"epilogue\": " +
+             phase_digests_json(r.pieces, has_digests(r.pieces));
     std::string policy = r.kind == "heap" ? policy_json(r.base) : "";
     out += policy.empty() ? "}" : ", \"policy\": " + policy + "}";
   }
@@ -438,7 +466,9 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::snprintf(name, sizeof name, "%08ld", seq);
   p->final_dir = spool(std::string("entries/") + name);
   p->tmp_dir = p->final_dir + ".tmp";
+  const auto wait_start = std::chrono::steady_clock::now();
   wait_for_spool_room();
+  p->spool_wait = seconds_since(wait_start);
   if (!make_dirs(p->tmp_dir)) {
     stop_recording("cannot create the spool directory " + p->tmp_dir + ": " + std::strerror(errno));
     return;
@@ -457,7 +487,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
   if (reachable) scanner = scan;
   if (!writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
-                                          settings().max_snapshot_bytes, &p->prologue_bytes, &error)) {
+                                          settings().max_snapshot_bytes, &p->prologue_bytes, &error, &p->new_digests)) {
     remove_tree(p->tmp_dir);
     if (error == "snapshot exceeds the byte cap") {
       std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: its snapshot exceeds"
@@ -473,6 +503,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
   p->prologue_copy_wait = writer_for_current_context().last_copy_wait_seconds();
   p->prologue_setup = writer_for_current_context().last_setup_seconds();
   p->prologue_write = writer_for_current_context().last_write_seconds();
+  p->prologue_copied = writer_for_current_context().last_copied_bytes();
+  p->prologue_digest = writer_for_current_context().last_digest_seconds();
 
   // Metadata known before the launch.
   char arch[16], dname[256] = "";
@@ -484,7 +516,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::vector<std::string> offsets, sizes;
   std::ostringstream os;
   p->stripes = writer_for_current_context().last_stripes();
-  os << "{\"format\": \"mneme-spool-entry/2\", \"stripes\": " << p->stripes << ", \"seq\": " << seq << ", \"pid\": " << getpid()
+  os << "{\"format\": \"mneme-spool-entry/3\", \"stripes\": " << p->stripes << ", \"seq\": " << seq << ", \"pid\": " << getpid()
      << ", \"rank\": " << json_string(settings().rank) << ", \"kernel\": " << json_string(ks.name)
      << ", \"demangled\": " << json_string(demangle(ks.name)) << ", \"api\": " << json_string(l.api)
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
@@ -568,13 +600,16 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   std::string error;
   std::vector<std::vector<Piece>> prologue_pieces;
   for (const auto& r : p->regions) prologue_pieces.push_back(r.pieces);
-  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error)) {
+  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error,
+                                          &p->new_digests)) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
     return false;
   }
   double epilogue_seconds = seconds_since(t0);
   double epilogue_write = writer_for_current_context().last_write_seconds();
+  const uint64_t epilogue_copied = writer_for_current_context().last_copied_bytes();
+  const double epilogue_digest = writer_for_current_context().last_digest_seconds();
   if (writer_for_current_context().last_stripes() != p->stripes) {  // cannot happen, as below
     remove_tree(p->tmp_dir);
     stop_recording("internal error: prologue and epilogue stripe counts differ");
@@ -593,12 +628,15 @@ bool commit_launch(Pending* p, CUresult launch_result) {
     }
   }
   std::ostringstream os;
-  os << p->launch_json_head << ", \"regions\": " << regions_json(p->regions)
+  os << p->launch_json_head << ", \"regions\": " << regions_json(p->regions, prologue_pieces)
      << ", \"prologue_bytes\": " << p->prologue_bytes << ", \"epilogue_bytes\": " << epilogue_bytes
      << ", \"prologue_seconds\": " << p->prologue_seconds << ", \"epilogue_seconds\": " << epilogue_seconds
      << ", \"prologue_wait_seconds\": {\"file_writes\": " << p->prologue_writer_wait
      << ", \"copies\": " << p->prologue_copy_wait << ", \"setup\": " << p->prologue_setup << "}"
      << ", \"prologue_write_seconds\": " << p->prologue_write << ", \"epilogue_write_seconds\": " << epilogue_write
+     << ", \"spool_wait_seconds\": " << p->spool_wait << ", \"prologue_copied_bytes\": " << p->prologue_copied
+     << ", \"epilogue_copied_bytes\": " << epilogue_copied << ", \"prologue_digest_seconds\": " << p->prologue_digest
+     << ", \"epilogue_digest_seconds\": " << epilogue_digest
      << ", \"warnings\": " << strings_json(p->warnings) << "}\n";
   std::string body = os.str();
   if (!write_file_atomic(p->tmp_dir + "/launch.json", body.data(), body.size(), &error)) {
@@ -613,7 +651,8 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   }
   for (const auto& w : p->warnings)
     std::fprintf(stderr, "mneme record: warning: %s: %s\n", p->kernel->name.c_str(), w.c_str());
-  g_committed.emplace_back(p->final_dir, p->prologue_bytes + epilogue_bytes);
+  g_committed.emplace_back(p->final_dir, p->prologue_copied + epilogue_copied);
+  writer_for_current_context().remember(p->new_digests);
   return true;
 }
 

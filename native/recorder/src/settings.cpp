@@ -48,6 +48,7 @@ Settings load() {
   if (auto v = env("MNEME_SPOOL_WRITERS"); !v.empty()) s.spool_writers = std::atoi(v.c_str());
   for (const auto& d : split(env("MNEME_DEVICES"), ',')) s.devices.push_back(std::atoi(d.c_str()));
   s.record_duplicates = env("MNEME_RECORD_DUPLICATES") == "1";
+  s.gpu_digests = env("MNEME_DIGESTS") != "0";
   s.rank = env("MNEME_RANK");
   s.verbose = env("MNEME_VERBOSE") == "1";
   return s;

@@ -26,6 +26,7 @@ struct Settings {
   int spool_writers = 0;          // MNEME_SPOOL_WRITERS: snapshot writer threads = stripe files (0: from the CPU count)
   std::vector<int> devices;       // empty: all
   bool record_duplicates = false;
+  bool gpu_digests = true;        // MNEME_DIGESTS=0: snapshots copy every piece (no change detection on the GPU)
   std::string rank;               // only used in names/metadata
   bool verbose = false;
 };

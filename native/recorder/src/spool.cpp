@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -166,8 +167,12 @@ struct SnapshotWriter::Impl {
   std::vector<std::thread> writers;
 
   // Of the last write().
-  double setup_s = 0, writer_wait_s = 0, copy_wait_s = 0, write_span_s = 0;
+  double setup_s = 0, writer_wait_s = 0, copy_wait_s = 0, write_span_s = 0, digest_s = 0;
   int stripes_used = 0;
+  uint64_t copied_bytes = 0;
+
+  GpuDigest gpu;
+  DigestSet known;  // digests of pieces in committed entries (the agent has them, or will before any later entry)
 
   // The staging pool: one slab of anonymous memory (transparent huge pages
   // where the kernel offers them), faulted in by several threads at once and
@@ -306,6 +311,9 @@ double SnapshotWriter::last_writer_wait_seconds() const { return impl_->writer_w
 double SnapshotWriter::last_copy_wait_seconds() const { return impl_->copy_wait_s; }
 double SnapshotWriter::last_setup_seconds() const { return impl_->setup_s; }
 double SnapshotWriter::last_write_seconds() const { return impl_->write_span_s; }
+uint64_t SnapshotWriter::last_copied_bytes() const { return impl_->copied_bytes; }
+double SnapshotWriter::last_digest_seconds() const { return impl_->digest_s; }
+void SnapshotWriter::remember(const DigestSet& digests) { impl_->known.insert(digests.begin(), digests.end()); }
 
 SnapshotWriter::~SnapshotWriter() {
   // Process exit: the writer threads are parked; detach rather than join.
@@ -315,9 +323,10 @@ SnapshotWriter::~SnapshotWriter() {
 
 bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>& regions,
                            const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
-                           uint64_t byte_cap, uint64_t* bytes_written, std::string* error) {
+                           uint64_t byte_cap, uint64_t* bytes_written, std::string* error, DigestSet* entry_digests) {
   Impl& m = *impl_;
-  m.setup_s = m.writer_wait_s = m.copy_wait_s = m.write_span_s = 0;
+  m.setup_s = m.writer_wait_s = m.copy_wait_s = m.write_span_s = m.digest_s = 0;
+  m.copied_bytes = 0;
   {
     double t0 = now_seconds();
     uint64_t total = 0;
@@ -325,6 +334,22 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     if (!m.init(error) || !m.ensure_buffers(total, error)) return false;
     m.setup_s = now_seconds() - t0;
   }
+  // Change detection: every piece's digest, computed on the GPU (the regions
+  // are fixed without `scan`; reachable-scope discovery needs every byte).
+  std::vector<Digest> digests;
+  if (entry_digests && !scan && m.gpu.available()) {
+    double t0 = now_seconds();
+    std::vector<std::pair<CUdeviceptr, uint64_t>> pieces;
+    for (const auto& r : regions)
+      for (uint64_t done = 0; done < r.size; done += kChunk) pieces.emplace_back(r.base + done, std::min<uint64_t>(kChunk, r.size - done));
+    std::string why;
+    if (!m.gpu.compute(pieces, m.stream, &digests, &why)) {
+      digests.clear();
+      std::fprintf(stderr, "mneme record: warning: %s; snapshots copy every byte from now on\n", why.c_str());
+    }
+    m.digest_s = now_seconds() - t0;
+  }
+  size_t piece_index = 0;
   // Copies queued ahead of the writers; fewer than the buffers, or the
   // capture would wait for a buffer it holds itself.
   const size_t ahead = std::min<size_t>(kCopiesAhead, m.buf.size() - 1);
@@ -394,6 +419,24 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
         ok = false;
         break;
       }
+      if (!digests.empty()) {
+        const Digest& g = digests[piece_index++];
+        Piece piece;
+        piece.stripe = stripe;
+        piece.offset = stripe_end[stripe];
+        piece.size = len;
+        piece.has_digest = true;
+        piece.digest = g;
+        if (m.known.count(g) || entry_digests->count(g)) {  // captured before: leave a hole
+          piece.copied = false;
+          ++chunk_index;
+          regions[r].pieces.push_back(piece);
+          stripe_end[stripe] += len;
+          offset += len;
+          continue;
+        }
+        entry_digests->insert(g);
+      }
       int b = m.acquire();
       if (b < 0) {
         ok = false;  // a file write failed: reported below
@@ -410,7 +453,16 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
       // Keep the copy engine busy: hand over the oldest copy once a few are
       // queued behind it. Scanning needs the bytes, so it hands over at once.
       ++chunk_index;
-      regions[r].pieces.push_back(Piece{stripe, stripe_end[stripe], len});
+      Piece piece;
+      piece.stripe = stripe;
+      piece.offset = stripe_end[stripe];
+      piece.size = len;
+      if (!digests.empty()) {
+        piece.has_digest = true;
+        piece.digest = digests[piece_index - 1];
+      }
+      regions[r].pieces.push_back(piece);
+      m.copied_bytes += len;
       in_flight.push_back(Impl::Job{b, len, fds[stripe], stripe_end[stripe], stripe});
       stripe_end[stripe] += len;
       offset += len;
@@ -441,6 +493,11 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
   }
   m.stripes_used = int(fds.size());
   for (int k = 0; k < int(fds.size()); ++k) {
+    // Pieces not copied are holes: the file keeps the layout's size (sparse).
+    if (ok && ftruncate(fds[k], off_t(stripe_end[k])) != 0) {
+      local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
+      ok = false;
+    }
     if (close(fds[k]) != 0 && ok) {
       local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
       ok = false;

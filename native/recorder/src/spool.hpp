@@ -7,7 +7,10 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_set>
 #include <vector>
+
+#include "gpu_digest.hpp"
 
 namespace mneme::rec {
 
@@ -27,7 +30,12 @@ struct Piece {
   int stripe = 0;
   uint64_t offset = 0;
   uint64_t size = 0;
+  bool has_digest = false;  // computed on the GPU (gpu_digest.hpp)
+  Digest digest;
+  bool copied = true;  // false: the same bytes were captured before (its digest says which); a hole in the stripe
 };
+
+using DigestSet = std::unordered_set<Digest, DigestHash>;
 
 struct DeviceRegion {
   uint64_t base = 0;
@@ -59,9 +67,19 @@ class SnapshotWriter {
   // `scan` (may be empty) sees every chunk's host bytes before they are
   // written, in region order; it may append regions to `regions`
   // (reachable-scope discovery). Stops with an error past `byte_cap` (0: none).
+  // With `entry_digests` (and no `scan`), every piece's digest is computed on
+  // the GPU first and a piece whose digest was captured before (remembered
+  // from committed entries, or earlier in this entry: `entry_digests`) is not
+  // copied: its bytes stay a hole in the stripe file and the agent names them
+  // by the digest. The digests of the pieces copied go into `entry_digests`.
   bool write(const std::string& prefix, std::vector<DeviceRegion>& regions,
              const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
-             uint64_t byte_cap, uint64_t* bytes_written, std::string* error);
+             uint64_t byte_cap, uint64_t* bytes_written, std::string* error, DigestSet* entry_digests = nullptr);
+  // The entry whose copies added `digests` is committed: later snapshots may refer to them.
+  void remember(const DigestSet& digests);
+  // Of the last write: bytes actually copied off the device, seconds spent on digests (0: none).
+  uint64_t last_copied_bytes() const;
+  double last_digest_seconds() const;
   // Of the last write: seconds the capture thread waited for a free staging
   // buffer (file writes behind) and for device-to-host copies (copies behind);
   // the set-up of the staging pool it paid (when the pool had to grow); the
