@@ -191,6 +191,7 @@ class RecordingWriter:
         the merge is redone, up to ``COMMIT_ATTEMPTS`` times.
         """
         db.validate()
+        self.store.make_durable()  # every chunk and snapshot the database names is on disk before it is
         for _ in range(COMMIT_ATTEMPTS):
             merged = db
             if self.store.exists(db.name):

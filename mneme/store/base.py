@@ -128,6 +128,9 @@ class Store(abc.ABC):
         """Store the contents of a local file as object ``name`` (backends may stream)."""
         self.put(name, Path(path).read_bytes())
 
+    def make_durable(self) -> None:
+        """Make every object written so far survive an OS crash (backends whose puts are not durable each)."""
+
     def not_found(self, name: str) -> ArtifactError:
         """The error for a missing object: names it and the store, and says what to check."""
         return ArtifactError(f"{name} not found in {self.url}; check the recording path")

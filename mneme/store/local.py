@@ -3,14 +3,16 @@
 Writes go to a hidden temporary file in the destination directory, are
 fsync'ed and then renamed over the destination (``os.replace``), so a crash or
 a concurrent reader never sees a partial object. ``sync=False`` leaves out the
-fsyncs (the rename stays atomic, so a killed process or a concurrent reader
-still never sees a partial object; only an OS crash or power loss can leave
-one, which readers detect by its hash): for writers that produce GBs faster
-than the disk takes them, as ``mneme record`` does (docs/recording.md).
+per-object fsyncs (the rename stays atomic, so a killed process or a concurrent
+reader still never sees a partial object) and makes objects durable in batches
+instead, when the writer calls ``make_durable`` (one ``syncfs`` of the store's
+file system): for writers that produce GBs faster than the disk takes them, as
+``mneme record`` does before it commits each database (docs/recording.md).
 """
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import tempfile
@@ -97,6 +99,10 @@ class LocalStore(Store):
         if self.sync:
             _fsync_directory(path.parent)
 
+    def make_durable(self) -> None:
+        if not self.sync and self._root.is_dir():
+            _sync_file_system(self._root)
+
     def exists(self, name: str) -> bool:
         return self._path(name).is_file()
 
@@ -169,5 +175,20 @@ def _fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     except OSError:
         pass
+    finally:
+        os.close(fd)
+
+
+def _sync_file_system(directory: Path) -> None:
+    """Flush every dirty page of the file system holding ``directory`` (``syncfs``; ``sync`` where it is missing)."""
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:
+        os.sync()
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise ArtifactError(f"cannot make {directory} durable (syncfs): {os.strerror(err)}")
     finally:
         os.close(fd)
