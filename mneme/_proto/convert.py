@@ -72,10 +72,18 @@ def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
         s = struct_pb2.Struct()
         s.update(mismatch)
         msg.mismatches.append(s)
+    if result.verified_within:
+        msg.verified_within.update(result.verified_within)
+    for finding in result.nondeterminism:
+        s = struct_pb2.Struct()
+        s.update(finding)
+        msg.nondeterminism.append(s)
     return msg
 
 
 def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
     fields = {name: getattr(msg, name) for name in _SCALAR_RESULT_FIELDS}
     return ExperimentResult(exec_time=list(msg.exec_time),
-                            mismatches=[json_format.MessageToDict(m) for m in msg.mismatches], **fields)
+                            mismatches=[json_format.MessageToDict(m) for m in msg.mismatches],
+                            verified_within=json_format.MessageToDict(msg.verified_within),
+                            nondeterminism=[json_format.MessageToDict(m) for m in msg.nondeterminism], **fields)
