@@ -13,6 +13,7 @@ what the replay server's worker processes are for.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -546,8 +547,9 @@ class Replayer:
             for per_check in out["checks"]:
                 stats, counters = per_check[i]
                 worst = worse(worst, deviation(policy, stats, counters))
+            worst = {k: v if not isinstance(v, float) or math.isfinite(v) else str(v) for k, v in (worst or {}).items()}
             entry = {"policy": policy.spec(), "source": self._sources.get(region.label, ""),
-                     "exact": is_exact(worst or {}), "worst": worst or {}}
+                     "exact": is_exact(worst), "worst": worst}
             if entry["source"] == "auto" and self.derived is not None:
                 entry["derived"] = self.derived.provenance()
             within[region.label] = entry
@@ -557,7 +559,7 @@ class Replayer:
     def probe(self) -> DerivedTolerance | None:
         """Replay the baseline ``tolerance_runs`` times and classify every region (cached; None when
         the baseline cannot run here, see ``probe_error``)."""
-        if self._probe is None and self.healthy:
+        if self._probe is None and self.healthy and not self.probe_error:
             from mneme.replay.probe import probe_baseline
 
             try:
