@@ -227,3 +227,16 @@ def test_result_exactness_and_round_trip():
     assert ExperimentResult(verified=True).exact
     back = ExperimentResult.from_dict(result.to_dict())
     assert back.verified_within == within and back.nondeterminism == [{"region": "acc"}]
+
+
+def test_verified_within_and_nondeterminism_cross_the_wire_with_their_counts():
+    from mneme._proto.convert import result_from_proto, result_to_proto
+
+    within = {"0x7f0000400000": {"policy": "f32:ulp:12", "source": "auto", "exact": False,
+                                 "worst": {"max_ulp": 3, "max_abs_diff": 0.25, "max_rel_diff": "inf"},
+                                 "derived": {"derived": True, "runs": 8, "safety_factor": 4.0}}}
+    result = ExperimentResult(verified=True, status="verified", verified_within=within,
+                              nondeterminism=[{"region": "acc", "runs": 8, "permuted": False}])
+    back = result_from_proto(result_to_proto(result))
+    assert back.verified_within == within and back.nondeterminism == result.nondeterminism
+    assert isinstance(back.verified_within["0x7f0000400000"]["derived"]["runs"], int)
