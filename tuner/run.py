@@ -252,8 +252,8 @@ class TuneRun:
         else:
             reporter.message("tolerance: the baseline is deterministic; trials must verify bit-exactly")
         set_tolerance = getattr(executor, "set_tolerance", None)
-        if set_tolerance is not None:
-            set_tolerance(json.dumps(policies) if policies else "")
+        if set_tolerance is not None and policies:  # none needed: the prepared `auto` instance judges exactly
+            set_tolerance(json.dumps(policies))
 
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:

@@ -576,18 +576,20 @@ class Replayer:
 
     def _derive_tolerance(self) -> None:
         """``tolerance='auto'``: the stored derivation of this instance, else one from the baseline's runs."""
-        from mneme.replay.nondeterminism import load_derived, save_derived
+        from mneme.replay.nondeterminism import load_derived, save_derived, sidecar_name
 
         store, name = self.recording.store, self.recording.database_name
         stored = load_derived(store, name, self.record_id)
         if stored is not None:
-            self.derived, self.derived_stored = stored, f"read from {store.url}/{name}"
+            self.derived, self.derived_stored = stored, f"read from {store.url}/{sidecar_name(name)}"
             return
         derived = self.probe()
         if derived is None:
             return  # the baseline cannot run: its own run says why
         self.derived = derived
-        if self.store_tolerance:
+        if not any(f.classification != "exact" for f in derived.findings):
+            self.derived_stored = "not stored: every region was exact in every run"
+        elif self.store_tolerance:
             try:
                 self.derived_stored = f"written to {store.url}/{save_derived(store, name, self.record_id, derived)}"
             except (OSError, MnemeError) as exc:
