@@ -734,7 +734,12 @@ def _mismatch_summary(mismatches: list[dict[str, Any]]) -> str:
             what = f"{m['mismatched_bytes']} of {m['size']} bytes differ (first at offset {m.get('first_mismatch_offset')})"
         elif "diff_norm" in m:
             what = f"{m['policy']['norm']} norm of the difference {m['diff_norm']:.3g} > {m['limit']:.3g}"
+        elif "same_multiset" in m:
+            what = f"not the recorded multiset of {m['elements']} {m['policy']['dtype']} elements"
         else:
-            what = f"{m.get('mismatched_elements', '?')} of {m['elements']} elements outside tolerance (max abs diff {m['max_abs_diff']:.3g})"
+            ulp = f", {m['max_ulp']} ULP" if m.get("max_ulp") is not None else ""
+            bound = f" > {m['policy']['threshold']:g} ULP" if m["policy"].get("mode") == "ulp" else ""
+            what = (f"{m.get('mismatched_elements', '?')} of {m['elements']} elements outside tolerance "
+                    f"(max abs diff {m['max_abs_diff']:.3g}{ulp}{bound})")
         parts.append(f"region {m['region']} ({m['kind']}): {what}; failed launches {m['failed_launches']}")
     return "verification failed: " + "; ".join(parts)
