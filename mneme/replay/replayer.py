@@ -730,12 +730,12 @@ def _queue_ahead_ns(launches: int) -> int:
 def _mismatch_summary(mismatches: list[dict[str, Any]]) -> str:
     parts = []
     for m in mismatches:
-        if "mismatched_bytes" in m:
+        if "same_multiset" in m:
+            what = f"not the recorded multiset of {m['elements']} {m['policy']['dtype']} elements"
+        elif "mismatched_bytes" in m:
             what = f"{m['mismatched_bytes']} of {m['size']} bytes differ (first at offset {m.get('first_mismatch_offset')})"
         elif "diff_norm" in m:
             what = f"{m['policy']['norm']} norm of the difference {m['diff_norm']:.3g} > {m['limit']:.3g}"
-        elif "same_multiset" in m:
-            what = f"not the recorded multiset of {m['elements']} {m['policy']['dtype']} elements"
         else:
             ulp = f", {m['max_ulp']} ULP" if m.get("max_ulp") is not None else ""
             bound = f" > {m['policy']['threshold']:g} ULP" if m["policy"].get("mode") == "ulp" else ""

@@ -240,3 +240,15 @@ def test_verified_within_and_nondeterminism_cross_the_wire_with_their_counts():
     back = result_from_proto(result_to_proto(result))
     assert back.verified_within == within and back.nondeterminism == result.nondeterminism
     assert isinstance(back.verified_within["0x7f0000400000"]["derived"]["runs"], int)
+
+
+def test_failure_text_names_the_ulp_distance_and_the_bound():
+    from mneme.replay.replayer import _mismatch_summary
+
+    policy = VerifyPolicy("f32", "ulp", 24)
+    report = judge(policy, stats(2.29e4), engine_counters(violations=1, differing=1, max_ulp=716), 4).report
+    text = _mismatch_summary([{"region": "acc", "kind": "heap", "failed_launches": [0, 3], **report}])
+    assert "1 of 1 elements outside tolerance" in text and "716 ULP > 24 ULP" in text
+    report = judge(VerifyPolicy("i32", "multiset"), stats(), (8, 0, 0, 0, 0, 1, 2, 3, 1, 9, 3), 64).report
+    text = _mismatch_summary([{"region": "out", "kind": "heap", "failed_launches": [0], **report}])
+    assert "not the recorded multiset of 16 i32 elements" in text
