@@ -247,6 +247,7 @@ class AsyncReplayExecutor:
         server_startup_timeout: float = 120.0,
         transport: str = "stream",
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
+        tolerance: str = "",
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -265,6 +266,7 @@ class AsyncReplayExecutor:
         self.max_attempts = max_attempts
         self.retry_window = retry_window
         self.transport = transport
+        self.set_tolerance(tolerance)
         self._ahead = _code_variants(compile_ahead)
         store, key = _split_database(self.record_db)
         self.record_key = record_key or key
@@ -422,10 +424,19 @@ class AsyncReplayExecutor:
             server.down_until = time.monotonic() + 1.0  # not up yet: retried by the dispatcher
         return server
 
+    def set_tolerance(self, tolerance: str) -> None:
+        """How the servers verify the replays asked for from now on (``InstanceRef.tolerance``): ``""`` or
+        ``exact``, ``auto``, or a JSON object of policies by region (the tuner's derived bounds). A new
+        setting is a new prepared instance on the servers (restored on a worker's first replay of it)."""
+        from mneme.replay.tolerance import parse_tolerance_setting
+
+        parse_tolerance_setting(tolerance)  # a bad setting fails here, not on every server
+        self.tolerance = tolerance
+
     def _instance_ref(self) -> Any:
         from mneme._proto import replay_pb2
 
-        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id)
+        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance)
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()

@@ -293,6 +293,19 @@ class ExperimentResult:
     #: them rewritten), because the recorded window could not be had here or the recording is
     #: relocatable. Module globals always live where the loaded module puts them and do not count.
     relocated: bool = False
+    #: Regions judged with a tolerance (``--tolerance``, a recorded annotation, or ``auto``): per
+    #: region label the bound used (``policy``), where it came from (``source``; ``derived``
+    #: provenance for ``auto``), and this replay's worst deviation over its checked launches
+    #: (``worst``; ``exact`` when the region matched bit for bit). Empty unless verified.
+    verified_within: dict[str, Any] = field(default_factory=dict)
+    #: When the recorded launch itself was replayed and did not verify bit-exactly: per region that
+    #: differed, what its repeated runs showed (``mneme.replay.nondeterminism.RegionFinding``).
+    nondeterminism: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exact(self) -> bool:
+        """Verified, and every region bit-equal to the recording (no tolerance was needed)."""
+        return self.verified and all(entry.get("exact", False) for entry in self.verified_within.values())
 
     @property
     def measured_times(self) -> list[int]:
@@ -312,6 +325,10 @@ class ExperimentResult:
             kwargs["exec_time"] = [int(t) for t in kwargs["exec_time"]]
         if "mismatches" in kwargs:
             kwargs["mismatches"] = [dict(m) for m in kwargs["mismatches"]]
+        if "nondeterminism" in kwargs:
+            kwargs["nondeterminism"] = [dict(m) for m in kwargs["nondeterminism"]]
+        if "verified_within" in kwargs:
+            kwargs["verified_within"] = {str(k): dict(v) for k, v in dict(kwargs["verified_within"]).items()}
         return cls(**kwargs)
 
     @classmethod
@@ -327,4 +344,6 @@ _RESULT_KEYS = frozenset(_RESULT_FIELDS)
 def _plain(value: Any) -> Any:
     if isinstance(value, list):
         return [dict(v) if isinstance(v, Mapping) else v for v in value]
+    if isinstance(value, Mapping):
+        return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
     return value

@@ -96,7 +96,12 @@ class CudaEngineSpec:
         recording = _load_recording(instance.store, instance.record_db)
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
-        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device))
+        from mneme.replay.tolerance import parse_tolerance_setting
+
+        mode, overrides = parse_tolerance_setting(instance.tolerance)
+        return CudaPreparedInstance(
+            Replayer(recording, instance.record_id, device=device, tolerance=mode, tolerance_overrides=overrides)
+        )
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -28,6 +28,7 @@ class InstanceKey:
     store: str  # store URL (a directory or s3://bucket/prefix)
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
+    tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

@@ -25,6 +25,7 @@ from replay_server.compile_cache import CompileCache
 from replay_server.engine import InstanceKey
 from replay_server.jobs import Job, JobOutcome, RequestError
 from replay_server.metrics import ServerMetrics
+from mneme.replay.tolerance import parse_tolerance_setting
 from replay_server.names import store_has, validate_record_id, validate_store_key
 from replay_server.worker_pool import WorkerPool
 
@@ -74,7 +75,11 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
                     f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
                 )
             self._known_keys.add(key)
-        return InstanceKey(self.store, key, record_id)
+        try:
+            parse_tolerance_setting(ref.tolerance)
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
+        return InstanceKey(self.store, key, record_id, ref.tolerance)
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""

@@ -92,6 +92,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="where results go (default: a timestamped directory under mneme-tune-results/)")
     g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
     g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
+    g.add_argument("--tolerance", choices=("auto", "exact"), default=S,
+                   help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "
+                   "within a bound derived once from that spread; exact: bit-exact (or as annotated) only")
     g.add_argument("--print-space", action="store_true", default=S, help="print the search space and exit")
     g.add_argument("--dry-run", action="store_true", default=S,
                    help="print the baseline and the search space, replay nothing")

@@ -75,6 +75,9 @@ class TuneOptions:
     objective: str = "time"
     fail_fast: bool = False
     servers: list[str] | None = None
+    # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
+    # "exact" keeps every region bitwise (or as the recording annotates it)
+    tolerance: str = "auto"
     # optuna
     study_name: str | None = None
     optuna_storage: str | None = None
@@ -282,6 +285,8 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         raise ConfigurationError("--space-arg passes arguments to a --space-module class; give --space-module too")
     if o.resume and not o.results_dir:
         raise ConfigurationError("--resume continues an earlier run: give its --results-dir DIR")
+    if o.tolerance not in ("auto", "exact"):
+        raise ConfigurationError(f"--tolerance {o.tolerance!r}: use auto (default) or exact")
     if o.rerun_baseline and not o.resume:
         raise ConfigurationError("--rerun-baseline only makes sense with --resume")
     if o.optuna_storage and o.sampler in ("exhaustive",):

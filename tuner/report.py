@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 from mneme.errors import ConfigurationError, NotAvailableError
 from tuner.results_dir import ResultsDirectory, iter_verified
+from tuner.summary import verification_counts
 
 PLOTS = ("optimization_history", "param_importances", "slice")
 
@@ -118,7 +119,8 @@ def write_report(run_dir: str | Path) -> dict[str, Any]:
     index = out / "index.html"
     index.write_text(_index_html(records, written, skipped))
     written.append(str(index))
-    summary = {"written": written, "skipped": skipped, "verified_trials": len(study.trials)}
+    summary = {"written": written, "skipped": skipped, "verified_trials": len(study.trials),
+               **verification_counts(records), "tolerance": (results.read_json("baseline.json") or {}).get("tolerance")}
     (out / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 
@@ -166,6 +168,7 @@ def _write_html(study, plot: str, out: Path, kwargs: dict[str, Any]) -> str:
 
 def _index_html(records: list[dict[str, Any]], written: list[str], skipped: list[str]) -> str:
     top = sorted(iter_verified(records), key=lambda r: r["metric"])[:10]
+    counts = verification_counts(records)
     rows = "".join(
         f"<tr><td>{r['trial']}</td><td>{r['metric']:.0f}</td><td>{(r.get('speedup') or 0):.3f}</td>"
         f"<td><code>{html.escape(json.dumps(r['params']))}</code></td></tr>"
@@ -179,7 +182,8 @@ def _index_html(records: list[dict[str, Any]], written: list[str], skipped: list
     notes = "".join(f"<li>{html.escape(s)}</li>" for s in skipped)
     return (
         "<!doctype html><meta charset='utf-8'><title>mneme tune report</title>"
-        f"<h1>mneme tune report</h1><p>{len(records)} trials, {len(list(iter_verified(records)))} verified.</p>"
+        f"<h1>mneme tune report</h1><p>{len(records)} trials, {len(list(iter_verified(records)))} verified "
+        f"({counts['verified_exact']} exactly, {counts['verified_within_tolerance']} within tolerance).</p>"
         "<h2>Best configurations</h2><table border=1><tr><th>trial</th><th>time (ns)</th><th>speedup</th>"
         f"<th>params</th></tr>{rows}</table><h2>Plots</h2><ul>{links}</ul>{images}"
         + (f"<h2>Not drawn</h2><ul>{notes}</ul>" if notes else "")

@@ -24,7 +24,7 @@ from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, load_instance
 from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
 from tuner.space_factory import build_space
-from tuner.summary import best_document, summary_document
+from tuner.summary import best_document, summary_document, verification_counts
 
 #: (options, results directory, configurations whose code to compile ahead) -> executor
 ExecutorFactory = Callable[[TuneOptions, Path, "list[ExperimentConfiguration]"], Executor]
@@ -48,6 +48,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         num_workers=options.workers,
         servers=options.servers,
         compile_ahead=compile_ahead,
+        tolerance="auto" if options.tolerance == "auto" else "",
     )
 
 
@@ -81,7 +82,20 @@ def baseline_document(config: ExperimentConfiguration, result: ExperimentResult,
         "metric_name": metric,
         "result": result.to_dict(),
         "timestamp": now_iso(),
+        "tolerance": derived_tolerance(result),
     }
+
+
+def derived_tolerance(result: ExperimentResult) -> dict[str, Any]:
+    """The bounds ``--tolerance auto`` derived on the baseline (what every trial is judged with), with
+    their provenance and the baseline's nondeterminism report; empty policies when none was needed."""
+    policies, provenance = {}, {}
+    for label, entry in result.verified_within.items():
+        if entry.get("source") == "auto":
+            policies[label] = entry["policy"]
+            provenance = entry.get("derived", provenance)
+    return {"policies": policies, **({"provenance": provenance} if provenance else {}),
+            "nondeterminism": result.nondeterminism}
 
 
 class TuneRun:
@@ -203,6 +217,7 @@ class TuneRun:
             if earlier and earlier.get("verified") and earlier.get("hash") == config.ground().hash() \
                     and earlier.get("metric_name") == o.metric:
                 reporter.message(f"baseline (from the earlier run): {format_ns(earlier['metric'])}")
+                self._judge_with(executor, earlier.get("tolerance") or {}, reporter)
                 return earlier
         try:
             result = executor.evaluate(config)
@@ -221,15 +236,34 @@ class TuneRun:
                 "candidate could be trusted. Check it with `mneme replay` (see baseline.json)"
             )
         reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)")
+        self._judge_with(executor, doc["tolerance"], reporter)
         return doc
+
+    def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
+        """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
+        (sent to the servers as explicit policies, so no worker derives its own)."""
+        if self.options.tolerance != "auto":
+            return
+        policies = tolerance.get("policies") or {}
+        if policies:
+            runs = (tolerance.get("provenance") or {}).get("runs", "?")
+            bounds = ", ".join(f"{label}={spec}" for label, spec in policies.items())
+            reporter.message(f"tolerance: derived from {runs} runs of the baseline: {bounds} (see baseline.json)")
+        else:
+            reporter.message("tolerance: the baseline is deterministic; trials must verify bit-exactly")
+        set_tolerance = getattr(executor, "set_tolerance", None)
+        if set_tolerance is not None and policies:  # none needed: the prepared `auto` instance judges exactly
+            set_tolerance(json.dumps(policies))
 
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:
         o = self.options
         best = best_document(state.records, baseline, o.sampler == "nsga2").get("best")
         counts = state.counts()
+        exactness = verification_counts(state.records)
         reporter.message(
-            f"{len(state.records)} trials ({counts.get('verified', 0)} verified), stopped: {state.stopped}"
+            f"{len(state.records)} trials ({counts.get('verified', 0)} verified: {exactness['verified_exact']} "
+            f"exactly, {exactness['verified_within_tolerance']} within tolerance), stopped: {state.stopped}"
         )
         if best is None:
             reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")

@@ -58,6 +58,19 @@ def _summary_of(record: dict[str, Any], baseline_metric: float | None) -> dict[s
     }
 
 
+def is_exact(record: dict[str, Any]) -> bool:
+    """A verified trial whose every region matched bit for bit (no tolerance was needed)."""
+    within = (record.get("result") or {}).get("verified_within") or {}
+    return all(entry.get("exact", False) for entry in within.values())
+
+
+def verification_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """How many trials verified exactly, and how many only within a tolerance."""
+    verified = [r for r in records if r.get("status") == "verified"]
+    exact = sum(1 for r in verified if is_exact(r))
+    return {"verified_exact": exact, "verified_within_tolerance": len(verified) - exact}
+
+
 def summary_document(records: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *,
                      state: Any, options: dict[str, Any], elapsed_s: float, space_size: int | None,
                      complete: bool) -> dict[str, Any]:
@@ -67,6 +80,8 @@ def summary_document(records: Sequence[dict[str, Any]], baseline: dict[str, Any]
         "trials": len(records),
         "evaluated_this_run": state.evaluated_now,
         "verified": counts.get("verified", 0),
+        **verification_counts(records),
+        "tolerance": {"mode": options.get("tolerance"), **((baseline or {}).get("tolerance") or {})},
         "failed": len(records) - counts.get("verified", 0),
         "by_status": {s: counts.get(s, 0) for s in STATUSES},
         "skipped_resumed": state.resumed_skipped,

@@ -6,6 +6,8 @@ Kept beside the stubs so the client (mneme.async_executor) and the servers
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf import json_format, struct_pb2
 
 from mneme._proto import replay_pb2
@@ -72,10 +74,30 @@ def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
         s = struct_pb2.Struct()
         s.update(mismatch)
         msg.mismatches.append(s)
+    if result.verified_within:
+        msg.verified_within.update(result.verified_within)
+    for finding in result.nondeterminism:
+        s = struct_pb2.Struct()
+        s.update(finding)
+        msg.nondeterminism.append(s)
     return msg
 
 
 def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
     fields = {name: getattr(msg, name) for name in _SCALAR_RESULT_FIELDS}
     return ExperimentResult(exec_time=list(msg.exec_time),
-                            mismatches=[json_format.MessageToDict(m) for m in msg.mismatches], **fields)
+                            mismatches=[json_format.MessageToDict(m) for m in msg.mismatches],
+                            verified_within=_whole(json_format.MessageToDict(msg.verified_within)),
+                            nondeterminism=[_whole(json_format.MessageToDict(m)) for m in msg.nondeterminism],
+                            **fields)
+
+
+def _whole(value: Any) -> Any:
+    """A Struct's numbers are doubles: give back the counts (runs, elements, ULPs) as the ints they were."""
+    if isinstance(value, dict):
+        return {k: _whole(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_whole(v) for v in value]
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value)
+    return value

@@ -8,12 +8,14 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InstanceRef(_message.Message):
-    __slots__ = ("record_db", "record_id")
+    __slots__ = ("record_db", "record_id", "tolerance")
     RECORD_DB_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
     record_db: str
     record_id: str
-    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ...) -> None: ...
+    tolerance: str
+    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., tolerance: _Optional[str] = ...) -> None: ...
 
 class Dim3(_message.Message):
     __slots__ = ("x", "y", "z")
@@ -56,7 +58,7 @@ class Configuration(_message.Message):
     def __init__(self, grid: _Optional[_Union[Dim3, _Mapping]] = ..., block: _Optional[_Union[Dim3, _Mapping]] = ..., shared_mem: _Optional[int] = ..., specialize: _Optional[bool] = ..., set_launch_bounds: _Optional[bool] = ..., max_threads: _Optional[int] = ..., min_blocks_per_sm: _Optional[int] = ..., specialize_dims: _Optional[bool] = ..., passes: _Optional[str] = ..., codegen_opt: _Optional[int] = ..., codegen_method: _Optional[str] = ..., prune: _Optional[bool] = ..., internalize: _Optional[bool] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated")
+    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism")
     PREPROCESS_IR_TIME_FIELD_NUMBER: _ClassVar[int]
     OPT_TIME_FIELD_NUMBER: _ClassVar[int]
     CODEGEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +80,8 @@ class Result(_message.Message):
     COMPILE_CACHED_FIELD_NUMBER: _ClassVar[int]
     MISMATCHES_FIELD_NUMBER: _ClassVar[int]
     RELOCATED_FIELD_NUMBER: _ClassVar[int]
+    VERIFIED_WITHIN_FIELD_NUMBER: _ClassVar[int]
+    NONDETERMINISM_FIELD_NUMBER: _ClassVar[int]
     preprocess_ir_time: float
     opt_time: float
     codegen_time: float
@@ -99,7 +103,9 @@ class Result(_message.Message):
     compile_cached: bool
     mismatches: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
     relocated: bool
-    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ...) -> None: ...
+    verified_within: _struct_pb2.Struct
+    nondeterminism: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
+    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds")

@@ -50,9 +50,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-it", "--iterations", type=int, default=3, metavar="N", help="timed launches (default 3)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed-for-ranking launches first (default 2)")
     parser.add_argument("--config", metavar="FILE", help="configuration file (JSON or YAML Replay-config dict)")
-    parser.add_argument("--tolerance", action="append", default=[], metavar="SEL=dtype:mode:threshold[:norm]",
-                        help="verification policy for a region (by name, 0x base or '*'), e.g. c=f32:relative:1e-6:l2; "
-                        "repeatable")
+    parser.add_argument("--tolerance", action="append", default=[], metavar="exact|auto|SEL=dtype:mode:threshold[:norm]",
+                        help="verification policy for a region (by name, 0x base or '*'), e.g. c=f32:relative:1e-6:l2 "
+                        "or acc=f32:ulp:16; repeatable. 'auto': regions the recorded launch's own runs show to be "
+                        "nondeterministic get a bound derived from their spread (stored beside the recording); "
+                        "'exact' (default): recorded annotations, else bitwise")
+    parser.add_argument("--tolerance-runs", type=int, default=8, metavar="N",
+                        help="runs of the recorded launch that detect nondeterminism and derive 'auto' bounds (default 8)")
     parser.add_argument("--tolerance-file", action="append", default=[], metavar="FILE.json",
                         help="verification policies as JSON {selector: {dtype, mode, threshold, norm}}")
     parser.add_argument("--device", type=int, default=0, metavar="N", help="CUDA device ordinal (default 0)")
@@ -150,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording[args.record_id] if args.record_id else recording.single_instance()
     config = build_config(args, instance)
-    overrides = ToleranceOverrides.parse(args.tolerance, args.tolerance_file)
+    modes = [t for t in args.tolerance if t.strip() in ("auto", "exact")]
+    overrides = ToleranceOverrides.parse([t for t in args.tolerance if t not in modes], args.tolerance_file)
     options = CompileOptions(max_registers=args.max_registers)
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
@@ -166,8 +171,13 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
+        tolerance=modes[-1].strip() if modes else "exact",
+        tolerance_runs=args.tolerance_runs,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
+        if replayer.derived is not None:
+            print(f"mneme replay: tolerance auto: {replayer.derived.describe()}; {replayer.derived_stored}",
+                  file=sys.stderr)
         if replayer.relocated:
             why = f" ({replayer.window_error})" if replayer.window_error else ""
             print(f"mneme replay: note: recorded addresses were relocated{why}", file=sys.stderr)

@@ -29,6 +29,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"wrote {path}")
         for note in summary["skipped"]:
             print(f"skipped {note}")
+        policies = (summary.get("tolerance") or {}).get("policies") or {}
+        bounds = ", ".join(f"{label}={spec}" for label, spec in policies.items()) or "none needed (bit-exact)"
+        print(f"verified: {summary['verified_exact']} exactly, {summary['verified_within_tolerance']} within "
+              f"tolerance; derived tolerance: {bounds}")
         return 0
     from tuner.options import resolve_options
     from tuner.run import run_tune

@@ -20,7 +20,9 @@ DTYPES = {
     "u8": 1, "i8": 1, "u16": 2, "i16": 2, "u32": 4, "i32": 4, "u64": 8, "i64": 8,
     "f16": 2, "bf16": 2, "f32": 4, "f64": 8,
 }  # fmt: skip
-MODES = ("bitwise", "absolute", "relative")
+MODES = ("bitwise", "absolute", "relative", "ulp", "multiset")
+#: Modes that apply element by element only (no norm).
+ELEMENTWISE_MODES = ("ulp", "multiset")
 NORMS = ("none", "l1", "l2", "linf")
 
 
@@ -31,6 +33,10 @@ class VerifyPolicy:
     * ``bitwise``: bytes equal (``dtype``, ``threshold`` and ``norm`` unused).
     * ``absolute``: ``|replayed - recorded| <= threshold``.
     * ``relative``: ``|replayed - recorded| <= threshold * |recorded|``.
+    * ``ulp``: the distance in units in the last place is at most ``threshold``
+      (integers: ``|replayed - recorded| <= threshold``); elementwise only.
+    * ``multiset``: the region holds the same multiset of ``dtype``-sized
+      elements in any order (an atomic-index compaction); ``threshold`` unused.
 
     With ``norm="none"`` the test applies element by element; with ``l1``,
     ``l2`` or ``linf`` it applies to the norm of the difference vector (and of
@@ -55,6 +61,8 @@ class VerifyPolicy:
             errors.append(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
         if self.norm not in NORMS:
             errors.append(f"norm {self.norm!r} is not one of {', '.join(NORMS)}")
+        elif self.mode in ELEMENTWISE_MODES and self.norm != "none":
+            errors.append(f"mode {self.mode} compares element by element: norm must be none, not {self.norm}")
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)):
             errors.append(f"threshold {self.threshold!r} is not a number")
         elif not math.isfinite(self.threshold) or self.threshold < 0:
@@ -72,6 +80,13 @@ class VerifyPolicy:
     def to_dict(self) -> dict[str, Any]:
         return {"dtype": self.dtype, "mode": self.mode, "threshold": float(self.threshold), "norm": self.norm}
 
+    def spec(self) -> str:
+        """The ``--tolerance`` spelling: ``bitwise``, ``f32:ulp:16``, ``f32:relative:1e-06:l2``."""
+        if self.is_bitwise:
+            return "bitwise"
+        text = f"{self.dtype}:{self.mode}:{self.threshold:g}"
+        return text if self.norm == "none" else f"{text}:{self.norm}"
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], what: str = "verification policy") -> "VerifyPolicy":
         """Parse a policy; every problem is an ArtifactError naming ``what``."""
@@ -83,6 +98,8 @@ class VerifyPolicy:
         norm = r.choice(d.get("norm", "none"), "norm", NORMS)
         if threshold < 0:
             raise r.error("threshold", f"{threshold} must be >= 0")
+        if mode in ELEMENTWISE_MODES and norm != "none":
+            raise r.error("norm", f"mode {mode} compares element by element: norm must be none")
         return cls(dtype=dtype, mode=mode, threshold=threshold, norm=norm)
 
 

@@ -13,6 +13,7 @@ what the replay server's worker processes are for.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -35,7 +36,8 @@ from mneme.replay import engine as eng
 from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, compile_for
 from mneme.replay.launch_attrs import plan_for
 from mneme.replay.state import DeviceState
-from mneme.replay.tolerance import ToleranceOverrides, engine_check, judge
+from mneme.replay.nondeterminism import DEFAULT_RUNS, DEFAULT_SAFETY, DerivedTolerance, summarize
+from mneme.replay.tolerance import ToleranceOverrides, deviation, engine_check, is_exact, judge, worse
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
@@ -43,6 +45,9 @@ MODULE_CACHE_ENTRIES = 32
 #: Reset policies: ``auto`` resets before every launch unless the instance is proven idempotent
 #: (then only before each configuration's first launch); ``always`` resets before every launch.
 RESET_POLICIES = ("auto", "always")
+#: ``exact``: recorded annotations and overrides only; ``auto``: also bounds derived from the baseline's
+#: own runs for the regions that are nondeterministic (``nondeterminism.py``).
+TOLERANCE_MODES = ("exact", "auto")
 
 
 @dataclass
@@ -86,6 +91,10 @@ class Replayer:
         timeout_s: float = 0.0,
         relocate: bool | None = None,
         reset: str = "auto",
+        tolerance: str = "exact",
+        tolerance_runs: int = DEFAULT_RUNS,
+        tolerance_safety: float = DEFAULT_SAFETY,
+        store_tolerance: bool = True,
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
@@ -112,6 +121,15 @@ class Replayer:
         The recorded launch attributes (cluster dimensions, cooperative...) are
         repeated on every launch; one that cannot be is a NotAvailableError
         naming it.
+
+        ``tolerance="auto"`` judges the regions that the baseline's own runs show
+        to be nondeterministic with a bound derived from that spread (``tolerance_runs``
+        launches of the baseline, ``tolerance_safety`` x the worst deviation), read
+        from the recording's ``<static>.tolerance.json`` when it holds one and
+        written there otherwise (``store_tolerance``); overrides and recorded
+        annotations still win. With either mode a baseline that does not verify is
+        replayed ``tolerance_runs`` times to say which regions are nondeterministic
+        (``result.nondeterminism``).
         """
         eng.require_driver()  # no GPU here: say so before reading anything
         if reset not in RESET_POLICIES:
@@ -120,6 +138,19 @@ class Replayer:
         self.instance = recording[record_id]
         self.launch_plan = plan_for(getattr(self.instance, "launch_attributes", ()))
         self.reset = reset
+        if tolerance not in TOLERANCE_MODES:
+            raise ConfigurationError(f"tolerance={tolerance!r}: use one of {', '.join(TOLERANCE_MODES)}")
+        if int(tolerance_runs) < 2:
+            raise ConfigurationError(f"tolerance_runs={tolerance_runs}: at least 2 runs are needed to see a spread")
+        if not float(tolerance_safety) >= 1:
+            raise ConfigurationError(f"tolerance_safety={tolerance_safety}: use a factor of at least 1")
+        self.tolerance = tolerance
+        self.tolerance_runs = int(tolerance_runs)
+        self.tolerance_safety = float(tolerance_safety)
+        self.store_tolerance = store_tolerance
+        self.derived: DerivedTolerance | None = None  # what auto judges with (stored or derived here)
+        self.derived_stored = ""  # where it was read from or written to
+        self._probe: DerivedTolerance | None = None  # this Replayer's own runs of the baseline
         self._idempotent: bool | None = None
         self._proof_failure: tuple[str, str] | None = None  # (status, error) when the proof lost the context
         self.record_id = str(record_id)
@@ -146,6 +177,8 @@ class Replayer:
         self.last_timing: dict[str, Any] = {}
         self._modules: OrderedDict[str, _LoadedCode] = OrderedDict()
         self._state: DeviceState | None = None
+        self._sources: dict[str, str] = {}
+        self.probe_error = ""
         self.ctx = eng.open_context(self.device)
         self.arch = device_arch(self.ctx)
         prologue = self.instance.load_prologue()
@@ -194,6 +227,8 @@ class Replayer:
         one (on what the previous launch left) does not is run again with the
         resets (``_run``).
         """
+        if self.tolerance == "auto" and self.derived is None:
+            self._derive_tolerance()  # before the proof: its checks judge with the derived bounds
         if self.reset == "always":
             return True
         if self._idempotent is None:
@@ -422,6 +457,18 @@ class Replayer:
         }
 
         verified = not mismatches
+        error = "" if verified else _mismatch_summary(mismatches)
+        nondeterminism: list[dict[str, Any]] = []
+        if config.ground().hash() == self.baseline().ground().hash() and (mismatches or self._probe is not None):
+            # The recorded launch itself: say what its own runs show (they are replayed once, on failure).
+            probe = self.probe()
+            if probe is not None:
+                nondeterminism = [f.to_dict() for f in probe.findings if f.classification != "exact"]
+                if mismatches and nondeterminism:
+                    hint = "" if self.tolerance == "auto" else "; nondeterministic regions verify with --tolerance auto"
+                    error += f"; the recorded launch replayed {probe.runs} times: {summarize(probe.findings)}{hint}"
+            elif mismatches:
+                error += f"; {self.probe_error}"
         result = ExperimentResult(
             exec_time=[int(t) for t in out["times_ns"]],
             verified=verified,
@@ -430,7 +477,9 @@ class Replayer:
             end_time=_now(),
             status=STATUS_VERIFIED if verified else STATUS_FAILED_VERIFICATION,
             mismatches=mismatches,
-            error="" if verified else _mismatch_summary(mismatches),
+            error=error,
+            verified_within=self._within(checked_regions, out) if verified else {},
+            nondeterminism=nondeterminism,
             **base,
             **measured,
         )
@@ -476,14 +525,75 @@ class Replayer:
     def _checks(self, homes: dict[int, int]) -> tuple[list, list]:
         """The engine's comparisons of every region with its expected epilogue, and (region, policy) for each."""
         checks, checked_regions = [], []
+        self._sources: dict[str, str] = {}
+        derived = self.derived.policies if self.derived is not None else {}
         for r in self._state.regions:
             live = self._state.live_address(r, homes)
             if live is None:
                 continue  # a global the recompiled module no longer has: the kernel cannot touch it
-            policy = self.overrides.policy_for(r.name, r.recorded_base, r.policy)
+            policy, source = self.overrides.resolve(r.name, r.recorded_base, r.policy, derived.get(r.label))
             checks.append(engine_check(live, r.expected.ptr, r.size, policy))
             checked_regions.append((r, policy))
+            self._sources[r.label] = source
         return checks, checked_regions
+
+    def _within(self, checked_regions: list, out: dict) -> dict[str, Any]:
+        """``verified_within``: per region judged with a tolerance, the bound used and the worst launch."""
+        within: dict[str, Any] = {}
+        for i, (region, policy) in enumerate(checked_regions):
+            if policy.is_bitwise:
+                continue
+            worst = None
+            for per_check in out["checks"]:
+                stats, counters = per_check[i]
+                worst = worse(worst, deviation(policy, stats, counters))
+            worst = {k: v if not isinstance(v, float) or math.isfinite(v) else str(v) for k, v in (worst or {}).items()}
+            entry = {"policy": policy.spec(), "source": self._sources.get(region.label, ""),
+                     "exact": is_exact(worst), "worst": worst}
+            if entry["source"] == "auto" and self.derived is not None:
+                entry["derived"] = self.derived.provenance()
+            within[region.label] = entry
+        return within
+
+    # -- nondeterminism ---------------------------------------------------------------------
+    def probe(self) -> DerivedTolerance | None:
+        """Replay the baseline ``tolerance_runs`` times and classify every region (cached; None when
+        the baseline cannot run here, see ``probe_error``)."""
+        if self._probe is None and self.healthy and not self.probe_error:
+            from mneme.replay.probe import probe_baseline
+
+            try:
+                self._probe = probe_baseline(self, self.tolerance_runs, self.tolerance_safety)
+                self.probe_error = ""
+            except Exception as exc:
+                if isinstance(exc, (CompileError, MnemeError)) or eng.cuda_error_code(exc) is not None:
+                    if eng.cuda_error_code(exc) is not None:
+                        self._driver_failure(exc)
+                    self.probe_error = f"the baseline's runs failed: {exc}"
+                    return None
+                raise
+        return self._probe
+
+    def _derive_tolerance(self) -> None:
+        """``tolerance='auto'``: the stored derivation of this instance, else one from the baseline's runs."""
+        from mneme.replay.nondeterminism import load_derived, save_derived, sidecar_name
+
+        store, name = self.recording.store, self.recording.database_name
+        stored = load_derived(store, name, self.record_id)
+        if stored is not None:
+            self.derived, self.derived_stored = stored, f"read from {store.url}/{sidecar_name(name)}"
+            return
+        derived = self.probe()
+        if derived is None:
+            return  # the baseline cannot run: its own run says why
+        self.derived = derived
+        if not any(f.classification != "exact" for f in derived.findings):
+            self.derived_stored = "not stored: every region was exact in every run"
+        elif self.store_tolerance:
+            try:
+                self.derived_stored = f"written to {store.url}/{save_derived(store, name, self.record_id, derived)}"
+            except (OSError, MnemeError) as exc:
+                self.derived_stored = f"not stored ({exc})"
 
     def _judge(self, checked_regions: list, out: dict, warmup: int, homes: dict[int, int]) -> list[dict[str, Any]]:
         """One mismatch entry per region that failed in any checked launch (the first failing launch's numbers)."""
@@ -620,11 +730,16 @@ def _queue_ahead_ns(launches: int) -> int:
 def _mismatch_summary(mismatches: list[dict[str, Any]]) -> str:
     parts = []
     for m in mismatches:
-        if "mismatched_bytes" in m:
+        if "same_multiset" in m:
+            what = f"not the recorded multiset of {m['elements']} {m['policy']['dtype']} elements"
+        elif "mismatched_bytes" in m:
             what = f"{m['mismatched_bytes']} of {m['size']} bytes differ (first at offset {m.get('first_mismatch_offset')})"
         elif "diff_norm" in m:
             what = f"{m['policy']['norm']} norm of the difference {m['diff_norm']:.3g} > {m['limit']:.3g}"
         else:
-            what = f"{m.get('mismatched_elements', '?')} of {m['elements']} elements outside tolerance (max abs diff {m['max_abs_diff']:.3g})"
+            ulp = f", {m['max_ulp']} ULP" if m.get("max_ulp") is not None else ""
+            bound = f" > {m['policy']['threshold']:g} ULP" if m["policy"].get("mode") == "ulp" else ""
+            what = (f"{m.get('mismatched_elements', '?')} of {m['elements']} elements outside tolerance "
+                    f"(max abs diff {m['max_abs_diff']:.3g}{ulp}{bound})")
         parts.append(f"region {m['region']} ({m['kind']}): {what}; failed launches {m['failed_launches']}")
     return "verification failed: " + "; ".join(parts)

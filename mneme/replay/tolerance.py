@@ -25,11 +25,19 @@ DTYPE_CODES = {
     "f16": 8, "bf16": 9, "f32": 10, "f64": 11,
 }  # fmt: skip
 BYTEWISE_CODE = -1
+#: Element violation tests of the tolerance kernels (compare_kernels.cu MODE_*).
+MODE_CODES = {"absolute": 0, "relative": 1, "ulp": 2}
 
-# Slots of the engine's statistics (compare_kernels.cu).
+# Slots of the engine's statistics (compare_kernels.cu): 7 doubles; then 5 counters, and the
+# hashes of the actual side (multiset, second multiset, positional) and of the expected side.
 SUM_ABS_DIFF, SUM_SQ_DIFF, MAX_ABS_DIFF, SUM_ABS_REF, SUM_SQ_REF, MAX_ABS_REF, MAX_REL_DIFF = range(7)
-VIOLATIONS, FIRST_VIOLATION, NAN_MISMATCH = range(3)
+VIOLATIONS, FIRST_VIOLATION, NAN_MISMATCH, DIFFERING, MAX_ULP = range(5)
+ACTUAL_MULTISET, ACTUAL_POSITIONAL, EXPECTED_MULTISET, EXPECTED_POSITIONAL = slice(5, 7), 7, slice(8, 10), 10
 NO_INDEX = 2**64 - 1
+COUNTER_WORDS = 11  # 5 counters + 6 hashes
+
+#: Where a region's policy came from (``verified_within`` names it).
+SOURCE_FLAG, SOURCE_RECORDED, SOURCE_AUTO, SOURCE_DEFAULT = "flag", "recorded", "auto", "bitwise default"
 
 
 @dataclass(frozen=True)
@@ -95,13 +103,24 @@ class ToleranceOverrides:
 
     def policy_for(self, name: str, base: int, recorded: VerifyPolicy | None) -> VerifyPolicy:
         """The policy of a region: by name, then by base, then ``*``, then the recorded one, else bitwise."""
+        return self.resolve(name, base, recorded)[0]
+
+    def resolve(
+        self, name: str, base: int, recorded: VerifyPolicy | None, derived: VerifyPolicy | None = None
+    ) -> tuple[VerifyPolicy, str]:
+        """(policy, where it came from): a flag or file (by name, base, ``*``) wins, then the recording's
+        annotation, then the policy ``--tolerance auto`` derived, else bitwise."""
         if name and name in self.by_name:
-            return self.by_name[name]
+            return self.by_name[name], SOURCE_FLAG
         if base in self.by_base:
-            return self.by_base[base]
+            return self.by_base[base], SOURCE_FLAG
         if self.default is not None:
-            return self.default
-        return recorded or VerifyPolicy()
+            return self.default, SOURCE_FLAG
+        if recorded is not None:
+            return recorded, SOURCE_RECORDED
+        if derived is not None:
+            return derived, SOURCE_AUTO
+        return VerifyPolicy(), SOURCE_DEFAULT
 
     def unused_selectors(self, regions: Iterable[tuple[str, int]]) -> list[str]:
         """Selectors that match no region (most likely a typo the user wants to hear about)."""
@@ -120,6 +139,23 @@ class ToleranceOverrides:
         if self.default is not None:
             out["*"] = self.default.to_dict()
         return out
+
+
+def parse_tolerance_setting(text: str) -> tuple[str, ToleranceOverrides]:
+    """An instance's tolerance on the wire (``InstanceRef.tolerance``): ``""``/``exact``, ``auto``, or a
+    JSON object of overrides ``{"SEL": "dtype:mode:threshold[:norm]"}``; (replayer mode, overrides)."""
+    text = (text or "").strip()
+    if text in ("", "exact"):
+        return "exact", ToleranceOverrides.empty()
+    if text == "auto":
+        return "auto", ToleranceOverrides.empty()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise ConfigurationError(
+            f"tolerance {text[:80]!r}: use 'exact', 'auto' or a JSON object of policies by region"
+        ) from None
+    return "exact", ToleranceOverrides.from_mapping(data)
 
 
 def _policy(value: Any, what: str) -> VerifyPolicy:
@@ -158,16 +194,24 @@ def parse_policy_spec(spec: str) -> VerifyPolicy:
 # -- the check a policy asks the engine for, and the verdict on its statistics -----------------
 
 
-def engine_check(actual: int, expected: int, size: int, policy: VerifyPolicy) -> tuple:
-    """The engine's check tuple (actual, expected, size, dtype code, relative, threshold)."""
-    if policy.is_bitwise:
-        return (actual, expected, size, BYTEWISE_CODE, False, 0.0)
+def engine_check(actual: int, expected: int, size: int, policy: VerifyPolicy, hash_elem: int = 0) -> tuple:
+    """The engine's check tuple (actual, expected, size, dtype code, mode code, threshold, hash_elem).
+
+    ``hash_elem`` (1, 2, 4, 8) asks for the multiset and positional hashes of both sides
+    too; a ``multiset`` policy always does (its verdict is theirs)."""
+    if policy.mode == "multiset":
+        hash_elem = policy.element_size
+    elif policy.is_bitwise:
+        return (actual, expected, size, BYTEWISE_CODE, 0, 0.0, hash_elem)
     if size % policy.element_size:
         raise ConfigurationError(
             f"a {size}-byte region cannot be compared as {policy.dtype} ({policy.element_size}-byte elements)"
         )
+    if policy.mode == "multiset":  # the bytes say whether anything moved; the hashes judge
+        return (actual, expected, size, BYTEWISE_CODE, 0, 0.0, hash_elem)
     # With a norm, the elementwise counters are informational; the threshold applies to the norm.
-    return (actual, expected, size, DTYPE_CODES[policy.dtype], policy.mode == "relative", float(policy.threshold))
+    code = DTYPE_CODES[policy.dtype]
+    return (actual, expected, size, code, MODE_CODES[policy.mode], float(policy.threshold), hash_elem)
 
 
 @dataclass(frozen=True)
@@ -178,19 +222,29 @@ class Verdict:
 
 def judge(policy: VerifyPolicy, stats: tuple[float, ...], counters: tuple[int, ...], size: int) -> Verdict:
     """Pass or fail one region from the engine's statistics, with the numbers a report needs."""
+    counters = _full(counters)
     if policy.is_bitwise:
         differing = int(counters[0])
         report: dict[str, Any] = {"policy": "bitwise", "mismatched_bytes": differing}
         if differing:
             report["first_mismatch_offset"] = int(counters[1])
         return Verdict(differing == 0, report)
+    if policy.mode == "multiset":
+        same = tuple(counters[ACTUAL_MULTISET]) == tuple(counters[EXPECTED_MULTISET])
+        report = {"policy": policy.to_dict(), "elements": size // policy.element_size,
+                  "mismatched_bytes": int(counters[0]), "same_multiset": same}
+        if counters[0]:
+            report["first_mismatch_offset"] = int(counters[1])
+        return Verdict(same, report)
     elements = size // policy.element_size
     violations, first, nan_mismatch = int(counters[VIOLATIONS]), int(counters[FIRST_VIOLATION]), int(counters[NAN_MISMATCH])
     report = {
         "policy": policy.to_dict(),
         "elements": elements,
+        "differing_elements": int(counters[DIFFERING]),
         "max_abs_diff": stats[MAX_ABS_DIFF],
         "max_rel_diff": stats[MAX_REL_DIFF],
+        "max_ulp": int(counters[MAX_ULP]),
     }
     if nan_mismatch:
         report["nan_mismatches"] = nan_mismatch
@@ -207,6 +261,45 @@ def judge(policy: VerifyPolicy, stats: tuple[float, ...], counters: tuple[int, .
         report["reference_norm"] = ref_norm
     passed = nan_mismatch == 0 and math.isfinite(diff_norm) and diff_norm <= limit
     return Verdict(passed, report)
+
+
+def deviation(policy: VerifyPolicy, stats: tuple[float, ...], counters: tuple[int, ...]) -> dict[str, Any]:
+    """How far one checked launch of a region was from the recording (``verified_within``'s ``worst``)."""
+    counters = _full(counters)
+    if policy.is_bitwise or policy.mode == "multiset":
+        out: dict[str, Any] = {"differing_bytes": int(counters[0])}
+        if policy.mode == "multiset":
+            out["same_multiset"] = tuple(counters[ACTUAL_MULTISET]) == tuple(counters[EXPECTED_MULTISET])
+        return out
+    return {
+        "differing_elements": int(counters[DIFFERING]),
+        "max_ulp": int(counters[MAX_ULP]),
+        "max_abs_diff": float(stats[MAX_ABS_DIFF]),
+        "max_rel_diff": float(stats[MAX_REL_DIFF]),
+    }
+
+
+def _full(counters: tuple[int, ...]) -> tuple[int, ...]:
+    """The engine's counters, padded to every slot (hashes are zero when none were asked for)."""
+    return tuple(counters) + (0,) * (COUNTER_WORDS - len(counters))
+
+
+def worse(a: dict[str, Any] | None, b: dict[str, Any]) -> dict[str, Any]:
+    """The larger of two deviations, key by key (same_multiset: False wins)."""
+    if a is None:
+        return dict(b)
+    out = dict(a)
+    for key, value in b.items():
+        if key == "same_multiset":
+            out[key] = bool(out.get(key, True) and value)
+        else:
+            out[key] = max(out.get(key, 0), value)
+    return out
+
+
+def is_exact(deviation_: dict[str, Any]) -> bool:
+    """Whether a ``deviation`` found the region bit-equal to the recording."""
+    return not deviation_.get("differing_bytes") and not deviation_.get("differing_elements")
 
 
 def norms(norm: str, stats: tuple[float, ...]) -> tuple[float, float]:

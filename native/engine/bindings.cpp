@@ -51,23 +51,30 @@ py::buffer_info contiguous(const py::buffer& data) {
 }
 
 Check make_check(const py::tuple& t) {
-    if (t.size() != 6) throw std::invalid_argument("a check is (actual, expected, size, dtype, relative, threshold)");
+    if (t.size() != 6 && t.size() != 7)
+        throw std::invalid_argument("a check is (actual, expected, size, dtype, mode, threshold[, hash_elem])");
     Check c;
     c.actual = t[0].cast<uint64_t>();
     c.expected = t[1].cast<uint64_t>();
     c.size = t[2].cast<uint64_t>();
     c.dtype = t[3].cast<int>();
-    c.relative = t[4].cast<bool>() ? 1 : 0;
+    c.mode = py::isinstance<py::bool_>(t[4]) ? (t[4].cast<bool>() ? 1 : 0) : t[4].cast<int>();  // bool: relative
     c.threshold = t[5].cast<double>();
+    c.hash_elem = t.size() == 7 ? t[6].cast<unsigned>() : 0;
+    if (c.mode < 0 || c.mode > 2) throw std::invalid_argument("a check's mode is 0 (absolute), 1 (relative) or 2 (ulp)");
     if (c.dtype >= 0 && c.size % dtype_size(c.dtype) != 0)
         throw std::invalid_argument("a typed check's size must be a multiple of its element size");
+    if (c.hash_elem && ((c.hash_elem & (c.hash_elem - 1)) || c.hash_elem > 8 || c.size % c.hash_elem))
+        throw std::invalid_argument("hash_elem must be 1, 2, 4 or 8 and divide the check's size");
     return c;
 }
 
+// (stats[7], counters[11]): the 5 counters, then the 6 hashes (zero unless hash_elem was given).
 py::tuple check_result(const CheckResult& r) {
-    py::tuple stats(7), counters(3);
+    py::tuple stats(7), counters(11);
     for (size_t i = 0; i < 7; ++i) stats[i] = r.stats[i];
-    for (size_t i = 0; i < 3; ++i) counters[i] = r.counters[i];
+    for (size_t i = 0; i < 5; ++i) counters[i] = r.counters[i];
+    for (size_t i = 0; i < 6; ++i) counters[5 + i] = r.hashes[i];
     return py::make_tuple(stats, counters);
 }
 
@@ -240,8 +247,8 @@ PYBIND11_MODULE(_engine, m) {
                  for (const auto& r : results) out.append(check_result(r));
                  return out;
              },
-             "Compare on the device now; each check is (actual, expected, size, dtype, relative, threshold) and "
-             "gives (stats[7], counters[3]).");
+             "Compare on the device now; each check is (actual, expected, size, dtype, mode, threshold[, hash_elem]) "
+             "and gives (stats[7], counters[11]): 5 counters, then the actual's and the expected's 3 hashes.");
 
     py::class_<Reservation, std::shared_ptr<Reservation>>(m, "Reservation")
         .def_property_readonly("base", &Reservation::base)

@@ -9,8 +9,8 @@
 #include <cuda_bf16.h>
 #include <stdint.h>
 
-// Statistics slots written by the tolerance kernels (doubles, then counters).
-// Keep in sync with mneme/replay/engine_stats.py.
+// Statistics slots written by the tolerance kernels (doubles, then counters, then hashes).
+// Keep in sync with mneme/replay/tolerance.py (the slot indices) and engine.cpp (kSlotWords).
 enum {
     S_SUM_ABS_DIFF = 0,   // sum |a-b|
     S_SUM_SQ_DIFF = 1,    // sum (a-b)^2
@@ -25,8 +25,15 @@ enum {
     C_VIOLATIONS = 0,     // elements outside the elementwise threshold
     C_FIRST_VIOLATION = 1,// smallest violating element index (atomicMin; ~0 when none)
     C_NAN_MISMATCH = 2,   // elements where exactly one side is NaN
-    N_COUNTERS = 3,
+    C_DIFFERING = 3,      // elements whose bits differ (NaN against NaN does not count)
+    C_MAX_ULP = 4,        // max distance in units in the last place (integers: |a-b|); atomicMax
+    N_COUNTERS = 5,
 };
+// After the counters, when a check asks for them (engine.cpp): the three hashes of
+// mneme_hash_elems for the actual side, then for the expected side.
+
+// How an element violates a tolerance: |a-b| > thr, |a-b| > thr*|b|, or ULP distance > thr.
+enum { MODE_ABSOLUTE = 0, MODE_RELATIVE = 1, MODE_ULP = 2 };
 
 __device__ __forceinline__ void atomic_max_nonneg(double* slot, double v) {
     // Non-negative doubles order like their bit patterns.
@@ -34,6 +41,38 @@ __device__ __forceinline__ void atomic_max_nonneg(double* slot, double v) {
 }
 
 template <typename T> __device__ __forceinline__ double to_double(T v) { return static_cast<double>(v); }
+
+// The element's bits, and its position on the number line as a signed integer: floats
+// (sign-magnitude) map so that adjacent representable values differ by one, so the
+// distance of two values is their ULP distance; integers map to themselves (u64 shifted).
+template <typename T> __device__ __forceinline__ unsigned long long raw_bits(T v) {
+    unsigned long long r = 0;
+    memcpy(&r, &v, sizeof(T));
+    return r;
+}
+template <typename T> struct IsFloat { static constexpr bool value = false; };
+template <> struct IsFloat<__half> { static constexpr bool value = true; };
+template <> struct IsFloat<__nv_bfloat16> { static constexpr bool value = true; };
+template <> struct IsFloat<float> { static constexpr bool value = true; };
+template <> struct IsFloat<double> { static constexpr bool value = true; };
+
+template <typename T> __device__ __forceinline__ long long ordered(T v) {
+    unsigned long long bits = raw_bits(v);
+    if constexpr (IsFloat<T>::value) {
+        unsigned long long sign = 1ull << (8 * sizeof(T) - 1);
+        long long magnitude = static_cast<long long>(bits & (sign - 1));
+        return (bits & sign) ? -magnitude : magnitude;
+    } else if constexpr (sizeof(T) == 8 && static_cast<T>(-1) > static_cast<T>(0)) {
+        return static_cast<long long>(bits ^ (1ull << 63));  // u64: keep the order in a signed type
+    } else {
+        return static_cast<long long>(v);
+    }
+}
+
+__device__ __forceinline__ unsigned long long distance(long long x, long long y) {
+    return x >= y ? static_cast<unsigned long long>(x) - static_cast<unsigned long long>(y)
+                  : static_cast<unsigned long long>(y) - static_cast<unsigned long long>(x);
+}
 template <> __device__ __forceinline__ double to_double<__half>(__half v) { return static_cast<double>(__half2float(v)); }
 template <> __device__ __forceinline__ double to_double<__nv_bfloat16>(__nv_bfloat16 v) { return static_cast<double>(__bfloat162float(v)); }
 
@@ -73,26 +112,33 @@ extern "C" __global__ void mneme_bytes_diff(const uint8_t* a, const uint8_t* b, 
 }
 
 // Typed comparison statistics for tolerance policies.
-// relative != 0: an element violates when |a-b| > threshold * |b|; else when |a-b| > threshold.
+// mode (MODE_*): an element violates when |a-b| > threshold, |a-b| > threshold * |b|, or its
+// ULP distance > threshold. Every mode gathers every statistic.
 template <typename T>
-__device__ void tolerance_stats(const T* a, const T* b, unsigned long long n, double threshold, int relative,
+__device__ void tolerance_stats(const T* a, const T* b, unsigned long long n, double threshold, int mode,
                                 double* dstats, unsigned long long* counters) {
     unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
     unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
     double sum_abs = 0, sum_sq = 0, max_abs = 0, ref_abs = 0, ref_sq = 0, ref_max = 0, max_rel = 0;
-    unsigned long long violations = 0, first = ~0ull, nan_mismatch = 0;
+    unsigned long long violations = 0, first = ~0ull, nan_mismatch = 0, differing = 0, max_ulp = 0;
     for (unsigned long long i = tid; i < n; i += stride) {
-        double x = to_double(a[i]);
-        double y = to_double(b[i]);
+        T av = a[i], bv = b[i];
+        double x = to_double(av);
+        double y = to_double(bv);
         bool xn = isnan(x), yn = isnan(y);
         if (xn || yn) {
             if (xn != yn) {
+                ++differing;
                 ++nan_mismatch;
                 ++violations;
                 if (i < first) first = i;
             }
             continue;
         }
+        bool same_bits = raw_bits(av) == raw_bits(bv);
+        unsigned long long ulp = same_bits ? 0 : distance(ordered(av), ordered(bv));
+        if (!same_bits) ++differing;
+        if (ulp > max_ulp) max_ulp = ulp;
         double d = (x == y) ? 0.0 : fabs(x - y);  // equal infinities differ by 0, not NaN
         double r = fabs(y);
         if (isnan(d)) d = INFINITY;
@@ -104,7 +150,8 @@ __device__ void tolerance_stats(const T* a, const T* b, unsigned long long n, do
         ref_max = fmax(ref_max, r);
         if (r > 0) max_rel = fmax(max_rel, d / r);
         else if (d > 0) max_rel = INFINITY;
-        bool bad = relative ? (d > threshold * r) : (d > threshold);
+        bool bad = mode == MODE_ULP ? (static_cast<double>(ulp) > threshold)
+                 : mode == MODE_RELATIVE ? (d > threshold * r) : (d > threshold);
         if (bad) {
             ++violations;
             if (i < first) first = i;
@@ -122,12 +169,14 @@ __device__ void tolerance_stats(const T* a, const T* b, unsigned long long n, do
         atomicMin(&counters[C_FIRST_VIOLATION], first);
     }
     if (nan_mismatch) atomicAdd(&counters[C_NAN_MISMATCH], nan_mismatch);
+    if (differing) atomicAdd(&counters[C_DIFFERING], differing);
+    if (max_ulp) atomicMax(&counters[C_MAX_ULP], max_ulp);
 }
 
 #define MNEME_TOLERANCE_KERNEL(NAME, T)                                                                   \
     extern "C" __global__ void mneme_tol_##NAME(const T* a, const T* b, unsigned long long n, double thr, \
-                                                int relative, double* dstats, unsigned long long* counters) { \
-        tolerance_stats<T>(a, b, n, thr, relative, dstats, counters);                                     \
+                                                int mode, double* dstats, unsigned long long* counters) {     \
+        tolerance_stats<T>(a, b, n, thr, mode, dstats, counters);                                         \
     }
 
 MNEME_TOLERANCE_KERNEL(u8, uint8_t)
@@ -142,6 +191,41 @@ MNEME_TOLERANCE_KERNEL(f16, __half)
 MNEME_TOLERANCE_KERNEL(bf16, __nv_bfloat16)
 MNEME_TOLERANCE_KERNEL(f32, float)
 MNEME_TOLERANCE_KERNEL(f64, double)
+
+// Order-independent and positional hashes of `n` elements of `elem` bytes (1, 2, 4 or 8;
+// p aligned to it): out[0] and out[1] are sums of two different mixes of each element
+// (equal multisets give equal sums, whatever the order: a permuted output keeps them),
+// out[2] sums a mix of each element with its index (any change of content or order
+// changes it). Sums modulo 2^64 of well-mixed 64-bit values: a collision of two
+// different contents is as likely as guessing a 64-bit value, twice for the multiset.
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+extern "C" __global__ void mneme_hash_elems(const uint8_t* p, unsigned long long n, unsigned elem,
+                                            unsigned long long* out) {
+    unsigned long long tid = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long h1 = 0, h2 = 0, hp = 0;
+    for (unsigned long long i = tid; i < n; i += stride) {
+        unsigned long long x;
+        switch (elem) {
+            case 1: x = p[i]; break;
+            case 2: x = reinterpret_cast<const uint16_t*>(p)[i]; break;
+            case 4: x = reinterpret_cast<const uint32_t*>(p)[i]; break;
+            default: x = reinterpret_cast<const unsigned long long*>(p)[i]; break;
+        }
+        h1 += mix64(x);
+        h2 += mix64(x ^ 0xD6E8FEB86659FD93ull) * 0x2545F4914F6CDD1Dull;
+        hp += mix64(x ^ mix64(i + 0x632BE59BD9B4E019ull));
+    }
+    if (h1) atomicAdd(&out[0], h1);
+    if (h2) atomicAdd(&out[1], h2);
+    if (hp) atomicAdd(&out[2], hp);
+}
 
 // Keeps the GPU busy for `ns` nanoseconds, so that the launches enqueued behind it
 // run back to back: their events then time the kernels, not the host's enqueueing.

@@ -20,7 +20,9 @@ constexpr DtypeInfo kDtypes[] = {
     {8, "mneme_tol_f16", 2},  {9, "mneme_tol_bf16", 2},  {10, "mneme_tol_f32", 4}, {11, "mneme_tol_f64", 8},
 };
 
-constexpr size_t kSlotWords = 10;  // 7 doubles + 3 counters per check result
+// One check result: 7 doubles, 5 counters, then 2 x 3 hashes (actual, expected) (compare_kernels.cu).
+constexpr size_t kDoubles = 7, kCounters = 5, kHashes = 6;
+constexpr size_t kSlotWords = kDoubles + kCounters + kHashes;
 constexpr size_t kSlotBytes = kSlotWords * 8;
 
 int64_t now_ns() {
@@ -32,13 +34,21 @@ int64_t now_ns() {
 // which both kernels keep in counters[1] with atomicMin.
 void init_slot(uint64_t* slot) {
     std::memset(slot, 0, kSlotBytes);
-    slot[7 + 1] = ~0ull;
+    slot[kDoubles + 1] = ~0ull;
+}
+
+void enqueue_hash(const ContextState& ctx, CUdeviceptr data, uint64_t size, unsigned elem, CUdeviceptr out,
+                  unsigned blocks, unsigned threads) {
+    unsigned long long n = size / elem;
+    void* params[] = {&data, &n, &elem, &out};
+    check(driver().cuLaunchKernel(ctx.hash_elems, blocks, 1, 1, threads, 1, 1, 0, ctx.stream, params, nullptr),
+          "cuLaunchKernel(hash elements)");
 }
 
 void enqueue_check(const ContextState& ctx, const Check& c, CUdeviceptr slot) {
     const Driver& d = driver();
     CUdeviceptr dstats = slot;
-    CUdeviceptr counters = slot + 7 * 8;
+    CUdeviceptr counters = slot + kDoubles * 8;
     unsigned threads = 256;
     uint64_t elements = c.dtype < 0 ? c.size / 16 + 1 : c.size / dtype_size(c.dtype);
     uint64_t want = (elements + threads * 4 - 1) / (threads * 4);
@@ -55,10 +65,15 @@ void enqueue_check(const ContextState& ctx, const Check& c, CUdeviceptr slot) {
         CUdeviceptr a = c.actual, b = c.expected;
         unsigned long long n = c.size / dtype_size(c.dtype);
         double thr = c.threshold;
-        int rel = c.relative;
-        void* params[] = {&a, &b, &n, &thr, &rel, &dstats, &counters};
+        int mode = c.mode;
+        void* params[] = {&a, &b, &n, &thr, &mode, &dstats, &counters};
         check(d.cuLaunchKernel(it->second, blocks, 1, 1, threads, 1, 1, 0, ctx.stream, params, nullptr),
               "cuLaunchKernel(compare tolerance)");
+    }
+    if (c.hash_elem) {
+        CUdeviceptr hashes = slot + (kDoubles + kCounters) * 8;
+        enqueue_hash(ctx, c.actual, c.size, c.hash_elem, hashes, blocks, threads);
+        enqueue_hash(ctx, c.expected, c.size, c.hash_elem, hashes + 3 * 8, blocks, threads);
     }
 }
 
@@ -77,8 +92,9 @@ std::vector<CheckResult> unpack(const std::vector<uint64_t>& host, size_t first_
     std::vector<CheckResult> out(count);
     for (size_t i = 0; i < count; ++i) {
         const uint64_t* slot = host.data() + (first_slot + i) * kSlotWords;
-        std::memcpy(out[i].stats.data(), slot, 7 * 8);
-        std::memcpy(out[i].counters.data(), slot + 7, 3 * 8);
+        std::memcpy(out[i].stats.data(), slot, kDoubles * 8);
+        std::memcpy(out[i].counters.data(), slot + kDoubles, kCounters * 8);
+        std::memcpy(out[i].hashes.data(), slot + kDoubles + kCounters, kHashes * 8);
     }
     return out;
 }
@@ -138,6 +154,7 @@ ContextState::ContextState(int ordinal_) : ordinal(ordinal_) {
     check(d.cuModuleGetFunction(&bytes_diff, compare_module, "mneme_bytes_diff"), "cuModuleGetFunction");
     check(d.cuModuleGetFunction(&spin, compare_module, "mneme_spin"), "cuModuleGetFunction");
     check(d.cuModuleGetFunction(&l2_scrub, compare_module, "mneme_l2_scrub"), "cuModuleGetFunction");
+    check(d.cuModuleGetFunction(&hash_elems, compare_module, "mneme_hash_elems"), "cuModuleGetFunction");
     for (const auto& info : kDtypes) {
         CUfunction fn = nullptr;
         check(d.cuModuleGetFunction(&fn, compare_module, info.kernel), "cuModuleGetFunction");

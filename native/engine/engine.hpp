@@ -33,6 +33,7 @@ public:
     CUfunction bytes_diff = nullptr;
     CUfunction spin = nullptr;
     CUfunction l2_scrub = nullptr;
+    CUfunction hash_elems = nullptr;
     CUdeviceptr scrub_buffer = 0;  // lazily allocated, scrub_bytes long (+16 for the sink)
     uint64_t scrub_bytes = 0;
     void ensure_scrub(uint64_t bytes);
@@ -92,19 +93,24 @@ public:
 };
 
 // A device-side comparison of `size` bytes at `actual` against `expected`.
-// dtype < 0: bytewise. Otherwise a typed tolerance comparison (see compare_kernels.cu).
+// dtype < 0: bytewise. Otherwise a typed tolerance comparison (see compare_kernels.cu)
+// whose elements violate by `mode`: 0 absolute, 1 relative, 2 ULP distance > threshold.
+// hash_elem (1, 2, 4 or 8; 0: none) also hashes both sides as elements of that size.
 struct Check {
     uint64_t actual = 0, expected = 0, size = 0;
     int dtype = -1;
-    int relative = 0;
+    int mode = 0;
     double threshold = 0;
+    unsigned hash_elem = 0;
 };
 
-// What one check gathered: 7 double statistics then 3 counters (compare_kernels.cu).
+// What one check gathered: 7 double statistics, 5 counters, and (hash_elem) the multiset
+// and positional hashes of each side (compare_kernels.cu).
 // For a bytewise check: counters[0] = differing bytes, counters[1] = first offset.
 struct CheckResult {
     std::array<double, 7> stats{};
-    std::array<uint64_t, 3> counters{};
+    std::array<uint64_t, 5> counters{};
+    std::array<uint64_t, 6> hashes{};  // actual: multiset, multiset', positional; then expected's
 };
 
 struct Copy { uint64_t dst, src, size; };

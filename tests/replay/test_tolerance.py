@@ -68,9 +68,13 @@ def test_override_errors_say_what_to_write(tmp_path):
 
 
 def test_engine_checks():
-    assert engine_check(1, 2, 10, VerifyPolicy()) == (1, 2, 10, BYTEWISE_CODE, False, 0.0)
+    assert engine_check(1, 2, 10, VerifyPolicy()) == (1, 2, 10, BYTEWISE_CODE, 0, 0.0, 0)
     check = engine_check(1, 2, 16, VerifyPolicy("f32", "relative", 1e-6, "l2"))
-    assert check == (1, 2, 16, DTYPE_CODES["f32"], True, 1e-6)
+    assert check == (1, 2, 16, DTYPE_CODES["f32"], 1, 1e-6, 0)
+    assert engine_check(1, 2, 16, VerifyPolicy("f32", "ulp", 8)) == (1, 2, 16, DTYPE_CODES["f32"], 2, 8.0, 0)
+    # multiset: a bytewise pass over the region plus the hashes of both sides, as 4-byte elements
+    assert engine_check(1, 2, 16, VerifyPolicy("i32", "multiset")) == (1, 2, 16, BYTEWISE_CODE, 0, 0.0, 4)
+    assert engine_check(1, 2, 16, VerifyPolicy("f32", "ulp", 8), hash_elem=4)[-1] == 4
     with pytest.raises(ConfigurationError, match="cannot be compared as f64"):
         engine_check(1, 2, 12, VerifyPolicy("f64", "absolute", 1.0))
 

@@ -301,3 +301,52 @@ def test_persistent_optuna_study_continues_on_resume(tmp_path, loader):
     study = optuna.load_study(study_name="vecadd", storage=storage)
     finished = [t for t in study.trials if t.state.name in ("COMPLETE", "PRUNED")]
     assert len(finished) >= 12
+
+
+class NondeterministicExecutor(FakeExecutor):
+    """A reduction whose baseline needed a derived bound: trials of some shapes differ within it."""
+
+    WITHIN = {"policy": "f32:ulp:12", "source": "auto", "exact": False, "worst": {"max_ulp": 2},
+              "derived": {"derived": True, "runs": 8, "safety_factor": 4.0}}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tolerances: list[str] = []
+
+    def set_tolerance(self, tolerance):
+        self.tolerances.append(tolerance)
+
+    def _run(self, config):
+        result = super()._run(config)
+        if result.verified and config.block.x != 128:
+            result.verified_within = {"acc": dict(self.WITHIN, exact=config.block.x == 256)}
+            if config.block.x == 256:
+                result.nondeterminism = [{"region": "acc", "classification": "nondeterministic", "runs": 8}]
+        return result
+
+
+def test_nondeterministic_baseline_is_judged_with_the_tolerance_derived_once(tmp_path, loader):
+    ex = NondeterministicExecutor()
+    rc, ex, out = tune(tmp_path, loader, ex, space_preset="launch", launch_dim="x", fixed_codegen_opt=3)
+    assert rc == 0
+    assert ex.tolerances == [json.dumps({"acc": "f32:ulp:12"})]  # every trial judged with the baseline's bound
+    assert "tolerance: derived from 8 runs of the baseline: acc=f32:ulp:12" in out.getvalue()
+    baseline = read(tmp_path, "baseline.json")
+    assert baseline["tolerance"]["policies"] == {"acc": "f32:ulp:12"}
+    assert baseline["tolerance"]["provenance"]["runs"] == 8
+    summary = read(tmp_path, "summary.json")
+    records = trials(tmp_path)
+    within = [r for r in records if r["verified"] and r["configuration"]["block"]["x"] not in (128, 256)]
+    assert summary["verified_within_tolerance"] == len(within) > 0
+    assert summary["verified_exact"] + summary["verified_within_tolerance"] == summary["verified"]
+    assert summary["tolerance"]["mode"] == "auto" and summary["tolerance"]["policies"] == {"acc": "f32:ulp:12"}
+    assert "within tolerance" in out.getvalue()
+
+
+def test_exact_tolerance_sends_nothing(tmp_path, loader):
+    ex = NondeterministicExecutor()
+    rc, ex, out = tune(tmp_path, loader, ex, space_preset="launch", launch_dim="x", fixed_codegen_opt=3,
+                       tolerance="exact")
+    assert rc == 0 and ex.tolerances == []
+    with pytest.raises(ConfigurationError, match="--tolerance"):
+        resolve_options({"record_database": "a.json", "record_id": "1", "tolerance": "loose"})
