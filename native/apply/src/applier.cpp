@@ -243,9 +243,9 @@ struct Region {
 // The allocations the pointer arguments name (deduplicated).
 std::vector<Region> argument_regions(const EntryState& e, const LaunchCall& c) {
   std::vector<Region> out;
-  for (int i : e.plan->pointers) {
+  for (const auto& [index, offset] : e.plan->pointers) {
     CUdeviceptr p = 0;
-    std::memcpy(&p, c.params[i], sizeof p);
+    std::memcpy(&p, static_cast<const char*>(c.params[index]) + offset, sizeof p);
     Region r;
     if (!p || driver().cuMemGetAddressRange_v2(&r.base, &r.size, p) != CUDA_SUCCESS) continue;
     bool seen = false;

@@ -72,8 +72,15 @@ Plan read_plan(const std::string& path) {
       if (e->code_path == "-") e->code_path.clear();
     } else if (key == "similar") in >> e->similar;
     else if (key == "pointers") {
-      int i;
-      while (in >> i) e->pointers.push_back(i);
+      std::string item;
+      while (in >> item) {
+        size_t colon = item.find(':');
+        if (colon == std::string::npos) {
+          ok = false;
+          break;
+        }
+        e->pointers.emplace_back(std::stoi(item.substr(0, colon)), std::stoi(item.substr(colon + 1)));
+      }
       in.clear();
     } else if (key == "fixed") {
       int i;

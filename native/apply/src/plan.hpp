@@ -23,7 +23,8 @@ struct PlanEntry {
   Shape recorded, tuned;
   std::string code_path;     // tuned cubin; empty: the application's own function with the tuned shape
   bool similar = false;      // other grids of the recorded block/shared memory may be applied
-  std::vector<int> pointers;  // parameter indices holding device pointers (for --apply-verify)
+  // (parameter index, byte offset in it) of every device pointer the arguments hold (for --apply-verify)
+  std::vector<std::pair<int, int>> pointers;
   std::vector<std::pair<int, std::string>> fixed;  // parameter index -> bytes the tuned code was specialized on
 };
 
