@@ -8,7 +8,7 @@ Only a configuration the run verified counts: ``best.json`` names it and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,6 @@ class TunedKernel:
     speedup: float | None
     exact: bool  # every region matched bit for bit (no tolerance was needed)
     driver_version: int | None = None  # of the machine that ran `mneme tune` (None: not recorded)
-    notes: tuple[str, ...] = field(default=())
 
 
 def _json(path: Path) -> Any:
