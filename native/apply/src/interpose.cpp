@@ -78,7 +78,7 @@ static CUresult mneme_gpa_v2(const char*, void**, int, cuuint64_t, CUdriverProcA
 static CUresult mneme_gpa_v1(const char*, void**, int, cuuint64_t);
 
 // Replaces the driver's answer for the launch entry points (either stream flavour).
-static void substitute(const char* symbol, void** pfn, int version) {
+static void substitute(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (!pfn || !*pfn || !applying()) return;
   auto& d = driver();
   if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
@@ -88,13 +88,18 @@ static void substitute(const char* symbol, void** pfn, int version) {
       g_real_gpa_v1.store(reinterpret_cast<GpaV1>(*pfn));
       *pfn = reinterpret_cast<void*>(&mneme_gpa_v1);
     }
-  } else if (std::strcmp(symbol, "cuLaunchKernel") == 0) {
-    if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernel)) *pfn = reinterpret_cast<void*>(&cuLaunchKernel);
-    else if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernel_ptsz)) *pfn = reinterpret_cast<void*>(&cuLaunchKernel_ptsz);
+    return;
+  }
+  // Which stream flavour the caller got: the pointer says, else the flags it asked with.
+  bool ptsz = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+  if (std::strcmp(symbol, "cuLaunchKernel") == 0) {
+    if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernel)) ptsz = false;
+    else if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernel_ptsz)) ptsz = true;
+    *pfn = ptsz ? reinterpret_cast<void*>(&cuLaunchKernel_ptsz) : reinterpret_cast<void*>(&cuLaunchKernel);
   } else if (std::strcmp(symbol, "cuLaunchKernelEx") == 0) {
-    if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernelEx)) *pfn = reinterpret_cast<void*>(&cuLaunchKernelEx);
-    else if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernelEx_ptsz))
-      *pfn = reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz);
+    if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernelEx)) ptsz = false;
+    else if (*pfn == reinterpret_cast<void*>(d.cuLaunchKernelEx_ptsz)) ptsz = true;
+    *pfn = ptsz ? reinterpret_cast<void*>(&cuLaunchKernelEx_ptsz) : reinterpret_cast<void*>(&cuLaunchKernelEx);
   }
 }
 
@@ -103,7 +108,7 @@ static CUresult mneme_gpa_v2(const char* symbol, void** pfn, int version, cuuint
   auto real = driver().cuGetProcAddress_v2;
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version);
+  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
   return r;
 }
 
@@ -111,7 +116,7 @@ static CUresult mneme_gpa_v1(const char* symbol, void** pfn, int version, cuuint
   GpaV1 real = g_real_gpa_v1.load();
   if (!real) return mneme_gpa_v2(symbol, pfn, version, flags, nullptr);
   CUresult r = real(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version);
+  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
   return r;
 }
 
