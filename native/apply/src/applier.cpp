@@ -48,6 +48,15 @@ struct State {
 };
 
 std::mutex g_mu;
+// Set while this thread decides a launch: modules loaded then are our own (the
+// tuned code, the digest kernel), never the application's, and the
+// module-loaded callback they raise must neither count them nor take the lock.
+thread_local bool t_deciding = false;
+
+struct Deciding {
+  Deciding() { t_deciding = true; }
+  ~Deciding() { t_deciding = false; }
+};
 
 std::string demangle(const std::string& name) {
   int status = 0;
@@ -359,7 +368,7 @@ bool active() { return state().plan.loaded; }
 
 void on_module_loaded(const void* cubin, size_t size) {
   State& st = state();
-  if (!st.plan.loaded || !cubin || !size) return;
+  if (t_deciding || !st.plan.loaded || !cubin || !size) return;
   rec::CubinSymbols syms = rec::read_cubin_symbols(cubin, size);
   std::lock_guard<std::mutex> lock(g_mu);
   uint64_t h = 0;
@@ -374,12 +383,14 @@ CUresult launch(const LaunchCall& c) {
   State& st = state();
   if (!st.plan.loaded || st.entries.empty()) return raw_launch(c, c.f, original_shape(c));
   std::unique_lock<std::mutex> lock(g_mu);
+  Deciding deciding;
   auto it = st.functions.find(c.f);
   if (it == st.functions.end()) {
     auto found = st.by_name.find(function_name(c.f));
     it = st.functions.emplace(c.f, found == st.by_name.end() ? -1 : long(found->second)).first;
   }
   if (it->second < 0) {
+    t_deciding = false;
     lock.unlock();
     return raw_launch(c, c.f, original_shape(c));
   }
@@ -393,6 +404,7 @@ CUresult launch(const LaunchCall& c) {
   if (!tuned) {
     if (why.rfind("the tuned code", 0) == 0) e.disabled = why;
     note(st, e, why);
+    t_deciding = false;
     lock.unlock();
     return raw_launch(c, c.f, original_shape(c));
   }
@@ -421,6 +433,7 @@ CUresult launch(const LaunchCall& c) {
   if (st.verbose)
     std::fprintf(stderr, "mneme apply: %s launch %ld: applied (grid %s, block %s, shared %u)\n", e.label.c_str(),
                  e.launches, dims(shape.grid).c_str(), dims(shape.block).c_str(), shape.shared_mem);
+  t_deciding = false;
   lock.unlock();
   return raw_launch(c, tuned, shape);
 }
