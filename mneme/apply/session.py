@@ -88,6 +88,8 @@ def read_report(path: Path) -> list[KernelReport] | None:
 def run_with_apply(command: Sequence[str], results: Sequence[str], options: ApplyOptions,
                    env: Mapping[str, str] | None = None) -> RunResult:
     """Build the plan, run ``command`` under the apply library, return its exit status and the report."""
+    from record_agent.session import forward_signals, restore_signals
+
     if not command:
         raise ConfigurationError("no application given: mneme run --apply RESULTS... -- ./app args")
     base = dict(os.environ if env is None else env)
@@ -99,9 +101,14 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
         report_path = work / "report.jsonl"
         child_env = application_environment(plan_path, report_path, base)
         try:
-            code = subprocess.call(list(command), env=child_env)
+            proc = subprocess.Popen(list(command), env=child_env)
         except FileNotFoundError as exc:
             raise NotAvailableError(f"cannot start {command[0]!r}: {exc.strerror}; check the path after '--'") from exc
+        previous = forward_signals(proc)  # a batch system's SIGTERM reaches the application; we clean up after it
+        try:
+            code = proc.wait()
+        finally:
+            restore_signals(previous, proc)
         return RunResult(128 - code if code < 0 else code, plan, read_report(report_path))
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -124,3 +125,26 @@ def test_mneme_run_refuses_a_missing_application(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mneme", "run", "--apply", str(tmp_path / "none"), "--"],
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert proc.returncode == 2 and "no application given" in proc.stderr
+
+
+def test_sigterm_reaches_the_application_and_the_plan_goes(tmp_path):
+    """A batch system's SIGTERM to `mneme run` ends the application, and the run still cleans up."""
+    from mneme.apply.session import apply_library
+
+    try:
+        apply_library()
+    except NotAvailableError as exc:
+        pytest.skip(f"the apply library is not built here: {exc}")
+    run = tuned_run(tmp_path)
+    private_tmp = tmp_path / "tmp"
+    private_tmp.mkdir()
+    root = Path(__import__("mneme").__file__).resolve().parents[1]
+    env = {**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(root)}
+    app = "import signal, sys, time; print('ready', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-m", "mneme", "run", "--apply", str(run), "--", sys.executable, "-c", app],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout.readline().strip() == "ready"
+    assert len(list(private_tmp.iterdir())) == 1  # the plan directory, while the application runs
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert list(private_tmp.iterdir()) == []
