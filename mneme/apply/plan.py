@@ -89,6 +89,7 @@ class ApplyPlan:
     compute_capability: tuple[int, int]
     driver_version: int | None
     entries: list[PlanEntry] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # results left out, and why
 
     def write(self, path: Path) -> Path:
         lines = [PLAN_HEADER, f"verify {self.options.verify}", f"force {int(self.options.force)}",
@@ -179,7 +180,12 @@ def build_plan(kernels: list[TunedKernel], options: ApplyOptions, code_dir: Path
     if not kernels:
         raise ConfigurationError("nothing to apply: give --apply RESULTS... (or MNEME_APPLY)")
     entries: dict[tuple[str, tuple], PlanEntry] = {}
+    notes = []
     for i, kernel in enumerate(kernels):
+        if kernel.speedup is not None and kernel.speedup <= 1.0:
+            notes.append(f"{kernel.results_dir}: its best configuration is not faster than the recorded launch "
+                         f"(x{kernel.speedup:.3f}); {kernel.kernel_name} runs unchanged")
+            continue
         entry = plan_entry(kernel, options, code_dir, i)
         entries[(entry.kernel_name, entry.recorded.line())] = entry
     names = [e.kernel_name for e in entries.values()]
@@ -196,4 +202,6 @@ def build_plan(kernels: list[TunedKernel], options: ApplyOptions, code_dir: Path
     if len(drivers) > 1:
         raise ConfigurationError(f"the results were tuned with different CUDA drivers ({sorted(drivers)}); apply those "
                                  "of one driver")
-    return ApplyPlan(options, ccs.pop(), drivers.pop() if drivers else None, list(entries.values()))
+    if not entries:
+        return ApplyPlan(options, (0, 0), None, [], notes)
+    return ApplyPlan(options, ccs.pop(), drivers.pop() if drivers else None, list(entries.values()), notes)

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from mneme.apply.plan import ApplyOptions, ApplyPlan, build_plan
 from mneme.apply.results import read_results
@@ -86,8 +86,11 @@ def read_report(path: Path) -> list[KernelReport] | None:
 
 
 def run_with_apply(command: Sequence[str], results: Sequence[str], options: ApplyOptions,
-                   env: Mapping[str, str] | None = None) -> RunResult:
-    """Build the plan, run ``command`` under the apply library, return its exit status and the report."""
+                   env: Mapping[str, str] | None = None, notes: Callable[[str], None] = lambda text: None) -> RunResult:
+    """Build the plan, run ``command`` under the apply library, return its exit status and the report.
+
+    ``notes`` hears about results the plan leaves out, before the application starts.
+    """
     from record_agent.session import forward_signals, restore_signals
 
     if not command:
@@ -97,6 +100,8 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
     try:
         kernels = [read_results(r) for r in results]
         plan = build_plan(kernels, options, work)
+        for note in plan.notes:
+            notes(note)
         plan_path = plan.write(work / "plan.txt")
         report_path = work / "report.jsonl"
         child_env = application_environment(plan_path, report_path, base)

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     options = ApplyOptions(apply_to=args.apply_to, verify=args.apply_verify, force=args.apply_force)
-    result = run_with_apply(command, results_from(args.apply), options)
+    result = run_with_apply(command, results_from(args.apply), options,
+                            notes=lambda text: print(f"mneme run: {text}", file=sys.stderr))
     if result.reports is None:
         print("mneme run: the application ended before the apply library reported (killed, or it never "
               "initialized CUDA)", file=sys.stderr)

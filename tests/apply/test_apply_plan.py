@@ -148,3 +148,11 @@ def test_sigterm_reaches_the_application_and_the_plan_goes(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
     assert list(private_tmp.iterdir()) == []
+
+
+def test_a_best_no_faster_than_the_recorded_launch_is_left_out(tmp_path):
+    run = tuned_run(tmp_path, all_wrong=True, launch_safety="conservative")  # only the recorded shape verifies
+    kernel = read_results(run)
+    assert kernel.configuration.block.x == 256 and kernel.speedup == pytest.approx(1.0)
+    plan = build_plan([kernel], ApplyOptions(), tmp_path)
+    assert plan.entries == [] and "not faster than the recorded launch" in plan.notes[0]
