@@ -12,29 +12,33 @@ from mneme.errors import NotAvailableError
 RECORDER_NAME = "libmneme_recorder.so"
 
 
-def recorder_library(env: Mapping[str, str] = os.environ) -> Path:
-    """``libmneme_recorder.so``: ``MNEME_RECORDER_LIB``, else the copy installed in ``mneme/lib``.
+def native_library(name: str, override_var: str, target: str, env: Mapping[str, str] = os.environ) -> Path:
+    """A native library of mneme: ``$override_var``, else the copy installed in ``mneme/lib``.
 
-    A source checkout has no installed copy; building the ``mneme_recorder``
-    CMake target and pointing ``MNEME_RECORDER_LIB`` at it is the way there.
+    A source checkout has no installed copy; building the CMake ``target`` and
+    pointing ``override_var`` at it is the way there.
     """
-    override = env.get("MNEME_RECORDER_LIB")
+    override = env.get(override_var)
     if override:
         path = Path(override)
         if not path.is_file():
-            raise NotAvailableError(f"MNEME_RECORDER_LIB={override} does not exist; build the mneme_recorder target or unset it")
+            raise NotAvailableError(f"{override_var}={override} does not exist; build the {target} target or unset it")
         return path.resolve()
     import mneme
 
-    for root in (Path(mneme.__file__).parent / "lib",):
-        candidate = root / RECORDER_NAME
-        if candidate.is_file():
-            return candidate.resolve()
+    candidate = Path(mneme.__file__).parent / "lib" / name
+    if candidate.is_file():
+        return candidate.resolve()
     raise NotAvailableError(
-        f"{RECORDER_NAME} is not installed with this mneme (a source checkout?); "
-        "install mneme with pip, or build it (cmake --build BUILD --target mneme_recorder) "
-        "and set MNEME_RECORDER_LIB to the built library"
+        f"{name} is not installed with this mneme (a source checkout?); "
+        f"install mneme with pip, or build it (cmake --build BUILD --target {target}) "
+        f"and set {override_var} to the built library"
     )
+
+
+def recorder_library(env: Mapping[str, str] = os.environ) -> Path:
+    """``libmneme_recorder.so``: ``MNEME_RECORDER_LIB``, else the copy installed in ``mneme/lib``."""
+    return native_library(RECORDER_NAME, "MNEME_RECORDER_LIB", "mneme_recorder", env)
 
 
 def cuda_roots(env: Mapping[str, str] = os.environ) -> list[Path]:

@@ -59,6 +59,27 @@ class RecordSummary:
     after_exit_s: float = 0.0  # conversion left when it exited
 
 
+def forward_signals(proc: subprocess.Popen) -> dict:
+    """Pass Ctrl-C, SIGTERM, SIGHUP and SIGQUIT on to the application; the previous handlers."""
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    return {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+
+
+def restore_signals(previous: dict, proc: subprocess.Popen) -> None:
+    """Undo ``forward_signals``; an application still running then is killed (nothing outlives the run)."""
+    for s, handler in previous.items():
+        signal.signal(s, handler)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def output_location(options: RecordOptions, rank: int | None) -> str:
     """Where the databases go: the directory/URL itself, or ``<it>/rank<N>`` in an MPI run (one database set per rank)."""
     base = options.record_db_dir.rstrip("/")
@@ -143,16 +164,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         shutil.rmtree(spool_dir, ignore_errors=True)
         raise NotAvailableError(f"cannot start {options.command[0]!r}: {exc.strerror}; check the path after '--'") from exc
 
-    previous = {}
-
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    for s in FORWARDED_SIGNALS:
-        previous[s] = signal.signal(s, forward)
+    previous = forward_signals(proc)
     conversion_error: BaseException | None = None
     try:
         while proc.poll() is None:
@@ -177,11 +189,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
                 conversion_error = exc
         summary.after_exit_s = time.monotonic() - exited
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        restore_signals(previous, proc)
 
     done = read_json(Path(spool_dir) / "done.json")
     recorder_error = read_json(Path(spool_dir) / "error.json")

@@ -111,7 +111,7 @@ class TuneOptions:
 
 FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
 # What config.json adds beside the settings; ignored when it is read back with --config.
-RUN_METADATA = ("kernel", "mneme_version", "written")
+RUN_METADATA = ("kernel", "device", "mneme_version", "written")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:

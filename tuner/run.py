@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from mneme import __version__
+from mneme.apply.device import driver_version
 from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
 from mneme.tuning.sample_strategy import make_strategy
@@ -141,7 +142,9 @@ class TuneRun:
         previous = self._check_resumable(results, identity) if o.resume else []
         handler = results.open_log(self.log)
         reporter = make_reporter(o.quiet, self.out, self.is_tty)
+        # The driver the run measured with: `mneme run --apply` refuses the results under another one.
         config_doc = {**o.to_dict(), "results_dir": str(results.path), "kernel": vars(identity),
+                      "device": {"driver_version": driver_version()},
                       "mneme_version": __version__, "written": now_iso()}
         results.write_json("config.json", config_doc)
         results.write_json("search_space.json", description)

@@ -15,7 +15,7 @@ import sys
 from mneme import __version__
 from mneme.errors import MnemeError, Terminated
 
-CLI_MODULES = ["record", "replay", "tune", "serve", "store_cmds", "config"]
+CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config"]
 
 
 def build_parser() -> argparse.ArgumentParser:

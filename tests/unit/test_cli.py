@@ -9,7 +9,7 @@ import pytest
 
 from mneme.cli import CLI_MODULES, build_parser, main
 
-SUBCOMMANDS = ["record", "replay", "tune", "serve", "push", "pull", "ls", "gc", "clean", "copy", "move", "config"]
+SUBCOMMANDS = ["record", "replay", "tune", "run", "serve", "push", "pull", "ls", "gc", "clean", "copy", "move", "config"]
 
 
 def run_mneme(*args: str) -> subprocess.CompletedProcess:

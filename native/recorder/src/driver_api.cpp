@@ -82,6 +82,12 @@ DriverApi& driver() {
     MNEME_BIND(cuModuleGetFunction);
     MNEME_BIND(cuLaunchKernel);
     MNEME_BIND(cuMemcpyHtoDAsync_v2);
+    MNEME_BIND(cuLaunchKernel_ptsz);
+    MNEME_BIND(cuLaunchKernelEx);
+    MNEME_BIND(cuLaunchKernelEx_ptsz);
+    MNEME_BIND(cuMemcpyDtoDAsync_v2);
+    MNEME_BIND(cuFuncSetAttribute);
+    MNEME_BIND(cuDriverGetVersion);
 #undef MNEME_BIND
     api.loaded = api.cuMemAlloc_v2 && api.cuMemAddressReserve && api.cuMemCreate;
   });

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cupti_loader.hpp"
 #include "launch_recorder.hpp"
 #include "settings.hpp"
 
@@ -39,29 +40,6 @@ void switch_launch_callbacks(bool on) {
   for (auto id : kLaunchIds) g_enable_cb(on ? 1 : 0, g_subscriber, CUPTI_CB_DOMAIN_DRIVER_API, id);
 }
 
-void* open_cupti() {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("MNEME_CUPTI_PATH")) candidates.push_back(p);
-  for (const char* var : {"CUDA_HOME", "CUDA_PATH"}) {
-    if (const char* root = std::getenv(var)) {
-      candidates.push_back(std::string(root) + "/lib64/libcupti.so");
-      candidates.push_back(std::string(root) + "/extras/CUPTI/lib64/libcupti.so");
-    }
-  }
-  candidates.push_back("/usr/local/cuda/lib64/libcupti.so");
-  candidates.push_back("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so");
-  candidates.push_back("libcupti.so.13");
-  candidates.push_back("libcupti.so.12");
-  candidates.push_back("libcupti.so");
-  for (const auto& c : candidates) {
-    if (void* h = dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
-      g_cupti_path = c;
-      return h;
-    }
-  }
-  return nullptr;
-}
-
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
@@ -69,7 +47,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   if (done) return 1;
   done = true;
   if (!settings().active) return 1;
-  void* h = open_cupti();
+  void* h = open_cupti(&g_cupti_path);
   if (!h) {
     std::fprintf(stderr, "mneme record: error: cannot load libcupti (set MNEME_CUPTI_PATH to libcupti.so of your CUDA"
                          " toolkit); no kernel will be recorded\n");
