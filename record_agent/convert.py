@@ -153,6 +153,8 @@ class EntryStats:
     converted_at: float  # time.monotonic() when its conversion finished
     convert_s: float  # the agent's conversion of the entry, wall
     pipeline: PipelineStats
+    snapshot_scope: str = "all"  # the scope the recorder used for this launch
+    pool_allocator: str = ""  # what made --snapshot-scope auto pick reachable
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "pipeline"}
@@ -411,5 +413,6 @@ def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> 
         spool_write_s=float(raw.get("prologue_write_seconds", 0.0)) + float(raw.get("epilogue_write_seconds", 0.0)),
         spool_wait_s=float(raw.get("spool_wait_seconds", 0.0)),
         digest_s=float(raw.get("prologue_digest_seconds", 0.0)) + float(raw.get("epilogue_digest_seconds", 0.0)),
-        converted_at=now, convert_s=now - started, pipeline=pipeline,
+        converted_at=now, convert_s=now - started, pipeline=pipeline, snapshot_scope=entry.snapshot_scope,
+        pool_allocator=entry.pool_allocator,
     )  # fmt: skip

@@ -25,9 +25,11 @@
 #include <vector>
 
 #include "annotations.hpp"
+#include "code_images.hpp"
 #include "driver_api.hpp"
 #include "elf_symbols.hpp"
 #include "memory_window.hpp"
+#include "pool_allocators.hpp"
 #include "settings.hpp"
 #include "spool.hpp"
 #include "usage_warnings.hpp"
@@ -96,7 +98,11 @@ struct Pending {
   std::vector<std::string> warnings;
 };
 
-std::mutex g_mu;  // serializes recording and the tables below
+// Serializes recording and the tables below. Recursive: recording a launch may
+// load its module (lazy loading), and the module-loaded callback comes inside
+// that call, on this thread.
+using Lock = std::lock_guard<std::recursive_mutex>;
+std::recursive_mutex g_mu;
 std::vector<ModuleInfo> g_modules;
 std::set<uint32_t> g_modules_written;
 std::unordered_map<std::string, std::unique_ptr<KernelState>> g_kernels;
@@ -122,6 +128,8 @@ std::vector<std::pair<std::string, uint64_t>> g_committed;  // entry dir, bytes 
 std::string g_error;
 
 thread_local const void* t_loading_image = nullptr;
+thread_local bool t_module_loaded = false;    // a module-loaded callback came during the current load call
+thread_local CUfunction t_launching = nullptr;  // the kernel of this thread's launch in progress
 thread_local std::unique_ptr<Pending> t_pending;
 
 std::string spool(const std::string& rel) { return settings().spool_dir + "/" + rel; }
@@ -167,8 +175,11 @@ bool name_selected(const std::string& name) {
 }
 
 // Under g_mu: launch callbacks on while something loaded may still be recorded.
+// Under lazy module loading the modules load at their kernels' first launch,
+// after its enter callback: every launch is watched (kernels the filter
+// rejects cost one thread-local lookup each).
 void update_launch_callbacks() {
-  bool want = g_unknown_module || g_in_flight > 0;
+  bool want = !settings().eager_loading || g_unknown_module || g_in_flight > 0;
   for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
     auto k = g_kernels.find(*it);
     want = k == g_kernels.end() || !k->second->finished;
@@ -378,7 +389,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   auto known = t_known.find(l.f);
   if (known != t_known.end() && (!known->second->selected || known->second->finished.load(std::memory_order_relaxed)))
     return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
   t_known[l.f] = &ks;
@@ -395,11 +406,14 @@ void before_launch(const Launch& l, const char* symbol_name) {
   if (!settings().devices.empty() &&
       std::find(settings().devices.begin(), settings().devices.end(), int(device)) == settings().devices.end())
     return;
+  // Lazy loading: the kernel's module may not be in this context yet; load it
+  // now (its module-loaded callback runs inside) so that its code, globals and
+  // parameter layout are known before the prologue.
+  if (!module_of(ks.name)) load_function(l.f);
   CUresult lr = resolve_layout(l.f, info);
   if (!info.layout_known) {
-    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; the module"
-                 " may not be loaded yet: run with CUDA_MODULE_LOADING=EAGER)\n", ks.name.c_str(), index,
-                 error_string(lr));
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; record"
+                 " with --eager-loading)\n", ks.name.c_str(), index, error_string(lr));
     return;
   }
   std::vector<unsigned char> args;
@@ -448,8 +462,16 @@ void before_launch(const Launch& l, const char* symbol_name) {
         p->regions.push_back(DeviceRegion{gp, gsize, "global", g, {}});
     }
   }
-  const bool reachable = settings().reachable_scope;
   auto allocations = MemoryWindow::instance().live_allocations(device);
+  // --snapshot-scope auto: the reachable allocations where a pool allocator
+  // holds the memory (the whole pool is GBs; a kernel reaches MBs of it).
+  std::string pool;
+  if (settings().snapshot_scope == "auto") {
+    uint64_t largest = 0;
+    for (const auto& a : allocations) largest = std::max<uint64_t>(largest, a.size);
+    pool = pool_allocator(largest);
+  }
+  const bool reachable = settings().snapshot_scope == "reachable" || !pool.empty();
   if (!reachable) {
     for (const auto& a : allocations) add_region_once(p->regions, bases, a);
   } else {
@@ -543,7 +565,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
        << ", \"reserved\": " << (w.reserved ? "true" : "false") << "}";
     first = false;
   }
-  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\"";
+  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\", \"pool_allocator\": " << json_string(pool);
   p->launch_json_head = os.str();
   // Hold the instance slot (and the identity) until the epilogue is committed
   // or dropped: finish_pending gives them back.
@@ -575,7 +597,7 @@ void finish_pending(Pending& p, bool committed) {
 // A pending launch that cannot be matched to its exit callback: its entry is
 // removed, not committed (its epilogue would be taken after another launch).
 void drop_pending(std::unique_ptr<Pending> p, const char* why) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   std::fprintf(stderr, "mneme record: warning: %s: a recorded launch is dropped: %s\n", p->kernel->name.c_str(), why);
   remove_tree(p->tmp_dir);
   finish_pending(*p, false);
@@ -657,14 +679,15 @@ bool commit_launch(Pending* p, CUresult launch_result) {
 }
 
 void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   finish_pending(*p, commit_launch(p.get(), launch_result));
 }
 
 void on_module_loaded(const CUpti_ResourceData* rd) {
   auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
+  t_module_loaded = true;
   if (!md || g_disabled) return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   if (!md->pCubin || !md->cubinSize) {  // kernels unknown: launches must be watched
     if (settings().verbose) std::fprintf(stderr, "mneme record: module %u loaded without its image\n", md->moduleId);
     g_unknown_module = true;
@@ -697,7 +720,9 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   if (!write_file_atomic(base + ".cubin", md->pCubin, md->cubinSize, &error)) return stop_recording(error);
   const char* source_kind = "";
   const void* source = nullptr;
-  size_t source_size = t_loading_image ? image_size(t_loading_image, &source_kind, &source) : 0;
+  // Eager loading: the load call in progress. Lazy: the launch that loads it.
+  const void* image = t_loading_image ? t_loading_image : image_of_function(t_launching);
+  size_t source_size = image ? image_size(image, &source_kind, &source) : 0;
   if (source_size && !write_file_atomic(base + ".src", source, source_size, &error)) return stop_recording(error);
   std::ostringstream os;
   os << "{\"module_id\": " << md->moduleId << ", \"cubin_size\": " << md->cubinSize
@@ -866,25 +891,39 @@ thread_local bool t_inside = false;  // our own driver calls re-enter the callba
 }  // namespace
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
-  if (t_inside) return;
-  t_inside = true;
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    // Also inside our own driver calls: load_function's module loads here.
+    const bool was_inside = t_inside;
+    t_inside = true;
     if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) on_module_loaded(static_cast<const CUpti_ResourceData*>(cbdata));
-    t_inside = false;
+    t_inside = was_inside;
     return;
   }
+  if (t_inside) return;
+  t_inside = true;
   auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
   bool enter = cb->callbackSite == CUPTI_API_ENTER;
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: {
       // Both param structs start with (CUmodule*, const void* image).
-      t_loading_image = enter ? static_cast<const cuModuleLoadData_params*>(cb->functionParams)->image : nullptr;
+      auto* a = static_cast<const cuModuleLoadData_params*>(cb->functionParams);
+      t_loading_image = enter ? a->image : nullptr;
+      if (enter) {
+        t_module_loaded = false;
+      } else if (!t_module_loaded && a->module && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
+        remember_module_image(*a->module, a->image);  // lazy: it loads at its first launch
+      }
       break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
-      t_loading_image = enter ? static_cast<const cuLibraryLoadData_params*>(cb->functionParams)->code : nullptr;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
+      auto* a = static_cast<const cuLibraryLoadData_params*>(cb->functionParams);
+      t_loading_image = enter ? a->code : nullptr;
+      if (!enter && a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        remember_library_image(*a->library, a->code);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
       if (enter) note_graph_launch();
@@ -909,12 +948,13 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (enter) {
         if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
         Launch l = launch_of(cbid, cb);
+        t_launching = l.f;  // a module loaded inside this launch is this kernel's
         if (l.f) before_launch(l, cb->symbolName);
         if (t_pending) {
           t_pending->cbid = cbid;
           if (cb->correlationData) *cb->correlationData = t_pending->token;
         }
-      } else if (t_pending) {
+      } else if (t_launching = nullptr; t_pending) {
         std::unique_ptr<Pending> p = std::move(t_pending);
         if (p->cbid == cbid && p->f == launched_function(cbid, cb) &&
             (!cb->correlationData || *cb->correlationData == p->token))
@@ -927,7 +967,11 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   t_inside = false;
 }
 
-void set_launch_callback_switch(void (*enable)(bool)) { g_launch_switch = enable; }
+void set_launch_callback_switch(void (*enable)(bool)) {
+  Lock lock(g_mu);
+  g_launch_switch = enable;
+  update_launch_callbacks();  // lazy loading: on from the start
+}
 
 void write_recorder_info(const char* cupti_path) {
   const Settings& s = settings();
