@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from mneme.errors import ArtifactError
 from mneme.format import (
@@ -43,7 +43,7 @@ from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
 from mneme.store import LocalStore, Store, open_store
-from record_agent import fatbin
+from record_agent import fatbin, triton_cache
 from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
 
 POINTER_SIZE = 8
@@ -194,8 +194,10 @@ class SpoolConverter:
         recorder: RecorderInfo,
         on_commit: Callable[[], None] | None = None,
         before_write: Callable[[], None] | None = None,
+        env: Mapping[str, str] | None = None,
     ):
         self.spool_dir = Path(spool_dir)
+        self.env = dict(os.environ if env is None else env)  # the application's (where Triton's cache is)
         self.store = store
         self.executable = executable
         self.recorder = recorder
@@ -236,6 +238,8 @@ class SpoolConverter:
             ptx = fatbin.find_ptx(module.source, entry.kernel, arch)
         if ptx is None and self._executable_fatbin():
             ptx = fatbin.find_ptx(self._executable_fatbin(), entry.kernel, arch)  # type: ignore[arg-type]
+        if ptx is None and module.source_kind in ("elf", ""):
+            ptx = triton_cache.find_ptx(module.cubin, entry.kernel, self.env)
         bitcode = fatbin.executable_bitcode(self.executable, entry.kernel) if self.executable else None
         files = KernelCodeFiles(ptx, module.cubin, bitcode)
         self._code[key] = files

@@ -138,6 +138,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         recorder=recorder_info,
         on_commit=uploader.notify if uploader else None,
         before_write=(lambda: uploader.wait_for_space()) if uploader else None,
+        env=base_env,
     )
     summary = RecordSummary(0, output=destination, rank=rank)
     started = time.monotonic()
