@@ -6,7 +6,9 @@ SASS only; PyTorch's own kernels carry PTX for some architectures only) runs
 only its recorded cubin. Pass pipelines need LLVM bitcode. Such knobs are
 refused by name, with the reason, instead of failing every trial: left out of
 the space when a preset would have tuned them, a configuration error when the
-command line asks for them.
+command line asks for the PTX tier's. (Pipelines given explicitly are still
+tried on a kernel without bitcode, as the reference's examples give them; they
+fail as compile errors.)
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ class KnobApplicability:
     def check_requested(self, options: Any) -> None:
         """ConfigurationError naming every refused knob the command line asks for, with the reason."""
         problems = []
-        for knob, flags in {**PTX_KNOBS, **LLVM_KNOBS}.items():
+        for knob, flags in PTX_KNOBS.items():
             if knob not in self.refused:
                 continue
             asked = [f for f in flags if getattr(options, f, None) not in _OFF]
@@ -65,7 +67,7 @@ def knob_applicability(kernel: Any) -> KnobApplicability:
                   "PTX for this GPU are): the PTX tier cannot recompile it, only its launch shape can be tuned")
         refused.update(dict.fromkeys(PTX_KNOBS, reason))
     if code is not None and hasattr(code, "bitcode") and code.bitcode is None:
-        refused["passes"] = (f"{name} was recorded without LLVM bitcode: pass pipelines need a build made with "
-                             "`mneme config cxx` / CMake add_mneme()")
+        refused["passes"] = (f"{name} was recorded without LLVM bitcode: pipelines other than default<O3> need a "
+                             "build made with `mneme config cxx` / CMake add_mneme() (the presets leave them out)")
     knobs = (*LAUNCH_KNOBS, *LLVM_KNOBS, *PTX_KNOBS)
     return KnobApplicability(tuple(k for k in knobs if k not in refused), refused)

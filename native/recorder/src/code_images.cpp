@@ -58,8 +58,13 @@ const void* image_of_function(CUfunction f) {
 void load_function(CUfunction f) {
   auto& d = driver();
   if (!f || !d.cuFuncLoad) return;
-  if (d.cuFuncLoad(f) == CUDA_SUCCESS) return;
-  // A CUkernel (cudart's handles): its function in the current context.
+  // A CUfunction has a module; a CUkernel (cudart's handles) has a function in
+  // the current context, which loads its module there.
+  CUmodule mod = nullptr;
+  if (d.cuFuncGetModule && d.cuFuncGetModule(&mod, f) == CUDA_SUCCESS && mod) {
+    d.cuFuncLoad(f);
+    return;
+  }
   CUfunction in_context = nullptr;
   if (d.cuKernelGetFunction && d.cuKernelGetFunction(&in_context, reinterpret_cast<CUkernel>(f)) == CUDA_SUCCESS &&
       in_context)

@@ -21,7 +21,8 @@ void remember_library_image(CUlibrary library, const void* image);
 void remember_module_image(CUmodule module, const void* image);
 
 // The image the kernel handle `f` (a CUfunction, or a CUkernel as cudart
-// passes it) was loaded from; nullptr when unknown.
+// passes it) was loaded from; nullptr when unknown. Called at a launch's enter
+// callback (it calls the driver), never inside the module-loaded callback.
 const void* image_of_function(CUfunction f);
 
 // Loads `f` into the current context (a no-op when it is loaded): the

@@ -129,7 +129,10 @@ std::string g_error;
 
 thread_local const void* t_loading_image = nullptr;
 thread_local bool t_module_loaded = false;    // a module-loaded callback came during the current load call
-thread_local CUfunction t_launching = nullptr;  // the kernel of this thread's launch in progress
+// The image of the kernel this thread is launching (looked up at a kernel's
+// first launch on the thread, when lazy loading may load its module inside the
+// launch: the module-loaded callback makes no driver call of its own).
+thread_local const void* t_launch_image = nullptr;
 thread_local std::unique_ptr<Pending> t_pending;
 
 std::string spool(const std::string& rel) { return settings().spool_dir + "/" + rel; }
@@ -393,6 +396,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
   t_known[l.f] = &ks;
+  if (!settings().eager_loading) t_launch_image = image_of_function(l.f);
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
   if (settings().max_instances > 0 && ks.recorded + ks.pending >= settings().max_instances) return;
@@ -721,7 +725,7 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   const char* source_kind = "";
   const void* source = nullptr;
   // Eager loading: the load call in progress. Lazy: the launch that loads it.
-  const void* image = t_loading_image ? t_loading_image : image_of_function(t_launching);
+  const void* image = t_loading_image ? t_loading_image : t_launch_image;
   size_t source_size = image ? image_size(image, &source_kind, &source) : 0;
   if (source_size && !write_file_atomic(base + ".src", source, source_size, &error)) return stop_recording(error);
   std::ostringstream os;
@@ -948,13 +952,13 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (enter) {
         if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
         Launch l = launch_of(cbid, cb);
-        t_launching = l.f;  // a module loaded inside this launch is this kernel's
+        t_launch_image = nullptr;  // before_launch sets it where the module may load inside this launch
         if (l.f) before_launch(l, cb->symbolName);
         if (t_pending) {
           t_pending->cbid = cbid;
           if (cb->correlationData) *cb->correlationData = t_pending->token;
         }
-      } else if (t_launching = nullptr; t_pending) {
+      } else if (t_launch_image = nullptr; t_pending) {
         std::unique_ptr<Pending> p = std::move(t_pending);
         if (p->cbid == cbid && p->f == launched_function(cbid, cb) &&
             (!cb->correlationData || *cb->correlationData == p->token))
