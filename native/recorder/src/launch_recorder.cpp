@@ -386,12 +386,17 @@ SnapshotWriter& writer_for_current_context() {
 // every call: one thread-local hash lookup, no lock.
 thread_local std::unordered_map<CUfunction, const KernelState*> t_known;
 
-void before_launch(const Launch& l, const char* symbol_name) {
+// Every watched launch comes here first: false for a kernel this thread knows
+// the filter rejected (or that has its instances), before anything is decoded.
+bool launch_needs_look(CUfunction f) {
   g_launches_seen++;
-  if (g_disabled) return;
-  auto known = t_known.find(l.f);
-  if (known != t_known.end() && (!known->second->selected || known->second->finished.load(std::memory_order_relaxed)))
-    return;
+  if (g_disabled) return false;
+  auto known = t_known.find(f);
+  return known == t_known.end() ||
+         (known->second->selected && !known->second->finished.load(std::memory_order_relaxed));
+}
+
+void before_launch(const Launch& l, const char* symbol_name) {
   Lock lock(g_mu);
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
@@ -951,9 +956,9 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       // lost its exit callback: it is dropped, never committed after another launch.
       if (enter) {
         if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
-        Launch l = launch_of(cbid, cb);
         t_launch_image = nullptr;  // before_launch sets it where the module may load inside this launch
-        if (l.f) before_launch(l, cb->symbolName);
+        CUfunction f = launched_function(cbid, cb);
+        if (f && launch_needs_look(f)) before_launch(launch_of(cbid, cb), cb->symbolName);
         if (t_pending) {
           t_pending->cbid = cbid;
           if (cb->correlationData) *cb->correlationData = t_pending->token;
