@@ -19,22 +19,24 @@ std::unordered_map<CUmodule, std::string> g_modules;
 
 }  // namespace
 
-void remember_library_image(CUlibrary library, const void* image) {
-  if (!library || !image) return;
+const void* remember_library_image(CUlibrary library, const void* image) {
+  if (!library || !image) return nullptr;
   std::lock_guard<std::mutex> lock(g_mu);
   g_libraries[library] = image;
+  return image;
 }
 
-void remember_module_image(CUmodule module, const void* image) {
-  if (!module || !image) return;
+const void* remember_module_image(CUmodule module, const void* image) {
+  if (!module || !image) return nullptr;
   const char* kind = "";
   const void* data = nullptr;
   size_t size = image_size(image, &kind, &data);
-  if (!size || size > kCopyLimit) return;
+  if (!size || size > kCopyLimit) return nullptr;
   std::string copy(static_cast<const char*>(data), size);
   if (std::string(kind) == "ptx") copy.push_back('\0');  // image_size reads PTX as NUL-terminated text
   std::lock_guard<std::mutex> lock(g_mu);
-  g_modules[module] = std::move(copy);
+  std::string& kept = g_modules[module] = std::move(copy);
+  return kept.data();
 }
 
 const void* image_of_function(CUfunction f) {

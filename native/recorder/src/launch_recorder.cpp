@@ -117,6 +117,10 @@ std::unordered_map<std::string, bool> g_name_selected;  // the filter's verdict,
 void (*g_launch_switch)(bool) = nullptr;
 bool g_launch_callbacks_on = false;
 bool g_unknown_module = false;
+// Lazy loading: images loaded (cuLibraryLoadData, cuModuleLoadData) whose
+// module has not loaded into a context yet, so their kernels are unknown: the
+// first launch of one must be seen, the launch callbacks stay on.
+std::set<const void*> g_unloaded_images;
 std::set<std::string> g_candidates;  // selected kernels defined by loaded modules
 // Launches between prologue and epilogue, all threads: their exit callbacks
 // must come, so the launch callbacks stay on while any is in flight.
@@ -178,11 +182,12 @@ bool name_selected(const std::string& name) {
 }
 
 // Under g_mu: launch callbacks on while something loaded may still be recorded.
-// Under lazy module loading the modules load at their kernels' first launch,
-// after its enter callback: every launch is watched (kernels the filter
-// rejects cost one thread-local lookup each).
+// Under lazy module loading a module loads at the first launch of one of its
+// kernels, after that launch's enter callback: launches are watched while an
+// image's module has not loaded (kernels the filter rejects cost one
+// thread-local lookup each).
 void update_launch_callbacks() {
-  bool want = !settings().eager_loading || g_unknown_module || g_in_flight > 0;
+  bool want = !g_unloaded_images.empty() || g_unknown_module || g_in_flight > 0;
   for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
     auto k = g_kernels.find(*it);
     want = k == g_kernels.end() || !k->second->finished;
@@ -687,6 +692,16 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   return true;
 }
 
+// At the exit of a load call whose module did not load yet (lazy loading):
+// `key` is what image_of_function will return for its kernels (nullptr: none,
+// its kernels stay unknown for the whole run).
+void note_unloaded(const void* key) {
+  Lock lock(g_mu);
+  if (key) g_unloaded_images.insert(key);
+  else g_unknown_module = true;
+  update_launch_callbacks();
+}
+
 void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
   Lock lock(g_mu);
   finish_pending(*p, commit_launch(p.get(), launch_result));
@@ -697,6 +712,9 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   t_module_loaded = true;
   if (!md || g_disabled) return;
   Lock lock(g_mu);
+  // Eager loading: the load call in progress. Lazy: the launch that loads it.
+  const void* image = t_loading_image ? t_loading_image : t_launch_image;
+  if (image) g_unloaded_images.erase(image);
   if (!md->pCubin || !md->cubinSize) {  // kernels unknown: launches must be watched
     if (settings().verbose) std::fprintf(stderr, "mneme record: module %u loaded without its image\n", md->moduleId);
     g_unknown_module = true;
@@ -729,8 +747,6 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   if (!write_file_atomic(base + ".cubin", md->pCubin, md->cubinSize, &error)) return stop_recording(error);
   const char* source_kind = "";
   const void* source = nullptr;
-  // Eager loading: the load call in progress. Lazy: the launch that loads it.
-  const void* image = t_loading_image ? t_loading_image : t_launch_image;
   size_t source_size = image ? image_size(image, &source_kind, &source) : 0;
   if (source_size && !write_file_atomic(base + ".src", source, source_size, &error)) return stop_recording(error);
   std::ostringstream os;
@@ -922,17 +938,28 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (enter) {
         t_module_loaded = false;
       } else if (!t_module_loaded && a->module && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
-        remember_module_image(*a->module, a->image);  // lazy: it loads at its first launch
+        note_unloaded(remember_module_image(*a->module, a->image));  // lazy: it loads at its first launch
       }
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
       auto* a = static_cast<const cuLibraryLoadData_params*>(cb->functionParams);
       t_loading_image = enter ? a->code : nullptr;
-      if (!enter && a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
-        remember_library_image(*a->library, a->code);
+      if (enter) {
+        t_module_loaded = false;
+      } else if (a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
+        const void* key = remember_library_image(*a->library, a->code);
+        if (!t_module_loaded) note_unloaded(key);
+      }
       break;
     }
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad:
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile:
+      // From a file: no image to remember; unless it loaded now, its kernels stay unknown.
+      if (enter) t_module_loaded = false;
+      else if (!t_module_loaded && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        note_unloaded(nullptr);
+      break;
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
       if (enter) note_graph_launch();
