@@ -28,7 +28,7 @@ from record_app_scale import ROOT, App, Run, _run, run_recorded
 
 APPS = {
     # name: (program, modules it needs, the kernel regex of the one-instance variant)
-    "pytorch": ("torch_program.py", ("torch",), "softmax"),
+    "pytorch": ("torch_program.py", ("torch",), "[Ss]oft[Mm]ax"),
     "triton": ("triton_program.py", ("torch", "triton"), "add_kernel"),
 }
 NOTHING = "^no_such_kernel$"
@@ -119,6 +119,8 @@ def main(args: argparse.Namespace) -> int:
     lib = args.recorder_lib or str(recorder_library())
     rows = []
     for name, (program, modules, kernel) in APPS.items():
+        if args.apps and name not in args.apps.split(","):
+            continue
         missing = [m for m in modules if importlib.util.find_spec(m) is None]
         if missing:
             print(f"{name}: skipped ({', '.join(missing)} not installed)")
@@ -134,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
 def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--only-apps", action="store_true",
                     help="time only the PyTorch and Triton programs (issue 23; runs per variant: --app-repeats)")
+    ap.add_argument("--apps", default="", help=f"with --only-apps: which of {', '.join(APPS)} (default: all)")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@
 #include "driver_api.hpp"
 #include "elf_symbols.hpp"
 #include "memory_window.hpp"
+#include "name_filter.hpp"
 #include "pool_allocators.hpp"
 #include "settings.hpp"
 #include "spool.hpp"
@@ -108,8 +109,6 @@ std::set<uint32_t> g_modules_written;
 std::unordered_map<std::string, std::unique_ptr<KernelState>> g_kernels;
 std::unordered_map<CUfunction, FunctionInfo> g_functions;
 std::map<CUcontext, std::unique_ptr<SnapshotWriter>> g_writers;
-std::vector<std::regex> g_regexes;
-bool g_regexes_ready = false;
 std::unordered_map<std::string, bool> g_name_selected;  // the filter's verdict, once per name
 // Launch callbacks are switched on only while a loaded kernel may still be
 // recorded: a selected, unfinished kernel of a loaded module, or a module
@@ -149,30 +148,9 @@ void stop_recording(const std::string& why) {
   write_file_atomic(spool("error.json"), body.data(), body.size(), &ignored);
 }
 
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  std::free(d);
-  return out;
-}
-
 bool name_matches(const std::string& name) {
-  if (!g_regexes_ready) {
-    for (const auto& r : settings().kernel_regexes) {
-      try {
-        g_regexes.emplace_back(r, std::regex::ECMAScript);
-      } catch (const std::regex_error&) {
-        std::fprintf(stderr, "mneme record: warning: ignoring invalid kernel regex '%s'\n", r.c_str());
-      }
-    }
-    g_regexes_ready = true;
-  }
-  if (settings().kernel_regexes.empty()) return true;
-  std::string pretty = demangle(name);
-  for (const auto& re : g_regexes)
-    if (std::regex_search(name, re) || std::regex_search(pretty, re)) return true;
-  return false;
+  static const NameFilter filter(settings().kernel_regexes);
+  return filter.matches(name);
 }
 
 bool name_selected(const std::string& name) {
@@ -725,7 +703,7 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   info.id = md->moduleId;
   info.kernels.insert(syms.kernels.begin(), syms.kernels.end());
   info.globals = syms.globals;
-  g_modules.push_back(info);
+  g_modules.push_back(std::move(info));
   // Only a module that defines a selected kernel can be named by an entry:
   // the others are not written (large applications load hundreds of them).
   bool wanted = !syms.readable;
