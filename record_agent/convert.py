@@ -239,7 +239,7 @@ class SpoolConverter:
         if ptx is None and self._executable_fatbin():
             ptx = fatbin.find_ptx(self._executable_fatbin(), entry.kernel, arch)  # type: ignore[arg-type]
         if ptx is None and module.source_kind in ("elf", ""):
-            ptx = triton_cache.find_ptx(module.cubin, entry.kernel, self.env)
+            ptx = triton_cache.find_ptx((module.source or b"", module.cubin), entry.kernel, self.env)
         bitcode = fatbin.executable_bitcode(self.executable, entry.kernel) if self.executable else None
         files = KernelCodeFiles(ptx, module.cubin, bitcode)
         self._code[key] = files

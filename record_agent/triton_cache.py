@@ -3,8 +3,9 @@
 Triton loads its kernels as cubins (``cuModuleLoadData``), so the recorded
 module carries no PTX; Triton's cache keeps each kernel's PTX beside its cubin
 (``<cache>/<key>/<kernel>.ptx`` next to ``<kernel>.cubin``). The PTX whose
-cubin is byte for byte the recorded one is the kernel's code, and the PTX
-tier (codegen levels, launch bounds, specialization) then applies to it.
+cubin is byte for byte the recorded one is the kernel's code (or, where none
+is, the only PTX the cache has for that kernel name), and the PTX tier
+(codegen levels, launch bounds, specialization) then applies to it.
 """
 
 from __future__ import annotations
@@ -24,23 +25,26 @@ def cache_dirs(env: Mapping[str, str]) -> list[Path]:
     return [Path(home) / ".triton" / "cache"]
 
 
-def find_ptx(cubin: bytes, kernel: str, env: Mapping[str, str]) -> str | None:
-    """The cached PTX of ``kernel`` whose cubin is ``cubin``; None when the cache has none."""
-    if not cubin.startswith(b"\x7fELF"):
+def find_ptx(cubins: tuple[bytes, ...], kernel: str, env: Mapping[str, str]) -> str | None:
+    """The cached PTX of ``kernel`` whose cubin is one of ``cubins`` (the image the program loaded, the
+    cubin as the driver reported it); else the PTX of the only cached ``kernel``; None when there is none."""
+    cubins = tuple(c for c in cubins if c and c.startswith(b"\x7fELF"))
+    if not cubins:
         return None
+    only: list[str] = []
     for root in cache_dirs(env):
         try:
             candidates = list(root.glob(f"*/{kernel}.cubin"))
         except OSError:
             continue
         for path in candidates:
-            ptx_path = path.with_suffix(".ptx")
             try:
-                if path.stat().st_size != len(cubin) or path.read_bytes() != cubin:
+                ptx = path.with_suffix(".ptx").read_text(errors="replace")
+                if not ptx_defines(ptx, kernel):
                     continue
-                ptx = ptx_path.read_text(errors="replace")
+                if path.read_bytes() in cubins:
+                    return ptx
             except OSError:
                 continue
-            if ptx_defines(ptx, kernel):
-                return ptx
-    return None
+            only.append(ptx)
+    return only[0] if len(only) == 1 else None

@@ -109,6 +109,7 @@ def test_a_cubin_module_takes_its_ptx_from_tritons_cache_when_the_cubin_is_the_c
         (d / f"{KERNEL}.ptx").write_text(vecadd_code.PTX)
     (other / f"{KERNEL}.cubin").write_bytes(vecadd_code.CUBIN[:-1] + b"x")  # another specialization
     (match / f"{KERNEL}.cubin").write_bytes(vecadd_code.CUBIN)
+    (other / f"{KERNEL}.ptx").write_text(vecadd_code.PTX.replace(".entry", "// another\n.entry"))
     convert_all(spool, out, env={"TRITON_CACHE_DIR": str(cache)})
     rec = RecordedExecution.from_json(next(out.glob("*.json")))
     assert rec.code.ptx is not None and rec.load_code("ptx").decode() == vecadd_code.PTX
