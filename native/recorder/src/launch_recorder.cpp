@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,7 +105,7 @@ struct Pending {
 // that call, on this thread.
 using Lock = std::lock_guard<std::recursive_mutex>;
 std::recursive_mutex g_mu;
-std::vector<ModuleInfo> g_modules;
+std::deque<ModuleInfo> g_modules;  // a deque: a module loading mid-recording moves no entry
 std::set<uint32_t> g_modules_written;
 std::unordered_map<std::string, std::unique_ptr<KernelState>> g_kernels;
 std::unordered_map<CUfunction, FunctionInfo> g_functions;
@@ -136,6 +137,13 @@ thread_local bool t_module_loaded = false;    // a module-loaded callback came d
 // first launch on the thread, when lazy loading may load its module inside the
 // launch: the module-loaded callback makes no driver call of its own).
 thread_local const void* t_launch_image = nullptr;
+// While the recorder loads the kernel it records (the only driver calls of its
+// own whose module-loaded callbacks it must see; not its digest kernel's).
+thread_local bool t_loading_kernel = false;
+struct LoadingKernel {
+  LoadingKernel() { t_loading_kernel = true; }
+  ~LoadingKernel() { t_loading_kernel = false; }
+};
 thread_local std::unique_ptr<Pending> t_pending;
 
 std::string spool(const std::string& rel) { return settings().spool_dir + "/" + rel; }
@@ -401,7 +409,10 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Lazy loading: the kernel's module may not be in this context yet; load it
   // now (its module-loaded callback runs inside) so that its code, globals and
   // parameter layout are known before the prologue.
-  if (!module_of(ks.name)) load_function(l.f);
+  if (!module_of(ks.name)) {
+    LoadingKernel loading;
+    load_function(l.f);
+  }
   CUresult lr = resolve_layout(l.f, info);
   if (!info.layout_known) {
     std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; record"
@@ -445,7 +456,12 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Regions: module globals first, then heap allocations.
   std::set<uint64_t> bases;
   const ModuleInfo* mod = module_of(ks.name);
-  CUmodule hmod = mod ? module_handle(l.f) : nullptr;
+  const long module_id = mod ? long(mod->id) : -1;
+  CUmodule hmod = nullptr;
+  if (mod) {
+    LoadingKernel loading;
+    hmod = module_handle(l.f);
+  }
   if (hmod) {
     for (const auto& g : mod->globals) {
       CUdeviceptr gp = 0;
@@ -536,7 +552,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
      << ", \"device\": " << device << ", \"device_name\": " << json_string(dname) << ", \"arch\": \"" << arch << "\""
      << ", \"grid\": " << dims_json(l.grid) << ", \"block\": " << dims_json(l.block)
-     << ", \"shared_mem\": " << l.shared_mem << ", \"module_id\": " << (mod ? long(mod->id) : -1)
+     << ", \"shared_mem\": " << l.shared_mem << ", \"module_id\": " << module_id
      << ", \"param_offsets\": [";
   for (size_t i = 0; i < info.params.size(); ++i) os << (i ? ", " : "") << info.params[i].first;
   os << "], \"param_sizes\": [";
@@ -895,7 +911,8 @@ thread_local bool t_inside = false;  // our own driver calls re-enter the callba
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    // Also inside our own driver calls: load_function's module loads here.
+    // Also inside the recorder's own driver calls that load the recorded kernel.
+    if (t_inside && !t_loading_kernel) return;
     const bool was_inside = t_inside;
     t_inside = true;
     if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) on_module_loaded(static_cast<const CUpti_ResourceData*>(cbdata));
