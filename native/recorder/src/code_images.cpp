@@ -19,24 +19,22 @@ std::unordered_map<CUmodule, std::string> g_modules;
 
 }  // namespace
 
-const void* remember_library_image(CUlibrary library, const void* image) {
-  if (!library || !image) return nullptr;
+void remember_library_image(CUlibrary library, const void* image) {
+  if (!library || !image) return;
   std::lock_guard<std::mutex> lock(g_mu);
   g_libraries[library] = image;
-  return image;
 }
 
-const void* remember_module_image(CUmodule module, const void* image) {
-  if (!module || !image) return nullptr;
+void remember_module_image(CUmodule module, const void* image) {
+  if (!module || !image) return;
   const char* kind = "";
   const void* data = nullptr;
   size_t size = image_size(image, &kind, &data);
-  if (!size || size > kCopyLimit) return nullptr;
+  if (!size || size > kCopyLimit) return;
   std::string copy(static_cast<const char*>(data), size);
   if (std::string(kind) == "ptx") copy.push_back('\0');  // image_size reads PTX as NUL-terminated text
   std::lock_guard<std::mutex> lock(g_mu);
-  std::string& kept = g_modules[module] = std::move(copy);
-  return kept.data();
+  g_modules[module] = std::move(copy);
 }
 
 const void* image_of_function(CUfunction f) {

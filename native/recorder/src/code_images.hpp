@@ -17,10 +17,8 @@ namespace mneme::rec {
 // cuModuleLoadFatBinary. A library's image is kept by address (cudart's
 // fatbins are static data of the program); a module's image is copied when
 // small (frameworks such as Triton free their cubin after the load call).
-// Each returns what image_of_function will return for the kernels of that
-// library or module (nullptr where it will know none).
-const void* remember_library_image(CUlibrary library, const void* image);
-const void* remember_module_image(CUmodule module, const void* image);
+void remember_library_image(CUlibrary library, const void* image);
+void remember_module_image(CUmodule module, const void* image);
 
 // The image the kernel handle `f` (a CUfunction, or a CUkernel as cudart
 // passes it) was loaded from; nullptr when unknown. Called at a launch's enter

@@ -92,8 +92,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx,
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
       CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData,
-      CUPTI_DRIVER_TRACE_CBID_cuModuleLoad,
-      CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile,
       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
       CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate,

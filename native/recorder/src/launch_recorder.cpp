@@ -117,10 +117,6 @@ std::unordered_map<std::string, bool> g_name_selected;  // the filter's verdict,
 void (*g_launch_switch)(bool) = nullptr;
 bool g_launch_callbacks_on = false;
 bool g_unknown_module = false;
-// Lazy loading: images loaded (cuLibraryLoadData, cuModuleLoadData) whose
-// module has not loaded into a context yet, so their kernels are unknown: the
-// first launch of one must be seen, the launch callbacks stay on.
-std::set<const void*> g_unloaded_images;
 std::set<std::string> g_candidates;  // selected kernels defined by loaded modules
 // Launches between prologue and epilogue, all threads: their exit callbacks
 // must come, so the launch callbacks stay on while any is in flight.
@@ -169,11 +165,11 @@ bool name_selected(const std::string& name) {
 
 // Under g_mu: launch callbacks on while something loaded may still be recorded.
 // Under lazy module loading a module loads at the first launch of one of its
-// kernels, after that launch's enter callback: launches are watched while an
-// image's module has not loaded (kernels the filter rejects cost one
-// thread-local lookup each).
+// kernels, after that launch's enter callback, so its kernels are unknown
+// until then: every launch is watched (a kernel the filter rejected costs one
+// thread-local lookup).
 void update_launch_callbacks() {
-  bool want = !g_unloaded_images.empty() || g_unknown_module || g_in_flight > 0;
+  bool want = !settings().eager_loading || g_unknown_module || g_in_flight > 0;
   for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
     auto k = g_kernels.find(*it);
     want = k == g_kernels.end() || !k->second->finished;
@@ -686,16 +682,6 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   return true;
 }
 
-// At the exit of a load call whose module did not load yet (lazy loading):
-// `key` is what image_of_function will return for its kernels (nullptr: none,
-// its kernels stay unknown for the whole run).
-void note_unloaded(const void* key) {
-  Lock lock(g_mu);
-  if (key) g_unloaded_images.insert(key);
-  else g_unknown_module = true;
-  update_launch_callbacks();
-}
-
 void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
   Lock lock(g_mu);
   finish_pending(*p, commit_launch(p.get(), launch_result));
@@ -708,7 +694,6 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   Lock lock(g_mu);
   // Eager loading: the load call in progress. Lazy: the launch that loads it.
   const void* image = t_loading_image ? t_loading_image : t_launch_image;
-  if (image) g_unloaded_images.erase(image);
   if (!md->pCubin || !md->cubinSize) {  // kernels unknown: launches must be watched
     if (settings().verbose) std::fprintf(stderr, "mneme record: module %u loaded without its image\n", md->moduleId);
     g_unknown_module = true;
@@ -933,28 +918,17 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       if (enter) {
         t_module_loaded = false;
       } else if (!t_module_loaded && a->module && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
-        note_unloaded(remember_module_image(*a->module, a->image));  // lazy: it loads at its first launch
+        remember_module_image(*a->module, a->image);  // lazy: it loads at its first launch
       }
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
       auto* a = static_cast<const cuLibraryLoadData_params*>(cb->functionParams);
       t_loading_image = enter ? a->code : nullptr;
-      if (enter) {
-        t_module_loaded = false;
-      } else if (a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
-        const void* key = remember_library_image(*a->library, a->code);
-        if (!t_module_loaded) note_unloaded(key);
-      }
+      if (!enter && a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        remember_library_image(*a->library, a->code);
       break;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoad:
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadFromFile:
-      // From a file: no image to remember; unless it loaded now, its kernels stay unknown.
-      if (enter) t_module_loaded = false;
-      else if (!t_module_loaded && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
-        note_unloaded(nullptr);
-      break;
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
       if (enter) note_graph_launch();
@@ -1001,7 +975,7 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
 void set_launch_callback_switch(void (*enable)(bool)) {
   Lock lock(g_mu);
   g_launch_switch = enable;
-  update_launch_callbacks();  // lazy loading: on from the start
+  update_launch_callbacks();  // lazy loading: on from the start (every launch is watched)
 }
 
 void write_recorder_info(const char* cupti_path) {
