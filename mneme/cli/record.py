@@ -48,8 +48,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="which launches of each kernel to record: indices, ranges and slices, e.g. 0,5-7,100::50")
     parser.add_argument("--snapshot-scope", choices=("auto", "all", "reachable"), default="auto",
                         help="snapshot every live allocation (all), only those reachable from arguments and globals "
-                             "(reachable), or reachable where a pool allocator (PyTorch, CuPy, RMM, allocations of 1 GiB "
-                             "and more) holds the memory and all otherwise (auto, the default)")
+                             "(reachable), or reachable where a pool allocator (PyTorch, CuPy, RMM, an argument inside a "
+                             "region of 1 GiB or more) holds the memory and all otherwise (auto, the default)")
     parser.add_argument("--max-snapshot-bytes", type=_size, default=0, metavar="N",
                         help="skip instances whose snapshot is larger (e.g. 8G; default: no limit)")
     parser.add_argument("-rr", "--record-ranks", default="0", metavar="all|0,2,...",

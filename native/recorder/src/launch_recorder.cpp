@@ -471,9 +471,14 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // holds the memory (the whole pool is GBs; a kernel reaches MBs of it).
   std::string pool;
   if (settings().snapshot_scope == "auto") {
-    uint64_t largest = 0;
-    for (const auto& a : allocations) largest = std::max<uint64_t>(largest, a.size);
-    pool = pool_allocator(largest);
+    bool inside_large = false;
+    for (size_t off = 0; !inside_large && off + 8 <= args.size(); off += 8) {
+      uint64_t v;
+      std::memcpy(&v, args.data() + off, 8);
+      Allocation a;
+      inside_large = MemoryWindow::instance().find(v, &a) && a.size >= kPoolRegionBytes && v != a.base;
+    }
+    pool = pool_allocator(inside_large);
   }
   const bool reachable = settings().snapshot_scope == "reachable" || !pool.empty();
   if (!reachable) {

@@ -37,7 +37,7 @@ std::string g_found;
 
 }  // namespace
 
-std::string pool_allocator(uint64_t largest_allocation) {
+std::string pool_allocator(bool argument_inside_large_allocation) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_found.empty()) {
     const char* name = nullptr;
@@ -45,7 +45,7 @@ std::string pool_allocator(uint64_t largest_allocation) {
     if (name) g_found = name;
   }
   if (!g_found.empty()) return g_found;
-  return largest_allocation >= kPoolRegionBytes ? "large allocation" : "";
+  return argument_inside_large_allocation ? "a sub-allocated region of 1 GiB or more" : "";
 }
 
 }  // namespace mneme::rec

@@ -9,12 +9,14 @@
 
 namespace mneme::rec {
 
-// Allocations this large are pool regions whatever library made them.
+// An allocation this large that a kernel argument points into (not at its
+// start) is a pool region, whatever library sub-allocates it.
 constexpr uint64_t kPoolRegionBytes = 1ull << 30;
 
-// The name of the pool allocator detected in this process ("" when none):
-// a loaded library known to pool (checked again at each call until one is
-// found), else "large allocation" when `largest_allocation` is a pool region.
-std::string pool_allocator(uint64_t largest_allocation);
+// The name of the pool allocator detected in this process ("" when none): a
+// loaded library known to pool (checked again at each call until one is
+// found), else "a sub-allocated region of 1 GiB or more" when
+// `argument_inside_large_allocation`.
+std::string pool_allocator(bool argument_inside_large_allocation);
 
 }  // namespace mneme::rec
