@@ -133,12 +133,14 @@ thread_local bool t_module_loaded = false;    // a module-loaded callback came d
 // first launch on the thread, when lazy loading may load its module inside the
 // launch: the module-loaded callback makes no driver call of its own).
 thread_local const void* t_launch_image = nullptr;
-// While the recorder loads the kernel it records (the only driver calls of its
-// own whose module-loaded callbacks it must see; not its digest kernel's).
-thread_local bool t_loading_kernel = false;
-struct LoadingKernel {
-  LoadingKernel() { t_loading_kernel = true; }
-  ~LoadingKernel() { t_loading_kernel = false; }
+// While the recorder takes a snapshot: a module loading then is its own (the
+// digest kernel's), not the application's. Module loads inside its other
+// driver calls (loading the recorded kernel, asking for its name or module)
+// are the application's.
+thread_local bool t_writing_snapshot = false;
+struct WritingSnapshot {
+  WritingSnapshot() { t_writing_snapshot = true; }
+  ~WritingSnapshot() { t_writing_snapshot = false; }
 };
 thread_local std::unique_ptr<Pending> t_pending;
 
@@ -405,10 +407,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Lazy loading: the kernel's module may not be in this context yet; load it
   // now (its module-loaded callback runs inside) so that its code, globals and
   // parameter layout are known before the prologue.
-  if (!module_of(ks.name)) {
-    LoadingKernel loading;
-    load_function(l.f);
-  }
+  if (!module_of(ks.name)) load_function(l.f);
   CUresult lr = resolve_layout(l.f, info);
   if (!info.layout_known) {
     std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; record"
@@ -453,11 +452,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::set<uint64_t> bases;
   const ModuleInfo* mod = module_of(ks.name);
   const long module_id = mod ? long(mod->id) : -1;
-  CUmodule hmod = nullptr;
-  if (mod) {
-    LoadingKernel loading;
-    hmod = module_handle(l.f);
-  }
+  CUmodule hmod = mod ? module_handle(l.f) : nullptr;
   if (hmod) {
     for (const auto& g : mod->globals) {
       CUdeviceptr gp = 0;
@@ -517,8 +512,14 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::string error;
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
   if (reachable) scanner = scan;
-  if (!writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
-                                          settings().max_snapshot_bytes, &p->prologue_bytes, &error, &p->new_digests)) {
+  bool written;
+  {
+    WritingSnapshot writing;
+    written = writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
+                                                 settings().max_snapshot_bytes, &p->prologue_bytes, &error,
+                                                 &p->new_digests);
+  }
+  if (!written) {
     remove_tree(p->tmp_dir);
     if (error == "snapshot exceeds the byte cap") {
       std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: its snapshot exceeds"
@@ -631,8 +632,13 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   std::string error;
   std::vector<std::vector<Piece>> prologue_pieces;
   for (const auto& r : p->regions) prologue_pieces.push_back(r.pieces);
-  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error,
-                                          &p->new_digests)) {
+  bool written;
+  {
+    WritingSnapshot writing;
+    written = writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error,
+                                                 &p->new_digests);
+  }
+  if (!written) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
     return false;
@@ -901,8 +907,8 @@ thread_local bool t_inside = false;  // our own driver calls re-enter the callba
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
-    // Also inside the recorder's own driver calls that load the recorded kernel.
-    if (t_inside && !t_loading_kernel) return;
+    // Also inside the recorder's own driver calls (loading the recorded kernel), but for its digest kernel's.
+    if (t_inside && t_writing_snapshot) return;
     const bool was_inside = t_inside;
     t_inside = true;
     if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) on_module_loaded(static_cast<const CUpti_ResourceData*>(cbdata));
