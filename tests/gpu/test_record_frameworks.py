@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,8 +57,6 @@ def triton_rdb(recorder_lib, tmp_path_factory):  # noqa: F811
     tmp = tmp_path_factory.mktemp("triton")
     rdb = tmp / "rdb"
     cache = tmp / "triton-cache"
-    import os
-
     os.environ["TRITON_CACHE_DIR"] = str(cache)  # the recorded program's and the agent's (child_env copies it)
     try:
         proc = mneme_record(recorder_lib, rdb, [sys.executable, APPS / "triton_program.py"], "--kernel", "add_kernel")
