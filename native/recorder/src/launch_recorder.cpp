@@ -199,15 +199,17 @@ FunctionInfo& function_info(CUfunction f, const char* symbol_name) {
   if (it != g_functions.end()) return it->second;
   FunctionInfo info;
   std::string name = symbol_name ? symbol_name : "";
-  if (name.empty() && driver().cuFuncGetName) {
-    const char* n = nullptr;
-    if (driver().cuFuncGetName(&n, f) == CUDA_SUCCESS && n) name = n;
-  }
+  const char* n = nullptr;
+  if (name.empty() && driver().cuFuncGetName && driver().cuFuncGetName(&n, f) == CUDA_SUCCESS && n) name = n;
+  if (name.empty() && driver().cuKernelGetName &&  // a CUkernel (cudart's handles)
+      driver().cuKernelGetName(&n, reinterpret_cast<CUkernel>(f)) == CUDA_SUCCESS && n)
+    name = n;
   auto& ks = g_kernels[name];
   if (!ks) {
     ks = std::make_unique<KernelState>();
     ks->name = name;
-    ks->selected = name_selected(name);
+    ks->selected = !name.empty() && name_selected(name);  // a kernel without a name cannot be recorded
+    if (name.empty()) std::fprintf(stderr, "mneme record: warning: a launched kernel has no name; it is not recorded\n");
   }
   info.kernel = ks.get();
   return g_functions.emplace(f, std::move(info)).first->second;
