@@ -25,6 +25,10 @@ with the defaults and with -mr 1, and where the recording's time goes.
 
     python bench/record_overhead.py [--recorder-lib PATH] [--repeats 5] [--launch-repeats 15] [--json OUT]
     python bench/record_overhead.py --app-scale [--cg 230[,ITERATIONS]] [--stencil 1024[,SWEEPS]] [--target-s 22] [--app-repeats 1]
+    python bench/record_overhead.py --only-apps [--app-repeats 5]   # PyTorch and Triton programs (bench/record_frameworks.py)
+
+`--only-apps` times Python/ML programs (issue 23): a PyTorch and a Triton program
+without recording, with eager module loading alone, and under `mneme record`.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/record_app_sca
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
 import record_app_scale  # noqa: E402
+import record_frameworks  # noqa: E402
 from record_agent.locate import cupti_library, recorder_library  # noqa: E402
 
 
@@ -89,7 +94,7 @@ def d2h_ceiling(tmp: Path, nbytes: int) -> float:
 
 
 def injected_env(lib: str, spool: str, **settings: str) -> dict[str, str]:
-    env = dict(os.environ, LD_PRELOAD=lib, CUDA_INJECTION64_PATH=lib, CUDA_MODULE_LOADING="EAGER", MNEME_SPOOL_DIR=spool)
+    env = dict(os.environ, LD_PRELOAD=lib, CUDA_INJECTION64_PATH=lib, MNEME_SPOOL_DIR=spool)
     cupti = cupti_library()
     if cupti:
         env["MNEME_CUPTI_PATH"] = str(cupti)
@@ -157,8 +162,8 @@ def overhead_rows(exe: Path, lib: str, shape: tuple[int, int], repeats: int, bre
             ("  part: eager module loading alone (no recorder)", plain(CUDA_MODULE_LOADING="EAGER")),
             ("  part: CUPTI injection alone (filter, no LD_PRELOAD window)",
              injected(drop=("LD_PRELOAD",), MNEME_KERNEL_REGEX=nothing)),
-            ("  part: LD_PRELOAD window alone (no CUPTI injection, lazy loading)",
-             injected(drop=("CUDA_INJECTION64_PATH", "CUDA_MODULE_LOADING"), MNEME_KERNEL_REGEX=nothing)),
+            ("  part: LD_PRELOAD window alone (no CUPTI injection)",
+             injected(drop=("CUDA_INJECTION64_PATH",), MNEME_KERNEL_REGEX=nothing)),
         ]
     wall(app)  # warm the driver and the file cache
     times = interleaved_medians([make for _, make in variants], repeats)
@@ -241,9 +246,12 @@ def main() -> int:
     ap.add_argument("--skip-snapshots", action="store_true", help="time the application only, not snapshot capture")
     ap.add_argument("--json", help="also write the results here")
     record_app_scale.add_arguments(ap)
+    record_frameworks.add_arguments(ap)
     args = ap.parse_args()
     if args.app_scale:
         return record_app_scale.main(args)
+    if args.only_apps:
+        return record_frameworks.main(args)
     lib = args.recorder_lib or str(recorder_library())
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_vecadd(Path(tmp))

@@ -99,7 +99,7 @@ def variants(parts: Path, spool: str) -> dict[str, dict[str, str]]:
     recorder = str(recorder_library())
 
     def with_recorder(*drop: str) -> dict[str, str]:
-        env = dict(base, LD_PRELOAD=recorder, CUDA_INJECTION64_PATH=recorder, CUDA_MODULE_LOADING="EAGER",
+        env = dict(base, LD_PRELOAD=recorder, CUDA_INJECTION64_PATH=recorder,  # lazy loading, as mneme record runs
                    MNEME_SPOOL_DIR=spool, MNEME_KERNEL_REGEX="^no_such_kernel$")
         for name in drop:
             env.pop(name)
@@ -116,7 +116,8 @@ def variants(parts: Path, spool: str) -> dict[str, dict[str, str]]:
                                                                          PARTS_LEVEL="3"),
         "recorder, filter records nothing": with_recorder(),
         "recorder without LD_PRELOAD (no allocation window)": with_recorder("LD_PRELOAD"),
-        "recorder without the injection (window only)": with_recorder("CUDA_INJECTION64_PATH", "CUDA_MODULE_LOADING"),
+        "recorder without the injection (window only)": with_recorder("CUDA_INJECTION64_PATH"),
+        "recorder, filter records nothing, eager loading (--eager-loading)": dict(with_recorder(), CUDA_MODULE_LOADING="EAGER"),
     }
 
 

@@ -13,7 +13,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from mneme.errors import ArtifactError
 from mneme.format import (
@@ -43,7 +43,7 @@ from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
 from mneme.store import LocalStore, Store, open_store
-from record_agent import fatbin
+from record_agent import fatbin, triton_cache
 from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
 
 POINTER_SIZE = 8
@@ -153,6 +153,8 @@ class EntryStats:
     converted_at: float  # time.monotonic() when its conversion finished
     convert_s: float  # the agent's conversion of the entry, wall
     pipeline: PipelineStats
+    snapshot_scope: str = "all"  # the scope the recorder used for this launch
+    pool_allocator: str = ""  # what made --snapshot-scope auto pick reachable
 
     def as_dict(self) -> dict:
         out = {k: v for k, v in self.__dict__.items() if k != "pipeline"}
@@ -192,8 +194,10 @@ class SpoolConverter:
         recorder: RecorderInfo,
         on_commit: Callable[[], None] | None = None,
         before_write: Callable[[], None] | None = None,
+        env: Mapping[str, str] | None = None,
     ):
         self.spool_dir = Path(spool_dir)
+        self.env = dict(os.environ if env is None else env)  # the application's (where Triton's cache is)
         self.store = store
         self.executable = executable
         self.recorder = recorder
@@ -234,6 +238,8 @@ class SpoolConverter:
             ptx = fatbin.find_ptx(module.source, entry.kernel, arch)
         if ptx is None and self._executable_fatbin():
             ptx = fatbin.find_ptx(self._executable_fatbin(), entry.kernel, arch)  # type: ignore[arg-type]
+        if ptx is None and module.source_kind in ("elf", ""):
+            ptx = triton_cache.find_ptx((module.source or b"", module.cubin), entry.kernel, self.env)
         bitcode = fatbin.executable_bitcode(self.executable, entry.kernel) if self.executable else None
         files = KernelCodeFiles(ptx, module.cubin, bitcode)
         self._code[key] = files
@@ -411,5 +417,6 @@ def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> 
         spool_write_s=float(raw.get("prologue_write_seconds", 0.0)) + float(raw.get("epilogue_write_seconds", 0.0)),
         spool_wait_s=float(raw.get("spool_wait_seconds", 0.0)),
         digest_s=float(raw.get("prologue_digest_seconds", 0.0)) + float(raw.get("epilogue_digest_seconds", 0.0)),
-        converted_at=now, convert_s=now - started, pipeline=pipeline,
+        converted_at=now, convert_s=now - started, pipeline=pipeline, snapshot_scope=entry.snapshot_scope,
+        pool_allocator=entry.pool_allocator,
     )  # fmt: skip

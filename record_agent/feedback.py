@@ -82,20 +82,30 @@ def _size(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
+def _per_instance(summary: "RecordSummary") -> str:
+    """``, median M per instance (largest L)``: what one instance holds (prologue and epilogue)."""
+    sizes = sorted(summary.instance_bytes)
+    if not sizes:
+        return ""
+    return f", median {_size(sizes[(len(sizes) - 1) // 2])} per instance (largest {_size(sizes[-1])})"
+
+
 def recorded_line(summary: "RecordSummary") -> str:
     """``recorded N instance(s) of K kernel(s) into DIR: what was captured, what it stalled, what ran on``."""
     watched = f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""
     line = f"mneme record: recorded {summary.instances} instance(s) of {len(summary.kernels)} kernel(s) into {summary.output}{watched}"
     if summary.snapshot_bytes:
         line += (
-            f"; {_size(summary.snapshot_bytes)} of device state captured ({_size(summary.copied_bytes)} copied off the GPU, "
-            f"{_size(summary.stored_bytes)} new data stored), "
+            f"; {_size(summary.snapshot_bytes)} of device state captured{_per_instance(summary)} "
+            f"({_size(summary.copied_bytes)} copied off the GPU, {_size(summary.stored_bytes)} new data stored), "
             f"the application stalled {summary.stall_s:.2f} s for snapshots"
         )
         if summary.spool_wait_s >= 0.01:
             line += f" and {summary.spool_wait_s:.2f} s for the agent (spool full)"
         if summary.after_exit_s >= 0.05:
             line += f", conversion ran {summary.after_exit_s:.2f} s after it exited"
+        if summary.pool_allocators:
+            line += f"; snapshots hold the reachable allocations ({', '.join(summary.pool_allocators)} detected)"
     return line
 
 

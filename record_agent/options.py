@@ -16,7 +16,7 @@ DEFAULT_VA_BASE = 0x7F0000000000
 DEFAULT_VASS_GIB = 4.0
 DEFAULT_MAX_RECORDINGS = 4
 DEFAULT_SPOOL_MAX_BYTES = 8 << 30
-SNAPSHOT_SCOPES = ("all", "reachable")
+SNAPSHOT_SCOPES = ("auto", "all", "reachable")
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class RecordOptions:
     skip_recordings: int = 0
     max_recordings: int = DEFAULT_MAX_RECORDINGS
     instances: tuple[InstanceSlice, ...] = ()
-    snapshot_scope: str = "all"
+    snapshot_scope: str = "auto"
+    eager_loading: bool = False  # CUDA_MODULE_LOADING=EAGER for the application
     max_snapshot_bytes: int = 0
     record_ranks: frozenset[int] | None = frozenset({0})
     devices: tuple[int, ...] = ()

@@ -57,6 +57,8 @@ class RecordSummary:
     spool_wait_s: float = 0.0  # ... and this long for the agent (spool full)
     app_s: float = 0.0  # the application's run, start to exit
     after_exit_s: float = 0.0  # conversion left when it exited
+    instance_bytes: list[int] = field(default_factory=list)  # per instance: prologue + epilogue device state
+    pool_allocators: list[str] = field(default_factory=list)  # pool allocators that made `auto` pick reachable
 
 
 def forward_signals(proc: subprocess.Popen) -> dict:
@@ -93,8 +95,10 @@ def application_environment(options: RecordOptions, spool_dir: str, rank: int | 
     preload = env.get("LD_PRELOAD", "")
     env["LD_PRELOAD"] = library + (" " + preload if preload else "")
     env["CUDA_INJECTION64_PATH"] = library
-    # Lazy loading delays the module-loaded callback past the first launch (design.md section 4).
-    env["CUDA_MODULE_LOADING"] = "EAGER"
+    # Lazy module loading (the driver's default) is what the recorder expects: it loads a kernel's module
+    # itself when it records the kernel. --eager-loading loads every module at start-up (docs/recording.md).
+    if options.eager_loading:
+        env["CUDA_MODULE_LOADING"] = "EAGER"
     cupti = cupti_library(base_env)
     if cupti is not None:
         env.setdefault("MNEME_CUPTI_PATH", str(cupti))
@@ -155,6 +159,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         recorder=recorder_info,
         on_commit=uploader.notify if uploader else None,
         before_write=(lambda: uploader.wait_for_space()) if uploader else None,
+        env=base_env,
     )
     summary = RecordSummary(0, output=destination, rank=rank)
     started = time.monotonic()
@@ -200,6 +205,8 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     summary.kernels = sorted(converter.stats.kernels)
     summary.snapshot_bytes = sum(e.snapshot_bytes for e in converter.stats.entries)
     summary.copied_bytes = sum(e.copied_bytes for e in converter.stats.entries)
+    summary.instance_bytes = [e.snapshot_bytes for e in converter.stats.entries]
+    summary.pool_allocators = sorted({e.pool_allocator for e in converter.stats.entries if e.pool_allocator})
     summary.stored_bytes = converter.stats.stored_bytes
     summary.stall_s = converter.stats.stall_s
     summary.spool_wait_s = converter.stats.spool_wait_s

@@ -102,6 +102,7 @@ class SpoolEntry:
     allocations: tuple[SpoolAllocation, ...]
     windows: tuple[SpoolWindow, ...]
     snapshot_scope: str
+    pool_allocator: str  # what made --snapshot-scope auto pick reachable ("" when it did not)
     warnings: tuple[str, ...]
     attributes: tuple[dict[str, Any], ...] = ()
     stripes: int = 1
@@ -180,6 +181,7 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             allocations=tuple(SpoolAllocation(int(a["base"]), int(a["size"]), bool(a["in_window"])) for a in data["allocations"]),
             windows=tuple(SpoolWindow(int(w["device"]), int(w["base"]), int(w["size"]), bool(w["reserved"])) for w in data["windows"]),
             snapshot_scope=data.get("snapshot_scope", "all"),
+            pool_allocator=str(data.get("pool_allocator", "")),
             warnings=tuple(data.get("warnings", ())),
             attributes=tuple(data.get("attributes", ())),
             stripes=int(data["stripes"]),

@@ -23,6 +23,7 @@ from mneme.tuning.search_space import (
     PipelineParam,
     SearchSpace,
 )
+from tuner.knobs import KnobApplicability
 from tuner.launch_shapes import RecordedLaunch, block_shapes, covering_grid, parse_shape_key, shape_key
 
 BOOL_MODES = ("fixed", "on", "off", "on-off")
@@ -119,8 +120,10 @@ def _dimension(name: str, values: list[Any], kind: type[Param] = CategoricalPara
 class BuiltinSearchSpace(SearchSpace):
     """Launch shape, pipeline, codegen level, specialization and launch bounds of one recorded kernel."""
 
-    def __init__(self, recorded_kernel: Any, settings: BuiltinSpaceSettings | None = None) -> None:
+    def __init__(self, recorded_kernel: Any, settings: BuiltinSpaceSettings | None = None,
+                 knobs: KnobApplicability | None = None) -> None:
         self.settings = settings or BuiltinSpaceSettings()
+        self.knobs = knobs
         _validate(self.settings)
         self.recorded = RecordedLaunch(
             Dim3.from_value(_dim3_dict(recorded_kernel.grid_dim)),
@@ -207,6 +210,7 @@ class BuiltinSearchSpace(SearchSpace):
                              "shared_mem": self.recorded.shared_mem,
                              "total_threads": self.recorded.total.to_dict()},
                 "block_shapes": len(self.shapes),
+                **({"knobs": self.knobs.describe()} if self.knobs is not None else {}),
             }
         }
 

@@ -11,8 +11,10 @@ from typing import Any
 
 from mneme.errors import ConfigurationError
 from mneme.mneme_types import DEFAULT_PASSES
+from mneme.replay.compile import BASELINE_CODEGEN_OPT
 from mneme.tuning.search_space import SearchSpace, dimensions_of
 from tuner.builtin_space import BuiltinSearchSpace, BuiltinSpaceSettings, preset_settings
+from tuner.knobs import PTX_KNOBS, KnobApplicability, knob_applicability
 from tuner.options import TuneOptions
 
 
@@ -63,12 +65,15 @@ def kernel_has_bitcode(kernel: Any) -> bool | None:
     return code.bitcode is not None
 
 
-def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None) -> BuiltinSpaceSettings:
+def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None,
+                     knobs: KnobApplicability | None = None) -> BuiltinSpaceSettings:
     """The built-in space's settings: the preset, overridden by the given flags.
 
     A recording without LLVM bitcode (a plain nvcc build) can run only the
     default pipeline: unless pipelines were asked for explicitly, the preset's
-    other pipelines are left out instead of failing as compile errors.
+    other pipelines are left out instead of failing as compile errors. Knobs
+    that cannot apply (``knobs.refused``: the PTX tier's, for a kernel recorded
+    without PTX) are left at the recorded code's values the same way.
     """
     passes = options.passes
     if options.fixed_passes is not None:
@@ -95,6 +100,9 @@ def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None) -> B
     }
     if passes is None and has_bitcode is False:
         overrides["passes"] = [DEFAULT_PASSES]
+    if knobs is not None and any(k in knobs.refused for k in PTX_KNOBS):
+        overrides.update(codegen_opt=[BASELINE_CODEGEN_OPT], specialize="fixed", specialize_dims="fixed",
+                         launch_bounds="fixed")
     return preset_settings(options.space_preset, overrides)
 
 
@@ -123,6 +131,8 @@ def build_space(options: TuneOptions, kernel: Any) -> SearchSpace:
                 "check the --space-arg names"
             ) from exc
     else:
-        space = BuiltinSearchSpace(kernel, builtin_settings(options, kernel_has_bitcode(kernel)))
+        knobs = knob_applicability(kernel)
+        knobs.check_requested(options)
+        space = BuiltinSearchSpace(kernel, builtin_settings(options, kernel_has_bitcode(kernel), knobs), knobs)
     dimensions_of(space)  # fail early on a malformed dimensions()
     return space

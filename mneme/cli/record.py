@@ -1,8 +1,8 @@
 """`mneme record`: run an application and record its kernel launches.
 
     mneme record -rdb DIR [-vass GIB] [--kernel REGEX ...] [-sr N] [-mr N] [--instances SPEC]
-                 [--snapshot-scope all|reachable] [--max-snapshot-bytes N] [-rr all|0,2,...]
-                 [--device N] -- ./app args...
+                 [--snapshot-scope auto|all|reachable] [--max-snapshot-bytes N] [-rr all|0,2,...]
+                 [--device N] [--eager-loading] -- ./app args...
 
 The application runs unchanged (its output and exit status are its own); the
 record agent (``record_agent``) does the work.
@@ -46,8 +46,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="record at most N distinct instances per kernel (default 4; 0: no limit)")
     parser.add_argument("--instances", metavar="SPEC",
                         help="which launches of each kernel to record: indices, ranges and slices, e.g. 0,5-7,100::50")
-    parser.add_argument("--snapshot-scope", choices=("all", "reachable"), default="all",
-                        help="snapshot every live allocation (all) or only those reachable from arguments and globals")
+    parser.add_argument("--snapshot-scope", choices=("auto", "all", "reachable"), default="auto",
+                        help="snapshot every live allocation (all), only those reachable from arguments and globals "
+                             "(reachable), or reachable where a pool allocator (PyTorch, CuPy, RMM, an argument inside a "
+                             "region of 1 GiB or more) holds the memory and all otherwise (auto, the default)")
     parser.add_argument("--max-snapshot-bytes", type=_size, default=0, metavar="N",
                         help="skip instances whose snapshot is larger (e.g. 8G; default: no limit)")
     parser.add_argument("-rr", "--record-ranks", default="0", metavar="all|0,2,...",
@@ -56,6 +58,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="record launches on this GPU only (repeatable; default: all GPUs)")
     parser.add_argument("--record-duplicates", action="store_true",
                         help="record a launch again even when its shape and arguments equal a recorded one")
+    parser.add_argument("--eager-loading", action="store_true",
+                        help="load every CUDA module at start-up (CUDA_MODULE_LOADING=EAGER) instead of at first launch; "
+                             "for drivers older than CUDA 12.4 (no cuFuncLoad), where lazy loading leaves parameter "
+                             "layouts unknown")
     parser.add_argument("--spool-max-bytes", type=_size, default=8 << 30, metavar="N",
                         help="bound of the local spool; the application waits while it is full (default 8G)")
     parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- APP [ARGS...]",
@@ -90,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
         record_duplicates=args.record_duplicates,
         va_base=va_base,
         spool_max_bytes=args.spool_max_bytes,
+        eager_loading=args.eager_loading,
     )
     summary = record(options)
     if summary.errors and summary.exit_code == 0:

@@ -127,16 +127,17 @@ def _run_ls(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=2))
         return 0
     table = Table(title=f"recordings in {summary.url}", title_justify="left")
-    for column in ("recording", "kernel", "instances", "memory", "stored", "dedupe"):
-        table.add_column(column, justify="right" if column in ("instances", "memory", "stored", "dedupe") else "left")
+    columns = ("recording", "kernel", "instances", "memory", "largest instance", "stored", "dedupe")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("recording", "kernel") else "right")
     for rec in summary.recordings:
         table.add_row(rec.database, rec.kernel, str(len(rec.instances)), _size(rec.logical_bytes),
-                      _size(rec.unique_chunk_bytes), f"{rec.dedupe_ratio:.1f}x")
+                      _size(rec.largest_instance_bytes), _size(rec.unique_chunk_bytes), f"{rec.dedupe_ratio:.1f}x")
         if args.long:
             for inst in rec.instances:
                 grid, block = "x".join(map(str, inst.grid)), "x".join(map(str, inst.block))
-                table.add_row("", f"  {inst.dynamic_hash}", "", f"grid {grid}", f"block {block}",
-                              f"smem {inst.shared_mem}")
+                table.add_row("", f"  {inst.dynamic_hash}", "", f"grid {grid}", _size(inst.captured_bytes),
+                              f"block {block}", f"smem {inst.shared_mem}")
     console = Console(width=200 if not Console().is_terminal else None)
     console.print(table)
     console.print(

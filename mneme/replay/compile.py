@@ -154,6 +154,7 @@ def compile_for(
             instance.arguments,
             _scalar_offsets(recording),
         )
+        arch = compile_arch(source, arch)
     flags = ptxas_flags(config.codegen_opt, arch, options)
     product = cache.compile(source, flags, arch)
     llvm_codegen = timings.codegen_time if timings else 0.0
@@ -177,6 +178,19 @@ def rewrite_ptx(
         grounded = config.ground()
         out = ptxrw.set_launch_bounds(out, kernel, int(grounded.max_threads), grounded.min_blocks_per_sm)
     return out
+
+
+def compile_arch(ptx: str, device_arch: str) -> str:
+    """The architecture to compile ``ptx`` for on a ``device_arch`` GPU.
+
+    PTX whose ``.target`` is the GPU's architecture-specific variant (``sm_90a``:
+    Triton's for wgmma on the H100) compiles only for that variant, and its
+    cubin runs on that GPU; any other PTX compiles for the GPU itself.
+    """
+    target = ptxrw.target_arch(ptx)
+    if target and target[-1].isalpha() and target[:-1] == device_arch:
+        return target
+    return device_arch
 
 
 def ptxas_flags(codegen_opt: int, arch: str, options: CompileOptions = CompileOptions()) -> tuple[str, ...]:

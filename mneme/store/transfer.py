@@ -142,6 +142,7 @@ class RecordingContents:
     objects: tuple[ObjectRef, ...]
     chunks: tuple[ChunkRef, ...]
     logical_bytes: int
+    instance_bytes: dict[str, int] = field(default_factory=dict)  # dynamic hash -> its snapshots' memory
 
     @property
     def chunk_names(self) -> set[str]:
@@ -162,14 +163,14 @@ def read_recording(
         raise ArtifactError(f"{name} in {store.url} holds kernel {database.static_hash}; it was renamed")
     objects = tuple(dict.fromkeys(database.referenced_objects()))
     chunks: dict[ChunkRef, None] = {}
-    logical = 0
+    per_instance: dict[str, int] = {}
     for instance in database.instances.values():
         for ref in (instance.prologue, instance.epilogue):
             snapshot = with_retries(lambda: read_snapshot(store, ref.path, sha256=ref.sha256, size=ref.size), retry)
-            logical += snapshot.total_size
+            per_instance[instance.dynamic_hash] = per_instance.get(instance.dynamic_hash, 0) + snapshot.total_size
             for region in snapshot.regions:
                 chunks.update(dict.fromkeys(region.chunks))
-    return RecordingContents(name, raw, database, objects, tuple(chunks), logical)
+    return RecordingContents(name, raw, database, objects, tuple(chunks), sum(per_instance.values()), per_instance)
 
 
 def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = None) -> None:
@@ -665,6 +666,7 @@ class InstanceSummary:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_mem: int
+    captured_bytes: int = 0  # device memory its prologue and epilogue hold
 
 
 @dataclass(frozen=True)
@@ -681,6 +683,10 @@ class RecordingSummary:
     @property
     def dedupe_ratio(self) -> float:
         return self.logical_bytes / self.unique_chunk_bytes if self.unique_chunk_bytes else 0.0
+
+    @property
+    def largest_instance_bytes(self) -> int:
+        return max((i.captured_bytes for i in self.instances), default=0)
 
 
 @dataclass(frozen=True)
@@ -716,7 +722,7 @@ def summarize(store_or_url: Location, retry: RetryPolicy = RetryPolicy()) -> Sto
         db = contents.database
         instances = tuple(
             InstanceSummary(i.dynamic_hash, (i.grid.x, i.grid.y, i.grid.z), (i.block.x, i.block.y, i.block.z),
-                            i.shared_mem)
+                            i.shared_mem, contents.instance_bytes.get(i.dynamic_hash, 0))
             for i in sorted(db.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
         )
         summaries.append(RecordingSummary(

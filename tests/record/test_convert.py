@@ -99,6 +99,24 @@ def test_ptx_from_the_executable_when_the_module_source_was_not_seen(tmp_path, m
     assert any("no PTX" in w for w in inst.warnings)
 
 
+def test_a_cubin_module_takes_its_ptx_from_tritons_cache_when_the_cubin_is_the_cached_one(tmp_path):
+    spool, out, cache = tmp_path / "spool", tmp_path / "out", tmp_path / "triton"
+    write_module(spool, with_ptx_source=False)
+    write_entry(spool, 0)
+    other, match = cache / "aaaa", cache / "bbbb"
+    for d in (other, match):
+        d.mkdir(parents=True)
+        (d / f"{KERNEL}.ptx").write_text(vecadd_code.PTX)
+    (other / f"{KERNEL}.cubin").write_bytes(vecadd_code.CUBIN[:-1] + b"x")  # another specialization
+    (match / f"{KERNEL}.cubin").write_bytes(vecadd_code.CUBIN)
+    (other / f"{KERNEL}.ptx").write_text(vecadd_code.PTX.replace(".entry", "// another\n.entry"))
+    convert_all(spool, out, env={"TRITON_CACHE_DIR": str(cache)})
+    rec = RecordedExecution.from_json(next(out.glob("*.json")))
+    assert rec.code.ptx is not None and rec.load_code("ptx").decode() == vecadd_code.PTX
+    (inst,) = rec.instances.values()
+    assert not any("no PTX" in w for w in inst.warnings)
+
+
 def test_window_not_reserved_marks_the_recording_relocatable(tmp_path):
     spool, out = tmp_path / "spool", tmp_path / "out"
     write_module(spool)

@@ -16,6 +16,15 @@ def test_summary_line_says_what_how_much_and_how_long():
     assert "conversion ran 2.50 s after it exited" in line
 
 
+def test_summary_line_gives_the_bytes_per_instance_and_the_pool_that_chose_the_scope():
+    s = RecordSummary(0, output="rec", instances=3, kernels=["a"], snapshot_bytes=14_000_000, copied_bytes=14_000_000,
+                      stored_bytes=1_000_000, instance_bytes=[2_000_000, 4_000_000, 8_000_000],
+                      pool_allocators=["PyTorch caching allocator"])
+    line = recorded_line(s)
+    assert "14.0 MB of device state captured, median 4.0 MB per instance (largest 8.0 MB) (14.0 MB copied" in line
+    assert line.endswith("; snapshots hold the reachable allocations (PyTorch caching allocator detected)")
+
+
 def test_progress_counts_the_bytes_left_and_renders_on_stderr(tmp_path):
     write_module(tmp_path)
     write_entry(tmp_path, 0, n=256)

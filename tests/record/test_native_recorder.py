@@ -65,3 +65,44 @@ def test_annotate_header_is_a_noop_without_the_recorder(recorder, tmp_path):
     env = dict(os.environ, LD_PRELOAD=str(recorder), MNEME_SPOOL_DIR=str(tmp_path / "spool"))
     # Under the recorder: a host pointer is in no tracked allocation, and says so.
     assert subprocess.run([exe], capture_output=True, text=True, env=env).stdout.strip() == "1"
+
+
+NAME_FILTER_CHECK = r"""
+#include <cstdio>
+#include <regex>
+#include <string>
+#include "name_filter.hpp"
+using namespace mneme::rec;
+int main() {
+  const char* names[] = {
+    "_ZN2at6native29vectorized_elementwise_kernelILi4EZZZNS0_23direct_copy_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE1_clEvENKUlvE8_clEvEUlN3c107complexINS8_4HalfEEEE_St5arrayIPcLm2EEEEviT0_T1_",
+    "_ZN2at6native43_GLOBAL__N__softmax_cuda_cu_1234cunn_SoftMaxForwardILi4EfffNS1_22SoftMaxForwardEpilogueEEEvPT2_PKT0_i",
+    "_Z6vecaddPKfS0_Pfi", "add_kernel", "no_such_kernel", "_Z14no_such_kernelv", "_Z4relaxjPf", "_Z3fooIjEvT_",
+  };
+  const char* regexes[] = {"^no_such_kernel$", "softmax", "SoftMax", "add_kernel", "^add", "kernel$", "vecadd",
+                           "int", "unsigned", "void", "direct_copy", "^_Z4relax", "relax", "Half", "at::native", "foo<"};
+  int bad = 0;
+  for (const char* r : regexes) {
+    NameFilter f({r});
+    std::regex re(r, std::regex::ECMAScript);
+    for (const char* n : names) {
+      bool full = std::regex_search(std::string(n), re) || std::regex_search(demangle(n), re);
+      if (f.matches(n) != full) { std::printf("MISMATCH %s %s full=%d\n", r, n, full); ++bad; }
+    }
+  }
+  std::printf("checked, %d mismatches\n", bad);
+  return bad != 0;
+}
+"""
+
+
+def test_the_name_filter_agrees_with_regexes_on_mangled_and_demangled_names(tmp_path):
+    cxx = shutil.which("g++") or shutil.which("c++")
+    if not cxx:
+        pytest.skip("no C++ compiler")
+    src = ROOT / "native" / "recorder" / "src"
+    (tmp_path / "check.cpp").write_text(NAME_FILTER_CHECK)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{src}", tmp_path / "check.cpp", src / "name_filter.cpp",
+                    "-o", tmp_path / "check"], check=True)
+    out = subprocess.run([tmp_path / "check"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "0 mismatches" in out.stdout, out.stdout

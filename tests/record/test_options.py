@@ -78,3 +78,19 @@ def test_cli_bad_size_is_a_usage_error(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["record", "-rdb", "o", "--max-snapshot-bytes", "lots", "--", "x"])
     assert "not a size" in capsys.readouterr().err
+
+
+def test_module_loading_stays_lazy_unless_eager_loading_is_asked_for(monkeypatch, tmp_path):
+    from record_agent.session import application_environment
+
+    lib = tmp_path / "libmneme_recorder.so"
+    lib.write_bytes(b"")
+    base = {"MNEME_RECORDER_LIB": str(lib), "PATH": "/usr/bin"}
+    args = build_parser().parse_args(["record", "-rdb", "out", "--", "./app"])
+    assert args.snapshot_scope == "auto" and not args.eager_loading
+    lazy = application_environment(RecordOptions(command=("./app",), record_db_dir="d"), "/spool", None, base)
+    assert "CUDA_MODULE_LOADING" not in lazy and lazy["MNEME_SNAPSHOT_SCOPE"] == "auto"
+    eager = application_environment(RecordOptions(command=("./app",), record_db_dir="d", eager_loading=True), "/spool",
+                                    None, base)
+    assert eager["CUDA_MODULE_LOADING"] == "EAGER"
+    assert build_parser().parse_args(["record", "-rdb", "o", "--eager-loading", "--", "x"]).eager_loading

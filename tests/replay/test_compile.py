@@ -132,3 +132,21 @@ def test_missing_ptxas_says_what_to_install(monkeypatch):
 class _NoCudaPath(type(Path())):
     def is_file(self) -> bool:  # every candidate is missing
         return False
+
+
+_SM90A_PTX = ".version 8.0\n.target sm_90a\n.address_size 64\n.visible .entry k()\n{\n\tret;\n}\n"
+
+
+def test_ptx_for_the_gpus_architecture_specific_variant_compiles_for_that_variant():
+    assert cmp.compile_arch(_SM90A_PTX, "sm_90") == "sm_90a"  # Triton's PTX on an H100
+    assert cmp.compile_arch(_SM90A_PTX, "sm_100") == "sm_100"  # another GPU: the compile says why it fails
+    assert cmp.compile_arch(_SM90A_PTX.replace("sm_90a", "sm_80"), "sm_90") == "sm_90"
+
+
+@needs_ptxas
+def test_sm_90a_ptx_compiles_where_plain_sm_90_is_refused():
+    ptxas = shutil.which("ptxas") or "/usr/local/cuda/bin/ptxas"
+    with pytest.raises(cmp.CompileError, match="sm_90a"):
+        cmp.run_ptxas(ptxas, _SM90A_PTX, cmp.ptxas_flags(3, "sm_90"))
+    image, _ = cmp.run_ptxas(ptxas, _SM90A_PTX, cmp.ptxas_flags(3, cmp.compile_arch(_SM90A_PTX, "sm_90")))
+    assert image[:4] == b"\x7fELF"

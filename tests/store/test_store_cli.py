@@ -32,6 +32,8 @@ def test_push_ls_pull_copy_clean_through_the_cli(tmp_path, s3_url, s3_env):
     listing = json.loads(mneme("ls", s3_url, "--json", env=s3_env).stdout)
     assert [r["database"] for r in listing["recordings"]] == [name]
     assert len(listing["recordings"][0]["instances"]) == 4 and listing["dedupe_ratio"] > 1
+    per_instance = [i["captured_bytes"] for i in listing["recordings"][0]["instances"]]
+    assert min(per_instance) > 0 and sum(per_instance) == listing["recordings"][0]["logical_bytes"]
     text = mneme("ls", s3_url, "-l", env=s3_env).stdout
     assert "solver_step" in text and "dedupe ratio" in text and "grid 128x1x1" in text
     mneme("pull", s3_url, str(tmp_path / "pulled"), env=s3_env)

@@ -75,6 +75,9 @@ DriverApi& driver() {
     MNEME_BIND(cuKernelGetFunction);
     MNEME_BIND(cuFuncGetName);
     MNEME_BIND(cuFuncGetModule);
+    MNEME_BIND(cuFuncLoad);
+    MNEME_BIND(cuKernelGetLibrary);
+    MNEME_BIND(cuKernelGetName);
     MNEME_BIND(cuModuleGetGlobal_v2);
     MNEME_BIND(cuGetErrorString);
     MNEME_BIND(cuStreamIsCapturing);

@@ -43,6 +43,10 @@ struct DriverApi {
   CUresult (*cuKernelGetFunction)(CUfunction*, CUkernel) = nullptr;
   CUresult (*cuFuncGetName)(const char**, CUfunction) = nullptr;
   CUresult (*cuFuncGetModule)(CUmodule*, CUfunction) = nullptr;
+  // Lazy module loading (code_images.cpp): CUDA 12.4+, null on older drivers.
+  CUresult (*cuFuncLoad)(CUfunction) = nullptr;
+  CUresult (*cuKernelGetLibrary)(CUlibrary*, CUkernel) = nullptr;
+  CUresult (*cuKernelGetName)(const char**, CUkernel) = nullptr;
   CUresult (*cuModuleGetGlobal_v2)(CUdeviceptr*, size_t*, CUmodule, const char*) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
   CUresult (*cuStreamIsCapturing)(CUstream, CUstreamCaptureStatus*) = nullptr;

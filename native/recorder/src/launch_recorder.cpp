@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,9 +26,12 @@
 #include <vector>
 
 #include "annotations.hpp"
+#include "code_images.hpp"
 #include "driver_api.hpp"
 #include "elf_symbols.hpp"
 #include "memory_window.hpp"
+#include "name_filter.hpp"
+#include "pool_allocators.hpp"
 #include "settings.hpp"
 #include "spool.hpp"
 #include "usage_warnings.hpp"
@@ -96,14 +100,16 @@ struct Pending {
   std::vector<std::string> warnings;
 };
 
-std::mutex g_mu;  // serializes recording and the tables below
-std::vector<ModuleInfo> g_modules;
+// Serializes recording and the tables below. Recursive: recording a launch may
+// load its module (lazy loading), and the module-loaded callback comes inside
+// that call, on this thread.
+using Lock = std::lock_guard<std::recursive_mutex>;
+std::recursive_mutex g_mu;
+std::deque<ModuleInfo> g_modules;  // a deque: a module loading mid-recording moves no entry
 std::set<uint32_t> g_modules_written;
 std::unordered_map<std::string, std::unique_ptr<KernelState>> g_kernels;
 std::unordered_map<CUfunction, FunctionInfo> g_functions;
 std::map<CUcontext, std::unique_ptr<SnapshotWriter>> g_writers;
-std::vector<std::regex> g_regexes;
-bool g_regexes_ready = false;
 std::unordered_map<std::string, bool> g_name_selected;  // the filter's verdict, once per name
 // Launch callbacks are switched on only while a loaded kernel may still be
 // recorded: a selected, unfinished kernel of a loaded module, or a module
@@ -122,6 +128,20 @@ std::vector<std::pair<std::string, uint64_t>> g_committed;  // entry dir, bytes 
 std::string g_error;
 
 thread_local const void* t_loading_image = nullptr;
+thread_local bool t_module_loaded = false;    // a module-loaded callback came during the current load call
+// The image of the kernel this thread is launching (looked up at a kernel's
+// first launch on the thread, when lazy loading may load its module inside the
+// launch: the module-loaded callback makes no driver call of its own).
+thread_local const void* t_launch_image = nullptr;
+// While the recorder takes a snapshot: a module loading then is its own (the
+// digest kernel's), not the application's. Module loads inside its other
+// driver calls (loading the recorded kernel, asking for its name or module)
+// are the application's.
+thread_local bool t_writing_snapshot = false;
+struct WritingSnapshot {
+  WritingSnapshot() { t_writing_snapshot = true; }
+  ~WritingSnapshot() { t_writing_snapshot = false; }
+};
 thread_local std::unique_ptr<Pending> t_pending;
 
 std::string spool(const std::string& rel) { return settings().spool_dir + "/" + rel; }
@@ -134,30 +154,9 @@ void stop_recording(const std::string& why) {
   write_file_atomic(spool("error.json"), body.data(), body.size(), &ignored);
 }
 
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  std::free(d);
-  return out;
-}
-
 bool name_matches(const std::string& name) {
-  if (!g_regexes_ready) {
-    for (const auto& r : settings().kernel_regexes) {
-      try {
-        g_regexes.emplace_back(r, std::regex::ECMAScript);
-      } catch (const std::regex_error&) {
-        std::fprintf(stderr, "mneme record: warning: ignoring invalid kernel regex '%s'\n", r.c_str());
-      }
-    }
-    g_regexes_ready = true;
-  }
-  if (settings().kernel_regexes.empty()) return true;
-  std::string pretty = demangle(name);
-  for (const auto& re : g_regexes)
-    if (std::regex_search(name, re) || std::regex_search(pretty, re)) return true;
-  return false;
+  static const NameFilter filter(settings().kernel_regexes);
+  return filter.matches(name);
 }
 
 bool name_selected(const std::string& name) {
@@ -167,8 +166,12 @@ bool name_selected(const std::string& name) {
 }
 
 // Under g_mu: launch callbacks on while something loaded may still be recorded.
+// Under lazy module loading a module loads at the first launch of one of its
+// kernels, after that launch's enter callback, so its kernels are unknown
+// until then: every launch is watched (a kernel the filter rejected costs one
+// thread-local lookup).
 void update_launch_callbacks() {
-  bool want = g_unknown_module || g_in_flight > 0;
+  bool want = !settings().eager_loading || g_unknown_module || g_in_flight > 0;
   for (auto it = g_candidates.begin(); !want && it != g_candidates.end(); ++it) {
     auto k = g_kernels.find(*it);
     want = k == g_kernels.end() || !k->second->finished;
@@ -196,15 +199,17 @@ FunctionInfo& function_info(CUfunction f, const char* symbol_name) {
   if (it != g_functions.end()) return it->second;
   FunctionInfo info;
   std::string name = symbol_name ? symbol_name : "";
-  if (name.empty() && driver().cuFuncGetName) {
-    const char* n = nullptr;
-    if (driver().cuFuncGetName(&n, f) == CUDA_SUCCESS && n) name = n;
-  }
+  const char* n = nullptr;
+  if (name.empty() && driver().cuFuncGetName && driver().cuFuncGetName(&n, f) == CUDA_SUCCESS && n) name = n;
+  if (name.empty() && driver().cuKernelGetName &&  // a CUkernel (cudart's handles)
+      driver().cuKernelGetName(&n, reinterpret_cast<CUkernel>(f)) == CUDA_SUCCESS && n)
+    name = n;
   auto& ks = g_kernels[name];
   if (!ks) {
     ks = std::make_unique<KernelState>();
     ks->name = name;
-    ks->selected = name_selected(name);
+    ks->selected = !name.empty() && name_selected(name);  // a kernel without a name cannot be recorded
+    if (name.empty()) std::fprintf(stderr, "mneme record: warning: a launched kernel has no name; it is not recorded\n");
   }
   info.kernel = ks.get();
   return g_functions.emplace(f, std::move(info)).first->second;
@@ -372,16 +377,22 @@ SnapshotWriter& writer_for_current_context() {
 // every call: one thread-local hash lookup, no lock.
 thread_local std::unordered_map<CUfunction, const KernelState*> t_known;
 
-void before_launch(const Launch& l, const char* symbol_name) {
+// Every watched launch comes here first: false for a kernel this thread knows
+// the filter rejected (or that has its instances), before anything is decoded.
+bool launch_needs_look(CUfunction f) {
   g_launches_seen++;
-  if (g_disabled) return;
-  auto known = t_known.find(l.f);
-  if (known != t_known.end() && (!known->second->selected || known->second->finished.load(std::memory_order_relaxed)))
-    return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_disabled) return false;
+  auto known = t_known.find(f);
+  return known == t_known.end() ||
+         (known->second->selected && !known->second->finished.load(std::memory_order_relaxed));
+}
+
+void before_launch(const Launch& l, const char* symbol_name) {
+  Lock lock(g_mu);
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
   t_known[l.f] = &ks;
+  if (!settings().eager_loading) t_launch_image = image_of_function(l.f);
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
   if (settings().max_instances > 0 && ks.recorded + ks.pending >= settings().max_instances) return;
@@ -395,11 +406,14 @@ void before_launch(const Launch& l, const char* symbol_name) {
   if (!settings().devices.empty() &&
       std::find(settings().devices.begin(), settings().devices.end(), int(device)) == settings().devices.end())
     return;
+  // Lazy loading: the kernel's module may not be in this context yet; load it
+  // now (its module-loaded callback runs inside) so that its code, globals and
+  // parameter layout are known before the prologue.
+  if (!module_of(ks.name)) load_function(l.f);
   CUresult lr = resolve_layout(l.f, info);
   if (!info.layout_known) {
-    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; the module"
-                 " may not be loaded yet: run with CUDA_MODULE_LOADING=EAGER)\n", ks.name.c_str(), index,
-                 error_string(lr));
+    std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: parameter layout unknown (%s; record"
+                 " with --eager-loading)\n", ks.name.c_str(), index, error_string(lr));
     return;
   }
   std::vector<unsigned char> args;
@@ -439,6 +453,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Regions: module globals first, then heap allocations.
   std::set<uint64_t> bases;
   const ModuleInfo* mod = module_of(ks.name);
+  const long module_id = mod ? long(mod->id) : -1;
   CUmodule hmod = mod ? module_handle(l.f) : nullptr;
   if (hmod) {
     for (const auto& g : mod->globals) {
@@ -448,8 +463,21 @@ void before_launch(const Launch& l, const char* symbol_name) {
         p->regions.push_back(DeviceRegion{gp, gsize, "global", g, {}});
     }
   }
-  const bool reachable = settings().reachable_scope;
   auto allocations = MemoryWindow::instance().live_allocations(device);
+  // --snapshot-scope auto: the reachable allocations where a pool allocator
+  // holds the memory (the whole pool is GBs; a kernel reaches MBs of it).
+  std::string pool;
+  if (settings().snapshot_scope == "auto") {
+    bool inside_large = false;
+    for (size_t off = 0; !inside_large && off + 8 <= args.size(); off += 8) {
+      uint64_t v;
+      std::memcpy(&v, args.data() + off, 8);
+      Allocation a;
+      inside_large = MemoryWindow::instance().find(v, &a) && a.size >= kPoolRegionBytes && v != a.base;
+    }
+    pool = pool_allocator(inside_large);
+  }
+  const bool reachable = settings().snapshot_scope == "reachable" || !pool.empty();
   if (!reachable) {
     for (const auto& a : allocations) add_region_once(p->regions, bases, a);
   } else {
@@ -486,8 +514,14 @@ void before_launch(const Launch& l, const char* symbol_name) {
   std::string error;
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
   if (reachable) scanner = scan;
-  if (!writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
-                                          settings().max_snapshot_bytes, &p->prologue_bytes, &error, &p->new_digests)) {
+  bool written;
+  {
+    WritingSnapshot writing;
+    written = writer_for_current_context().write(p->tmp_dir + "/prologue", p->regions, scanner,
+                                                 settings().max_snapshot_bytes, &p->prologue_bytes, &error,
+                                                 &p->new_digests);
+  }
+  if (!written) {
     remove_tree(p->tmp_dir);
     if (error == "snapshot exceeds the byte cap") {
       std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: its snapshot exceeds"
@@ -522,7 +556,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
      << ", \"launch_index\": " << index << ", \"identity\": \"" << std::hex << identity << std::dec << "\""
      << ", \"device\": " << device << ", \"device_name\": " << json_string(dname) << ", \"arch\": \"" << arch << "\""
      << ", \"grid\": " << dims_json(l.grid) << ", \"block\": " << dims_json(l.block)
-     << ", \"shared_mem\": " << l.shared_mem << ", \"module_id\": " << (mod ? long(mod->id) : -1)
+     << ", \"shared_mem\": " << l.shared_mem << ", \"module_id\": " << module_id
      << ", \"param_offsets\": [";
   for (size_t i = 0; i < info.params.size(); ++i) os << (i ? ", " : "") << info.params[i].first;
   os << "], \"param_sizes\": [";
@@ -543,7 +577,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
        << ", \"reserved\": " << (w.reserved ? "true" : "false") << "}";
     first = false;
   }
-  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\"";
+  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\", \"pool_allocator\": " << json_string(pool);
   p->launch_json_head = os.str();
   // Hold the instance slot (and the identity) until the epilogue is committed
   // or dropped: finish_pending gives them back.
@@ -575,7 +609,7 @@ void finish_pending(Pending& p, bool committed) {
 // A pending launch that cannot be matched to its exit callback: its entry is
 // removed, not committed (its epilogue would be taken after another launch).
 void drop_pending(std::unique_ptr<Pending> p, const char* why) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   std::fprintf(stderr, "mneme record: warning: %s: a recorded launch is dropped: %s\n", p->kernel->name.c_str(), why);
   remove_tree(p->tmp_dir);
   finish_pending(*p, false);
@@ -600,8 +634,13 @@ bool commit_launch(Pending* p, CUresult launch_result) {
   std::string error;
   std::vector<std::vector<Piece>> prologue_pieces;
   for (const auto& r : p->regions) prologue_pieces.push_back(r.pieces);
-  if (!writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error,
-                                          &p->new_digests)) {
+  bool written;
+  {
+    WritingSnapshot writing;
+    written = writer_for_current_context().write(p->tmp_dir + "/epilogue", p->regions, {}, 0, &epilogue_bytes, &error,
+                                                 &p->new_digests);
+  }
+  if (!written) {
     remove_tree(p->tmp_dir);
     stop_recording(error);
     return false;
@@ -657,14 +696,17 @@ bool commit_launch(Pending* p, CUresult launch_result) {
 }
 
 void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
   finish_pending(*p, commit_launch(p.get(), launch_result));
 }
 
 void on_module_loaded(const CUpti_ResourceData* rd) {
   auto* md = static_cast<const CUpti_ModuleResourceData*>(rd->resourceDescriptor);
+  t_module_loaded = true;
   if (!md || g_disabled) return;
-  std::lock_guard<std::mutex> lock(g_mu);
+  Lock lock(g_mu);
+  // Eager loading: the load call in progress. Lazy: the launch that loads it.
+  const void* image = t_loading_image ? t_loading_image : t_launch_image;
   if (!md->pCubin || !md->cubinSize) {  // kernels unknown: launches must be watched
     if (settings().verbose) std::fprintf(stderr, "mneme record: module %u loaded without its image\n", md->moduleId);
     g_unknown_module = true;
@@ -675,7 +717,7 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   info.id = md->moduleId;
   info.kernels.insert(syms.kernels.begin(), syms.kernels.end());
   info.globals = syms.globals;
-  g_modules.push_back(info);
+  g_modules.push_back(std::move(info));
   // Only a module that defines a selected kernel can be named by an entry:
   // the others are not written (large applications load hundreds of them).
   bool wanted = !syms.readable;
@@ -697,7 +739,7 @@ void on_module_loaded(const CUpti_ResourceData* rd) {
   if (!write_file_atomic(base + ".cubin", md->pCubin, md->cubinSize, &error)) return stop_recording(error);
   const char* source_kind = "";
   const void* source = nullptr;
-  size_t source_size = t_loading_image ? image_size(t_loading_image, &source_kind, &source) : 0;
+  size_t source_size = image ? image_size(image, &source_kind, &source) : 0;
   if (source_size && !write_file_atomic(base + ".src", source, source_size, &error)) return stop_recording(error);
   std::ostringstream os;
   os << "{\"module_id\": " << md->moduleId << ", \"cubin_size\": " << md->cubinSize
@@ -866,25 +908,40 @@ thread_local bool t_inside = false;  // our own driver calls re-enter the callba
 }  // namespace
 
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
-  if (t_inside) return;
-  t_inside = true;
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
+    // Also inside the recorder's own driver calls (loading the recorded kernel), but for its digest kernel's.
+    if (t_inside && t_writing_snapshot) return;
+    const bool was_inside = t_inside;
+    t_inside = true;
     if (cbid == CUPTI_CBID_RESOURCE_MODULE_LOADED) on_module_loaded(static_cast<const CUpti_ResourceData*>(cbdata));
-    t_inside = false;
+    t_inside = was_inside;
     return;
   }
+  if (t_inside) return;
+  t_inside = true;
   auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
   bool enter = cb->callbackSite == CUPTI_API_ENTER;
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
-    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary:
+    case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary: {
       // Both param structs start with (CUmodule*, const void* image).
-      t_loading_image = enter ? static_cast<const cuModuleLoadData_params*>(cb->functionParams)->image : nullptr;
+      auto* a = static_cast<const cuModuleLoadData_params*>(cb->functionParams);
+      t_loading_image = enter ? a->image : nullptr;
+      if (enter) {
+        t_module_loaded = false;
+      } else if (!t_module_loaded && a->module && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS) {
+        remember_module_image(*a->module, a->image);  // lazy: it loads at its first launch
+      }
       break;
-    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData:
-      t_loading_image = enter ? static_cast<const cuLibraryLoadData_params*>(cb->functionParams)->code : nullptr;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData: {
+      auto* a = static_cast<const cuLibraryLoadData_params*>(cb->functionParams);
+      t_loading_image = enter ? a->code : nullptr;
+      if (!enter && a->library && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        remember_library_image(*a->library, a->code);
       break;
+    }
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
     case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
       if (enter) note_graph_launch();
@@ -908,13 +965,14 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       // lost its exit callback: it is dropped, never committed after another launch.
       if (enter) {
         if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
-        Launch l = launch_of(cbid, cb);
-        if (l.f) before_launch(l, cb->symbolName);
+        t_launch_image = nullptr;  // before_launch sets it where the module may load inside this launch
+        CUfunction f = launched_function(cbid, cb);
+        if (f && launch_needs_look(f)) before_launch(launch_of(cbid, cb), cb->symbolName);
         if (t_pending) {
           t_pending->cbid = cbid;
           if (cb->correlationData) *cb->correlationData = t_pending->token;
         }
-      } else if (t_pending) {
+      } else if (t_launch_image = nullptr; t_pending) {
         std::unique_ptr<Pending> p = std::move(t_pending);
         if (p->cbid == cbid && p->f == launched_function(cbid, cb) &&
             (!cb->correlationData || *cb->correlationData == p->token))
@@ -927,7 +985,11 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   t_inside = false;
 }
 
-void set_launch_callback_switch(void (*enable)(bool)) { g_launch_switch = enable; }
+void set_launch_callback_switch(void (*enable)(bool)) {
+  Lock lock(g_mu);
+  g_launch_switch = enable;
+  update_launch_callbacks();  // lazy loading: on from the start (every launch is watched)
+}
 
 void write_recorder_info(const char* cupti_path) {
   const Settings& s = settings();

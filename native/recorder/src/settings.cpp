@@ -42,7 +42,8 @@ Settings load() {
     if (a == std::string::npos) slice.stop = slice.start + 1;  // a single launch index
     s.instances.push_back(slice);
   }
-  s.reachable_scope = env("MNEME_SNAPSHOT_SCOPE") == "reachable";
+  s.snapshot_scope = env("MNEME_SNAPSHOT_SCOPE", "auto");
+  s.eager_loading = env("CUDA_MODULE_LOADING") == "EAGER";
   if (auto v = env("MNEME_MAX_SNAPSHOT_BYTES"); !v.empty()) s.max_snapshot_bytes = std::strtoull(v.c_str(), nullptr, 0);
   if (auto v = env("MNEME_SPOOL_MAX_BYTES"); !v.empty()) s.spool_max_bytes = std::strtoull(v.c_str(), nullptr, 0);
   if (auto v = env("MNEME_SPOOL_WRITERS"); !v.empty()) s.spool_writers = std::atoi(v.c_str());

@@ -20,7 +20,9 @@ struct Settings {
   long skip = 0;                  // MNEME_SKIP: launches of each kernel skipped first
   long max_instances = 4;         // MNEME_MAX: distinct instances recorded per kernel (<=0: no cap)
   std::vector<InstanceSlice> instances;  // MNEME_INSTANCES: "start:stop:step,..."
-  bool reachable_scope = false;   // MNEME_SNAPSHOT_SCOPE=reachable
+  // MNEME_SNAPSHOT_SCOPE: all | reachable | auto (reachable where a pool allocator is detected)
+  std::string snapshot_scope = "auto";
+  bool eager_loading = false;     // CUDA_MODULE_LOADING=EAGER: every module loads at its load call
   uint64_t max_snapshot_bytes = 0;  // 0: unlimited
   uint64_t spool_max_bytes = 8ull << 30;
   int spool_writers = 0;          // MNEME_SPOOL_WRITERS: snapshot writer threads = stripe files (0: from the CPU count)
