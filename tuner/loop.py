@@ -205,6 +205,7 @@ class TuningLoop:
             return
         self._consecutive_executor_errors = 0
         outcome = self.objective.evaluate(result)
+        self.strategy.annotate(candidate, outcome)
         pruned = self.strategy.tell(candidate, outcome.values, outcome.running)
         record = self._record(candidate, result, outcome, pruned, elapsed)
         with interrupts_held():  # the file and the count agree, whenever Ctrl-C comes

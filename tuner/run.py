@@ -150,7 +150,7 @@ class TuneRun:
         state = LoopState(records=list(previous), done_hashes={r["hash"] for r in previous if r.get("hash")})
         baseline: dict[str, Any] | None = None
         started = time.monotonic()
-        executor = None
+        executor = strategy = None
         complete = False
         try:
             # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
@@ -163,7 +163,8 @@ class TuneRun:
             objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
                                   baseline["metric"])
             strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
-                                     study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner)
+                                     study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner,
+                                     results_dir=str(results.path))
             if previous:
                 strategy.seed_history(previous)
                 reporter.message(f"resuming: {len(previous)} trials already in {results.path}")
@@ -190,6 +191,8 @@ class TuneRun:
         finally:
             if executor is not None:
                 executor.shutdown()
+            if strategy is not None:
+                strategy.close()  # a shared study's running trials are released for other processes
             results.close()
             results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
             results.write_json("summary.json", summary_document(
