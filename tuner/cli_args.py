@@ -83,6 +83,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="record failures and go on (default)")
     g.add_argument("--servers", nargs="+", metavar="HOST:PORT", default=S,
                    help="replay on these replay servers instead of local workers")
+    g.add_argument("--servers-from", metavar="DIR_OR_S3_PREFIX", default=S,
+                   help="replay on every live server announced there (`mneme serve --announce`), including "
+                   "ones that join later")
 
     g = parser.add_argument_group("optuna")
     g.add_argument("--study-name", default=S, help="Optuna study name (with --optuna-storage: continue it)")

@@ -39,17 +39,25 @@ def default_executor(options: TuneOptions, results_dir: Path,
         from mneme.async_executor import AsyncReplayExecutor
     except ImportError as exc:
         raise NotAvailableError(f"mneme.async_executor is not available ({exc}); reinstall mneme") from exc
-    return AsyncReplayExecutor(
+    servers = options.servers
+    if options.servers_from:  # the servers announced there now; the rest as they join (mneme.discovery)
+        from mneme.discovery import follow, wait_for_servers
+
+        servers = wait_for_servers(options.servers_from)
+    executor = AsyncReplayExecutor(
         record_db=options.record_database,
         record_id=options.record_id,
         iterations=options.iterations,
         warmup=options.warmup,
         results_db_dir=str(results_dir / "replays"),
         num_workers=options.workers,
-        servers=options.servers,
+        servers=servers,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
     )
+    if options.servers_from:
+        follow(executor, options.servers_from)
+    return executor
 
 
 def dump_options(options: TuneOptions, path: str) -> None:
