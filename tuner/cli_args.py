@@ -86,6 +86,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--servers-from", metavar="DIR_OR_S3_PREFIX", default=S,
                    help="replay on every live server announced there (`mneme serve --announce`), including "
                    "ones that join later")
+    g.add_argument("--token-file", metavar="FILE", default=S,
+                   help="bearer token the replay servers want (their --token-file)")
+    g.add_argument("--tls-ca", metavar="FILE", default=S,
+                   help="CA bundle: talk TLS to the replay servers and verify their certificates")
+    g.add_argument("--tls-server-name", metavar="NAME", default=S,
+                   help="the name the servers' certificates carry, when tuners dial them by IP address")
 
     g = parser.add_argument_group("optuna")
     g.add_argument("--study-name", default=S, help="Optuna study name (with --optuna-storage: continue it)")
