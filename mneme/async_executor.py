@@ -50,7 +50,6 @@ from mneme.mneme_types import (
     STATUS_INTERNAL_ERROR,
     ExperimentConfiguration,
     ExperimentResult,
-    configuration_hash,
 )
 
 RESULTS_FILE = "results.jsonl"
@@ -679,7 +678,7 @@ class AsyncReplayExecutor:
         if self._results_path is not None:
             config = task.config.to_dict()
             line = json.dumps({
-                "record_db": self.record_db, "record_id": self.record_id, "config_hash": configuration_hash(config),
+                "record_db": self.record_db, "record_id": self.record_id, "config_hash": task.config.hash(),
                 "config": config, "result": result.to_dict(), "server": server, "worker": worker,
                 "attempts": task.attempts, "time": time.time(),
             })
