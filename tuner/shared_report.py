@@ -78,7 +78,9 @@ def study_summary(storage_url: str, study_name: str | None) -> dict[str, Any]:
         if DUPLICATE_ATTR in t.system_attrs:
             duplicates += 1
         elif HASH_ATTR in t.system_attrs and "status" in t.user_attrs:
-            evaluated.append((t.user_attrs.get("worker", "?"), {**t.user_attrs, "trial": t.number, "params": t.params}))
+            details = t.user_attrs.get("mneme") or {}
+            evaluated.append((details.get("worker", "?"), {**details, **t.user_attrs, "trial": t.number,
+                                                           "params": t.params}))
     hashes = Counter(r.get("hash") for _, r in evaluated)
     return {
         "source": f"{storage_url} study {study_name}",

@@ -62,13 +62,15 @@ def check_cooperation(tmp_path: Path, storage: str) -> None:
     # What optuna-dashboard reads: the study's trials with their user attributes.
     study = optuna.load_study(study_name="shared", storage=open_storage(storage))
     evaluated = [t for t in study.get_trials() if "status" in t.user_attrs]
-    assert sorted(t.user_attrs["hash"] for t in evaluated) == sorted(hashes)
+    assert sorted(t.user_attrs["mneme"]["hash"] for t in evaluated) == sorted(hashes)
     for t in evaluated:
         assert t.state.name == "COMPLETE" and DUPLICATE_ATTR not in t.system_attrs
         assert t.user_attrs["configuration"]["block"]["x"] == t.params["block_dim_x"]
         assert t.user_attrs["status"] in STATUSES
         assert (t.user_attrs["speedup"] is not None) == (t.user_attrs["status"] == "verified")
-        assert t.user_attrs["worker"] and t.user_attrs["results_dir"] in (str(tmp_path / "a"), str(tmp_path / "b"))
+        details = t.user_attrs["mneme"]
+        assert details["worker"] and details["results_dir"] in (str(tmp_path / "a"), str(tmp_path / "b"))
+        assert details["metric"] is not None or t.user_attrs["status"] != "verified"
     assert not [t for t in study.get_trials() if t.state.name == "RUNNING"]
     # One merged view, from the directories and from the storage.
     out = io.StringIO()
