@@ -109,3 +109,12 @@ def test_the_executor_takes_joiners_and_drops_expired_servers(store, tmp_path):
 def test_no_announced_server_says_what_to_start(tmp_path):
     with pytest.raises(NotAvailableError, match="mneme serve --gpu N --announce"):
         wait_for_servers(str(tmp_path / "nobody"), timeout=0.2)
+
+
+def test_an_announcement_is_live_only_while_fresh_and_serving():
+    from mneme.discovery import Announcement
+
+    fresh = Announcement(address="h:1", gpu=0, lease_s=10, refreshed=100.0)
+    assert fresh.live(now=105.0) and not fresh.live(now=110.5)
+    assert not Announcement(address="h:1", gpu=0, lease_s=10, refreshed=100.0, health="NOT_SERVING").live(now=101)
+    assert fresh.name == "server-h_1-gpu0.json"
