@@ -50,7 +50,6 @@ from mneme.mneme_types import (
     STATUS_INTERNAL_ERROR,
     ExperimentConfiguration,
     ExperimentResult,
-    configuration_hash,
 )
 
 RESULTS_FILE = "results.jsonl"
@@ -144,9 +143,10 @@ class _Server:
     compiling: dict[str, int] = field(default_factory=dict)  # codes sent, not answered yet: how many tasks
     stream: "_Stream | None" = None  # the ReplayBatchStream call its requests go over (transport "stream")
     outbox: list = field(default_factory=list)  # requests of this dispatch round, not handed to the stream yet
+    retired: bool = False  # gets no new work (its announcement expired: mneme.discovery)
 
     def available(self, now: float) -> bool:
-        return now >= self.down_until and self.outstanding < self.capacity
+        return now >= self.down_until and self.outstanding < self.capacity and not self.retired
 
 
 _RECORDED_CODE = ExperimentConfiguration().code_key()  # the code of the recorded launch's knobs
@@ -298,6 +298,7 @@ class AsyncReplayExecutor:
         except BaseException:
             _stop_servers(self._local)
             raise
+        self._on_shutdown: list = []
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="replay-dispatch", daemon=True)
         self._dispatcher.start()
 
@@ -338,6 +339,8 @@ class AsyncReplayExecutor:
         if self._closed:
             return
         self._closed = True
+        for callback in self._on_shutdown:
+            callback()
         if not wait:
             self._events.put(("abandon", None))
         self._events.put(("stop", None))
@@ -357,7 +360,22 @@ class AsyncReplayExecutor:
 
     @property
     def servers(self) -> list[str]:
-        return [s.address for s in self._servers]
+        return [s.address for s in self._servers if not s.retired]
+
+    # -- servers that join and leave (mneme.discovery) -----------------------------------
+    def add_server(self, address: str) -> None:
+        """Use one more replay server from now on (it prepares the instance first, as the others did)."""
+        if self._closed:
+            raise MnemeError("this AsyncReplayExecutor was shut down; create a new one")
+        self._events.put(("join", self._connect(address)))
+
+    def retire_server(self, address: str) -> None:
+        """Send no new work to ``address``; what it holds is answered, or retried elsewhere if it is gone."""
+        self._events.put(("retire", address))
+
+    def on_shutdown(self, callback) -> None:
+        """Call ``callback()`` when the executor shuts down (a discovery watcher stops with it)."""
+        self._on_shutdown.append(callback)
 
     # -- servers -------------------------------------------------------------------------
     def _start_local_servers(
@@ -494,6 +512,17 @@ class AsyncReplayExecutor:
                 self._finish(task, ExperimentResult.failure(
                     STATUS_INTERNAL_ERROR, "the executor was shut down before this configuration ran"))
             self._backlog.clear()
+        elif kind == "join":
+            joined = event[1]
+            earlier = next((s for s in self._servers if s.address == joined.address), None)
+            if earlier is None:
+                self._servers.append(joined)
+            else:  # it came back: the new connection is not needed
+                earlier.retired = False
+                joined.channel.close()
+        elif kind == "retire":
+            for server in self._servers:
+                server.retired = server.retired or server.address == event[1]
         elif kind == "stop":
             return True
         return False
@@ -504,7 +533,7 @@ class AsyncReplayExecutor:
         True when a server that was idle got its ``FIRST_MESSAGE`` and could take more: the next round
         comes right after the streams have sent this one's."""
         now = time.monotonic()
-        if not any(now >= s.down_until for s in self._servers):
+        if not any(now >= s.down_until and not s.retired for s in self._servers):
             for task in self._backlog:
                 task.stranded_since = task.stranded_since or now
                 if now - task.stranded_since > self.retry_window:
@@ -649,7 +678,7 @@ class AsyncReplayExecutor:
         if self._results_path is not None:
             config = task.config.to_dict()
             line = json.dumps({
-                "record_db": self.record_db, "record_id": self.record_id, "config_hash": configuration_hash(config),
+                "record_db": self.record_db, "record_id": self.record_id, "config_hash": task.config.hash(),
                 "config": config, "result": result.to_dict(), "server": server, "worker": worker,
                 "attempts": task.attempts, "time": time.time(),
             })

@@ -9,6 +9,7 @@ what one replay reports, with the reference's ``Result`` keys first.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -222,6 +223,11 @@ class ExperimentConfiguration:
         The same across processes, machines and Python versions (no ``hash()``
         randomization, sorted keys, fixed separators).
         """
+        return self._identity
+
+    @functools.cached_property
+    def _identity(self) -> str:
+        # Computed once per (immutable) configuration: the tuner asks for it several times per trial.
         return configuration_hash(self.to_dict())
 
     def __str__(self) -> str:
@@ -341,7 +347,12 @@ _RESULT_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentResult))
 _RESULT_KEYS = frozenset(_RESULT_FIELDS)
 
 
+_SCALARS = frozenset({int, float, str, bool, type(None)})
+
+
 def _plain(value: Any) -> Any:
+    if type(value) in _SCALARS:  # most fields: no ABC check (to_dict runs for every result a client takes)
+        return value
     if isinstance(value, list):
         return [dict(v) if isinstance(v, Mapping) else v for v in value]
     if isinstance(value, Mapping):

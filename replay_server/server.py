@@ -51,6 +51,9 @@ class ServerOptions:
     prepared_cache_bytes: int = 0  # per worker; 0: half the device memory, shared by the workers
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     rpc_threads: int = 64
+    announce: str | None = None  # a directory or s3://bucket/prefix to announce this server in (mneme.discovery)
+    announce_address: str | None = None  # HOST:PORT clients should use (default: this host's name and the port)
+    lease: float = 30.0  # seconds an announcement stays live without a refresh
 
     def validate(self) -> None:
         if self.gpu < 0:
@@ -63,6 +66,8 @@ class ServerOptions:
             raise ConfigurationError("--tls-cert and --tls-key go together; give both or neither")
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigurationError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
+        if self.lease <= 0:
+            raise ConfigurationError(f"--lease {self.lease}: give a positive number of seconds")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
 
@@ -199,5 +204,33 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
         + (f", metrics on :{options.metrics_port}/metrics" if options.metrics_port is not None else "")
         + ")"
     )
-    server.wait()
+    announcer = start_announcer(server, port) if options.announce else None
+    try:
+        server.wait()
+    finally:
+        if announcer is not None:
+            announcer.stop()
     return 0
+
+
+def start_announcer(server: ReplayServer, port: int):
+    """Announce ``server`` in ``--announce``'s location and keep the announcement fresh (mneme.discovery)."""
+    import socket
+
+    from mneme import __version__
+    from mneme.discovery import Announcement, Announcer
+    from replay_server.health import _Status
+
+    o = server.options
+    host = o.host if o.host not in ("[::]", "0.0.0.0", "::") else socket.getfqdn()
+    address = o.announce_address or f"{host}:{port}"
+
+    def describe() -> Announcement:
+        return Announcement(address=address, gpu=o.gpu, gpu_name=str(server.pool.device.get("name", "")),
+                            version=__version__, health=_Status.Name(server.health.status("") or 0),
+                            workers=o.workers, engine=server.spec.name, lease_s=o.lease)
+
+    announcer = Announcer(o.announce, describe)
+    first = announcer.start()
+    log.info("announced %s in %s (lease %gs)", first.address, o.announce, o.lease)
+    return announcer

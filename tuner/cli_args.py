@@ -17,9 +17,11 @@ S = argparse.SUPPRESS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = "Plots of a finished run: mneme tune report DIR"
+    parser.epilog = ("Plots of a finished run: mneme tune report DIR; one view of a shared study: "
+                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME")
     parser.add_argument("action", nargs="*", metavar="report DIR",
-                        help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning")
+                        help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning; "
+                        "several DIRs (or --optuna-storage) print their merged summary")
     parser.add_argument("--config", metavar="FILE.yml", default=S,
                         help="read settings from a YAML file; command-line flags override it")
 
@@ -81,10 +83,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="record failures and go on (default)")
     g.add_argument("--servers", nargs="+", metavar="HOST:PORT", default=S,
                    help="replay on these replay servers instead of local workers")
+    g.add_argument("--servers-from", metavar="DIR_OR_S3_PREFIX", default=S,
+                   help="replay on every live server announced there (`mneme serve --announce`), including "
+                   "ones that join later")
+    g.add_argument("--token-file", metavar="FILE", default=S,
+                   help="bearer token the replay servers want (their --token-file)")
+    g.add_argument("--tls-ca", metavar="FILE", default=S,
+                   help="CA bundle: talk TLS to the replay servers and verify their certificates")
+    g.add_argument("--tls-server-name", metavar="NAME", default=S,
+                   help="the name the servers' certificates carry, when tuners dial them by IP address")
 
     g = parser.add_argument_group("optuna")
     g.add_argument("--study-name", default=S, help="Optuna study name (with --optuna-storage: continue it)")
-    g.add_argument("--optuna-storage", metavar="URL", default=S, help="Optuna storage, e.g. sqlite:///study.db")
+    g.add_argument("--optuna-storage", metavar="URL", default=S,
+                   help="Optuna storage other tuners may share: sqlite:///study.db, postgresql://USER@HOST/DB, "
+                   "or journal:PATH (a file on a shared filesystem); same --study-name = one search")
     g.add_argument("--pruner", choices=PRUNERS, default=S, help="Optuna pruner over per-launch values")
 
     g = parser.add_argument_group("outputs and run modes")

@@ -11,6 +11,7 @@ between them would leave a summary that disagrees with the file (and a
 
 from __future__ import annotations
 
+import _signal
 import signal
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from contextlib import contextmanager
 from mneme.errors import Terminated
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_holding = False  # inside interrupts_held (main thread only)
 
 
 def _in_main_thread() -> bool:
@@ -46,17 +48,23 @@ def sigterm_as_interrupt() -> Iterator[None]:
 def interrupts_held() -> Iterator[None]:
     """Run the block with SIGINT and SIGTERM held; those that came meanwhile are delivered at its end.
 
-    Outside the main thread the block runs unguarded.
+    Outside the main thread the block runs unguarded; inside a held block, a nested one costs nothing
+    (the tuning loop holds them once around a batch of results).
     """
-    if not _in_main_thread():
+    global _holding
+    if _holding or not _in_main_thread():
         yield
         return
+    _holding = True
     held: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, _frame: held.append(signum)) for s in STOP_SIGNALS}
+    # _signal: the C functions under `signal`, without its enum conversions (a third of this block's cost,
+    # and the tuning loop enters it for every batch of results).
+    previous = {s: _signal.signal(s, lambda signum, _frame: held.append(signum)) for s in STOP_SIGNALS}
     try:
         yield
     finally:
+        _holding = False
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            _signal.signal(s, handler)
         for s in dict.fromkeys(held):
             signal.raise_signal(s)  # the handler the block replaced sees it now

@@ -75,6 +75,10 @@ class TuneOptions:
     objective: str = "time"
     fail_fast: bool = False
     servers: list[str] | None = None
+    servers_from: str | None = None  # a directory or s3:// prefix where servers announce themselves
+    token_file: str | None = None  # the remote servers' bearer token
+    tls_ca: str | None = None  # TLS to the remote servers, verified with this CA bundle
+    tls_server_name: str | None = None  # the name in their certificates (servers dialed by IP)
     # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
     # "exact" keeps every region bitwise (or as the recording annotates it)
     tolerance: str = "auto"
@@ -213,7 +217,8 @@ def _normalize(key: str, value: Any) -> Any:
             value = [s for s in value.split(",") if s]
         return [str(s) for s in value]
     if key in ("record_id", "record_database", "space_module", "results_dir", "pipeline_file",
-               "fixed_passes", "study_name", "optuna_storage", "dump_config"):
+               "fixed_passes", "study_name", "optuna_storage", "dump_config", "servers_from", "token_file",
+               "tls_ca", "tls_server_name"):
         return str(value)
     if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
                "fixed_min_blocks_per_sm"):
@@ -287,6 +292,8 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         raise ConfigurationError("--resume continues an earlier run: give its --results-dir DIR")
     if o.tolerance not in ("auto", "exact"):
         raise ConfigurationError(f"--tolerance {o.tolerance!r}: use auto (default) or exact")
+    if o.servers and o.servers_from:
+        raise ConfigurationError("--servers and --servers-from both name the replay servers; give one of them")
     if o.rerun_baseline and not o.resume:
         raise ConfigurationError("--rerun-baseline only makes sense with --resume")
     if o.optuna_storage and o.sampler in ("exhaustive",):

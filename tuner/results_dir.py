@@ -49,7 +49,10 @@ def _json_safe(value: Any) -> Any:
 
 
 def dumps(value: Any, indent: int | None = None) -> str:
-    return json.dumps(_json_safe(value), indent=indent, allow_nan=False, default=str)
+    try:  # the common case, without a walk of the whole value first
+        return json.dumps(value, indent=indent, allow_nan=False, default=str)
+    except ValueError:  # an infinity or NaN somewhere
+        return json.dumps(_json_safe(value), indent=indent, allow_nan=False, default=str)
 
 
 class ResultsDirectory:

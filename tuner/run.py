@@ -40,17 +40,28 @@ def default_executor(options: TuneOptions, results_dir: Path,
         from mneme.async_executor import AsyncReplayExecutor
     except ImportError as exc:
         raise NotAvailableError(f"mneme.async_executor is not available ({exc}); reinstall mneme") from exc
-    return AsyncReplayExecutor(
+    servers = options.servers
+    if options.servers_from:  # the servers announced there now; the rest as they join (mneme.discovery)
+        from mneme.discovery import follow, wait_for_servers
+
+        servers = wait_for_servers(options.servers_from)
+    executor = AsyncReplayExecutor(
         record_db=options.record_database,
         record_id=options.record_id,
         iterations=options.iterations,
         warmup=options.warmup,
         results_db_dir=str(results_dir / "replays"),
         num_workers=options.workers,
-        servers=options.servers,
+        servers=servers,
+        token_file=options.token_file,
+        tls_ca=options.tls_ca,
+        tls_server_name=options.tls_server_name,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
     )
+    if options.servers_from:
+        follow(executor, options.servers_from)
+    return executor
 
 
 def dump_options(options: TuneOptions, path: str) -> None:
@@ -153,7 +164,7 @@ class TuneRun:
         state = LoopState(records=list(previous), done_hashes={r["hash"] for r in previous if r.get("hash")})
         baseline: dict[str, Any] | None = None
         started = time.monotonic()
-        executor = None
+        executor = strategy = None
         complete = False
         try:
             # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
@@ -166,7 +177,8 @@ class TuneRun:
             objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
                                   baseline["metric"])
             strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
-                                     study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner)
+                                     study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner,
+                                     results_dir=str(results.path))
             if previous:
                 strategy.seed_history(previous)
                 reporter.message(f"resuming: {len(previous)} trials already in {results.path}")
@@ -193,6 +205,8 @@ class TuneRun:
         finally:
             if executor is not None:
                 executor.shutdown()
+            if strategy is not None:
+                strategy.close()  # a shared study's running trials are released for other processes
             results.close()
             results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
             results.write_json("summary.json", summary_document(

@@ -34,6 +34,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parent-pid", type=int, default=None,
                         help="stop when the process with this pid is no longer this server's parent "
                              "(it exited or was killed); AsyncReplayExecutor sets it for the servers it starts")
+    parser.add_argument("--announce", metavar="DIR_OR_S3_PREFIX",
+                        help="announce this server (address, GPU, version, health) there and refresh it with a "
+                             "lease; `mneme tune --servers-from` the same location finds it")
+    parser.add_argument("--announce-address", metavar="HOST:PORT",
+                        help="the address tuners should use (default: this host's name and the bound port)")
+    parser.add_argument("--lease", type=float, default=30.0,
+                        help="seconds an announcement stays live without a refresh (default 30; refreshed every third)")
     parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
 
@@ -56,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
         engine=args.engine,
         compile_processes=args.compile_processes,
         prepared_cache_bytes=int(args.prepared_cache_gib * (1 << 30)),
+        announce=args.announce,
+        announce_address=args.announce_address,
+        lease=args.lease,
     )
     return serve_forever(options, announce=lambda line: print(line, flush=True), parent_pid=args.parent_pid)
 

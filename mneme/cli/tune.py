@@ -18,10 +18,18 @@ def run(args: argparse.Namespace) -> int:
     given = {k: v for k, v in vars(args).items() if not k.startswith("_")}
     action = given.pop("action", []) or []
     if action:
-        if action[0] != "report" or len(action) != 2:
+        storage = given.get("optuna_storage")
+        if action[0] != "report" or (len(action) < 2 and not storage):
             raise ConfigurationError(
-                f"unexpected arguments {' '.join(action)!r}; did you mean `mneme tune report DIR`?"
+                f"unexpected arguments {' '.join(action)!r}; did you mean `mneme tune report DIR [DIR...]` "
+                "(or `mneme tune report --optuna-storage URL --study-name NAME`)?"
             )
+        if len(action) > 2 or storage:  # several processes' runs, or a shared study: one merged view
+            import sys
+
+            from tuner.shared_report import report_command
+
+            return report_command(action[1:], storage, given.get("study_name"), given.get("results_dir"), sys.stdout)
         from tuner.report import write_report
 
         summary = write_report(action[1])

@@ -59,6 +59,13 @@ class SamplingStrategy:
         """Teach the strategy trials of an earlier run (``--resume``); returns how many it took."""
         return 0
 
+    def annotate(self, candidate: Candidate, outcome: Any) -> None:
+        """Attach a finished candidate's outcome (status, speedup, ...) before it is told; a shared
+        study stores it as the trial's user attributes."""
+
+    def close(self) -> None:
+        """The run is over (finished, failed or interrupted): release what the strategy holds."""
+
     @property
     def penalty(self) -> tuple[float, ...]:
         """The values a failure counts as: the worst possible in each direction."""
@@ -227,6 +234,9 @@ class OptunaSamplingStrategy(SamplingStrategy):
     def _distinct_seen(self) -> int:
         return len(self._values) + len(self._in_flight)
 
+    def _is_known(self, key: str) -> bool:
+        return key in self._values or key in self._in_flight
+
     def ask(self) -> Candidate | None:
         for draw in range(MAX_REDRAWS):
             if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
@@ -266,7 +276,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
             if not constraints_checked(self.space, params):
                 continue
             key = Candidate(params, derive_checked(self.space, params)).hash
-            if key not in self._values and key not in self._in_flight:
+            if not self._is_known(key):
                 unseen.append(params)
         if not unseen:
             return False
@@ -340,4 +350,9 @@ def make_strategy(space: SearchSpace, sampler: str, **optuna_options: Any) -> Sa
         raise ConfigurationError(
             f"unknown sampler {sampler!r}; choose one of exhaustive, {', '.join(OPTUNA_SAMPLERS)}"
         )
+    if optuna_options.get("storage"):  # other processes may share it: claims, user attributes
+        from mneme.tuning.shared_study import SharedStudyStrategy
+
+        return SharedStudyStrategy(space, sampler, **optuna_options)
+    optuna_options.pop("results_dir", None)
     return OptunaSamplingStrategy(space, sampler, **optuna_options)

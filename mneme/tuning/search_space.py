@@ -11,6 +11,7 @@ themselves (``search_space.json``).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -405,6 +406,6 @@ class Candidate:
     number: int = -1  # the sampler's trial number (Optuna), or the enumeration index
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @property
-    def hash(self) -> str:
+    @functools.cached_property
+    def hash(self) -> str:  # computed once: the loop and the strategy ask several times per trial
         return self.configuration.ground().hash()

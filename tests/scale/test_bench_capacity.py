@@ -1,0 +1,23 @@
+"""bench/client_capacity.py runs end to end on loopback (test engine): its tables stay printable."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_prints_the_curve_and_the_shared_study():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "client_capacity.py"), "--mode", "all", "--servers", "1,2",
+         "--seconds", "0.5", "--settle", "0.2", "--trials", "40", "--workers", "1"],
+        capture_output=True, text=True, timeout=240, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith(("| executor |", "| tuner |"))]
+    assert len(rows) == 4, done.stdout
+    assert all(float(row.split("|")[3]) > 0 for row in rows)
+    assert "target >= 10000/s at 2 servers, executor" in done.stdout
+    assert "| 1 |" in done.stdout and "| 2 |" in done.stdout and "2 processes / 1:" in done.stdout

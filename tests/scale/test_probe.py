@@ -1,0 +1,28 @@
+"""replay_server.probe: the health check of Kubernetes exec probes, against a real server with a token."""
+
+from __future__ import annotations
+
+import signal
+
+from scale_helpers import TESTS  # noqa: F401  (puts tests/server on sys.path)
+from server_helpers import free_port, start_server, store  # noqa: F401
+
+from replay_server.probe import main
+
+
+def test_probe_says_serving_only_with_the_token(store, tmp_path, capsys):
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    proc, address = start_server(store, tmp_path / "log", "--token-file", str(token))
+    try:
+        assert main(["--address", address, "--token-file", str(token),
+                     "--tls-if-exists", str(tmp_path / "no-ca.crt")]) == 0
+        assert capsys.readouterr().out.strip() == "SERVING"
+        assert main(["--address", address]) == 2
+        assert "UNAUTHENTICATED" in capsys.readouterr().err
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert main(["--address", f"127.0.0.1:{free_port()}", "--timeout", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "UNAVAILABLE" in err or "DEADLINE_EXCEEDED" in err, err
