@@ -665,6 +665,7 @@ class InstanceSummary:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_mem: int
+    unsupported: tuple[str, ...] = ()  # why the recorder could not capture it (replay refuses it)
 
 
 @dataclass(frozen=True)
@@ -681,6 +682,10 @@ class RecordingSummary:
     @property
     def dedupe_ratio(self) -> float:
         return self.logical_bytes / self.unique_chunk_bytes if self.unique_chunk_bytes else 0.0
+
+    @property
+    def unsupported_count(self) -> int:
+        return sum(1 for i in self.instances if i.unsupported)
 
 
 @dataclass(frozen=True)
@@ -716,7 +721,7 @@ def summarize(store_or_url: Location, retry: RetryPolicy = RetryPolicy()) -> Sto
         db = contents.database
         instances = tuple(
             InstanceSummary(i.dynamic_hash, (i.grid.x, i.grid.y, i.grid.z), (i.block.x, i.block.y, i.block.z),
-                            i.shared_mem)
+                            i.shared_mem, i.unsupported)
             for i in sorted(db.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
         )
         summaries.append(RecordingSummary(
