@@ -17,6 +17,10 @@ class ArtifactError(MnemeError):
     """A recording artifact is missing, truncated, corrupt or of an unknown format."""
 
 
+class UnsupportedInstanceError(MnemeError):
+    """A recorded launch the recorder could not capture faithfully: replaying it would not mean anything."""
+
+
 class ConfigurationError(MnemeError):
     """An experiment configuration or command-line setting is invalid."""
 

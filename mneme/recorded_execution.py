@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterator
 
-from mneme.errors import ArtifactError
+from mneme.errors import ArtifactError, UnsupportedInstanceError
 from mneme.format.database import (
     AddressSpace,
     DeviceInfo,
@@ -78,6 +78,25 @@ class KernelInstance:
     @property
     def warnings(self) -> tuple[str, ...]:
         return self.record.warnings
+
+    @property
+    def supported(self) -> bool:
+        """False when the recorder knew it could not capture this launch faithfully (see ``unsupported``)."""
+        return self.record.supported
+
+    @property
+    def unsupported(self) -> tuple[str, ...]:
+        """Why the launch cannot be replayed (memory the recorder does not capture, ...); empty when it can."""
+        return self.record.unsupported
+
+    def require_supported(self) -> None:
+        """Raise :class:`UnsupportedInstanceError` with the recorder's reasons for an instance it could not capture."""
+        if self.record.unsupported:
+            raise UnsupportedInstanceError(
+                f"instance {self.record_id} of {self.kernel_name} cannot be replayed: the recorder could not capture "
+                f"it faithfully ({'; '.join(self.record.unsupported)}). Choose another instance (mneme ls shows which "
+                "are supported) or change the application so the kernel uses memory the recorder captures"
+            )
 
     @property
     def launch_attributes(self) -> tuple[LaunchAttribute, ...]:

@@ -45,6 +45,7 @@ from mneme.mneme_types import Dim3
 from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin, triton_cache
 from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
+from record_agent.support import unsupported_reasons
 
 POINTER_SIZE = 8
 
@@ -379,7 +380,7 @@ class SpoolConverter:
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), attributes,
+            None, tuple(dict.fromkeys(warnings)), attributes, unsupported_reasons(entry, code.ptx),
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         db = writer.commit(db.add_instance(instance))

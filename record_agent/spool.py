@@ -71,6 +71,23 @@ class SpoolAllocation:
 
 
 @dataclass(frozen=True)
+class ForeignRange:
+    """Memory the recorder saw but does not capture: ``kind`` is managed, host (mapped pinned) or ipc."""
+
+    kind: str
+    base: int
+    size: int
+
+
+@dataclass(frozen=True)
+class ForeignReference:
+    """A pointer (``target``) into uncaptured memory found in the captured region at ``region`` (reachable scope)."""
+
+    region: int
+    target: int
+
+
+@dataclass(frozen=True)
 class SpoolWindow:
     device: int
     base: int
@@ -110,6 +127,10 @@ class SpoolEntry:
     prologue_seconds: float = 0.0
     epilogue_seconds: float = 0.0
     prologue_bytes: int = 0
+    foreign_memory: tuple[ForeignRange, ...] = ()
+    foreign_references: tuple[ForeignReference, ...] = ()
+    texture_objects: tuple[int, ...] = ()
+    surface_objects: tuple[int, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def stripe_path(self, phase: str, stripe: int) -> Path:
@@ -189,6 +210,15 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             prologue_seconds=float(data.get("prologue_seconds", 0.0)),
             epilogue_seconds=float(data.get("epilogue_seconds", 0.0)),
             prologue_bytes=int(data.get("prologue_bytes", 0)),
+            foreign_memory=tuple(
+                ForeignRange(str(f["kind"]), int(f["base"]), int(f["size"])) for f in data.get("foreign_memory", ())
+            ),
+            foreign_references=tuple(
+                ForeignReference(int(f["region"]), int(f["target"]))
+                for f in data.get("foreign_references", ())
+            ),
+            texture_objects=tuple(int(h) for h in data.get("texture_objects", ())),
+            surface_objects=tuple(int(h) for h in data.get("surface_objects", ())),
             raw=data,
         )
     except (KeyError, TypeError, ValueError) as exc:

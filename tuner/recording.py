@@ -51,6 +51,9 @@ def load_instance(record_database: str, record_id: str) -> tuple[Any, KernelIden
             f"--record-id {record_id}: no such instance in {record_database}; the ids are the keys of its "
             "'instances' map"
         ) from None
+    require = getattr(kernel, "require_supported", None)
+    if require is not None:  # before any server starts: the recorder's reasons, exit status 2
+        require()
     name = _first_attr(kernel, ("kernel_name", "name", "function_name")) or _first_attr(
         recording, ("kernel_name", "name", "function_name")) or "unknown"
     static = _first_attr(recording, ("static_hash",)) or _first_attr(kernel, ("static_hash",)) \

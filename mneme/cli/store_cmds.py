@@ -131,17 +131,23 @@ def _run_ls(args: argparse.Namespace) -> int:
     for column in columns:
         table.add_column(column, justify="left" if column in ("recording", "kernel") else "right")
     for rec in summary.recordings:
-        table.add_row(rec.database, rec.kernel, str(len(rec.instances)), _size(rec.logical_bytes),
+        count = str(len(rec.instances)) + (f" ({rec.unsupported_count} unsupported)" if rec.unsupported_count else "")
+        table.add_row(rec.database, rec.kernel, count, _size(rec.logical_bytes),
                       _size(rec.largest_instance_bytes), _size(rec.unique_chunk_bytes), f"{rec.dedupe_ratio:.1f}x")
         if args.long:
             for inst in rec.instances:
                 grid, block = "x".join(map(str, inst.grid)), "x".join(map(str, inst.block))
                 table.add_row("", f"  {inst.dynamic_hash}", "", f"grid {grid}", _size(inst.captured_bytes),
                               f"block {block}", f"smem {inst.shared_mem}")
+                if inst.unsupported:
+                    table.add_row("", "    unsupported: " + "; ".join(inst.unsupported), "", "", "", "", "")
     console = Console(width=200 if not Console().is_terminal else None)
     console.print(table)
+    unsupported = sum(r.unsupported_count for r in summary.recordings)
     console.print(
-        f"{len(summary.recordings)} recording(s), {sum(len(r.instances) for r in summary.recordings)} instance(s); "
+        f"{len(summary.recordings)} recording(s), {sum(len(r.instances) for r in summary.recordings)} instance(s)"
+        + (f" ({unsupported} unsupported: replay refuses them, `mneme ls --long` says why)" if unsupported else "")
+        + "; "
         f"memory {_size(summary.logical_bytes)} stored in {summary.chunk_count} chunk(s) of "
         f"{_size(summary.stored_chunk_bytes)}: dedupe ratio {summary.dedupe_ratio:.1f}x",
         highlight=False,

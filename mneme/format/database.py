@@ -204,6 +204,14 @@ class InstanceRecord:
     app_kernel_time_ns: int | None = None
     warnings: tuple[str, ...] = ()
     launch_attributes: tuple[LaunchAttribute, ...] = ()
+    # Why the recorder could not capture this launch faithfully (memory it does not
+    # snapshot, state it cannot restore); empty for a launch that replays. Replay and
+    # tuning refuse an instance with reasons rather than run it into a CUDA fault.
+    unsupported: tuple[str, ...] = ()
+
+    @property
+    def supported(self) -> bool:
+        return not self.unsupported
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON entry (the dynamic hash is its key in ``instances``, not a field)."""
@@ -222,6 +230,9 @@ class InstanceRecord:
         }
         if self.launch_attributes:  # only then: older readers still read recordings of plain launches
             out["launch_attributes"] = [a.to_dict() for a in self.launch_attributes]
+        if self.unsupported:  # likewise: written only for a launch that cannot be replayed
+            out["supported"] = False
+            out["unsupported"] = list(self.unsupported)
         return out
 
 
@@ -430,7 +441,7 @@ def _parse_instance(
             "grid", "block", "shared_mem", "args", "pointer_args", "prologue", "epilogue",
             "launch_index", "occurrence", "app_kernel_time_ns", "warnings",
         ),
-        optional=("launch_attributes",),
+        optional=("launch_attributes", "supported", "unsupported"),
     )  # fmt: skip
     grid = _parse_dim3(r, d["grid"], f"{where}.grid", MAX_GRID_DIM)
     block = _parse_dim3(r, d["block"], f"{where}.block", MAX_BLOCK_DIM)
@@ -462,6 +473,12 @@ def _parse_instance(
         LaunchAttribute.parse(r, a, f"{where}.launch_attributes[{i}]")
         for i, a in enumerate(r.list(d.get("launch_attributes", []), f"{where}.launch_attributes"))
     )
+    unsupported = tuple(
+        r.str(w, f"{where}.unsupported[{i}]") for i, w in enumerate(r.list(d.get("unsupported", []), f"{where}.unsupported"))
+    )
+    supported = d.get("supported", True)
+    if not isinstance(supported, bool) or supported != (not unsupported):
+        raise r.error(f"{where}.supported", "must be false exactly when the instance lists reasons in 'unsupported'")
     expected = dynamic_hash(static, grid, block, shared_mem, args, occurrence, attributes_key(attributes))
     if expected != key:
         raise r.error(
@@ -472,7 +489,7 @@ def _parse_instance(
         )
     return InstanceRecord(
         key, grid, block, shared_mem, args, prologue, epilogue,
-        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings, attributes,
+        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings, attributes, unsupported,
     )  # fmt: skip
 
 

@@ -136,6 +136,7 @@ class Replayer:
             raise ConfigurationError(f"reset={reset!r}: use one of {', '.join(RESET_POLICIES)}")
         self.recording = recording
         self.instance = recording[record_id]
+        self.instance.require_supported()  # a launch the recorder could not capture: its reasons, not a CUDA fault
         self.launch_plan = plan_for(getattr(self.instance, "launch_attributes", ()))
         self.reset = reset
         if tolerance not in TOLERANCE_MODES:

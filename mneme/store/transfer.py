@@ -667,6 +667,7 @@ class InstanceSummary:
     block: tuple[int, int, int]
     shared_mem: int
     captured_bytes: int = 0  # device memory its prologue and epilogue hold
+    unsupported: tuple[str, ...] = ()  # why the recorder could not capture it (replay refuses it)
 
 
 @dataclass(frozen=True)
@@ -687,6 +688,10 @@ class RecordingSummary:
     @property
     def largest_instance_bytes(self) -> int:
         return max((i.captured_bytes for i in self.instances), default=0)
+
+    @property
+    def unsupported_count(self) -> int:
+        return sum(1 for i in self.instances if i.unsupported)
 
 
 @dataclass(frozen=True)
@@ -722,7 +727,7 @@ def summarize(store_or_url: Location, retry: RetryPolicy = RetryPolicy()) -> Sto
         db = contents.database
         instances = tuple(
             InstanceSummary(i.dynamic_hash, (i.grid.x, i.grid.y, i.grid.z), (i.block.x, i.block.y, i.block.z),
-                            i.shared_mem, contents.instance_bytes.get(i.dynamic_hash, 0))
+                            i.shared_mem, contents.instance_bytes.get(i.dynamic_hash, 0), i.unsupported)
             for i in sorted(db.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
         )
         summaries.append(RecordingSummary(

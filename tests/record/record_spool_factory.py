@@ -55,8 +55,9 @@ def write_entry(
     device: int = 0,
     attributes=(),
     digests: set | None = None,
+    extra: dict | None = None,
 ) -> Path:
-    """One committed (or .tmp) entry of a vector add. With ``digests`` (a set shared across calls: what the
+    """One committed (or .tmp) entry of a vector add (``extra``: more launch.json keys). With ``digests`` (a set shared across calls: what the
     recorder has captured before), pieces get digests and those seen before are not copied: their bytes
     are zeros in the stripe file, as the recorder's holes read."""
     a, b, c0, c1 = vecadd_arrays(n, k)
@@ -96,6 +97,7 @@ def write_entry(
         "windows": [{"device": device, "base": WINDOW, "size": 4 << 30, "reserved": window_reserved}],
         "snapshot_scope": "all", "regions": regions, "prologue_bytes": sum(map(len, pro)), "epilogue_bytes": sum(map(len, epi)),
         "prologue_seconds": 0.001, "epilogue_seconds": 0.001, "warnings": list(warnings),
+        **(extra or {}),
     }
     # Like the recorder: write under .tmp, rename to commit (an agent polling meanwhile sees all or nothing).
     tmp = spool / "entries" / f"{seq:08d}.tmp"

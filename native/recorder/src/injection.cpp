@@ -77,6 +77,14 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
       CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate,
       CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy,
       CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,
+      CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc,
+      CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2,
+      CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost,
+      CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister,
+      CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle,
+      CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
   };
   for (auto id : driver_ids) enable_cb(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
   enable_cb(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);

@@ -13,7 +13,7 @@
 #include "driver_api.hpp"
 #include "memory_window.hpp"
 #include "settings.hpp"
-#include "usage_warnings.hpp"
+#include "uncaptured.hpp"
 
 using namespace mneme::rec;
 
@@ -98,7 +98,7 @@ __attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr,
 static CUresult mneme_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   AllocManagedFn real = g_real_alloc_managed.load();
   CUresult r = real ? real(dptr, bytesize, flags) : CUDA_ERROR_NOT_INITIALIZED;
-  if (r == CUDA_SUCCESS) note_managed_allocation();
+  if (r == CUDA_SUCCESS && dptr) note_foreign_range("managed", *dptr, bytesize);
   return r;
 }
 

@@ -34,6 +34,7 @@
 #include "pool_allocators.hpp"
 #include "settings.hpp"
 #include "spool.hpp"
+#include "uncaptured.hpp"
 #include "usage_warnings.hpp"
 
 namespace mneme::rec {
@@ -88,6 +89,7 @@ struct Pending {
   std::string tmp_dir, final_dir;
   std::string launch_json_head;  // everything known before the launch
   std::vector<DeviceRegion> regions;
+  std::vector<std::pair<uint64_t, uint64_t>> foreign_refs;  // (region base, value): pointers into uncaptured memory
   KernelState* kernel = nullptr;
   uint64_t identity = 0;
   uint64_t prologue_bytes = 0;
@@ -501,19 +503,23 @@ void before_launch(const Launch& l, const char* symbol_name) {
     stop_recording("cannot create the spool directory " + p->tmp_dir + ": " + std::strerror(errno));
     return;
   }
-  auto scan = [&](const DeviceRegion&, const unsigned char* bytes, size_t n) {
+  // Reachable scope follows the pointers it reads; either scope notes pointers into
+  // memory it does not capture (managed, mapped host, IPC), so the agent can refuse the launch.
+  const bool foreign = !foreign_ranges().empty();
+  auto scan = [&](const DeviceRegion& region, const unsigned char* bytes, size_t n) {
     for (size_t off = 0; off + 8 <= n; off += 8) {
       uint64_t v;
       std::memcpy(&v, bytes + off, 8);
       if (v < 4096) continue;
       Allocation a;
-      if (MemoryWindow::instance().find(v, &a)) add_region_once(p->regions, bases, a);
+      if (reachable && MemoryWindow::instance().find(v, &a)) add_region_once(p->regions, bases, a);
+      else if (foreign && p->foreign_refs.size() < 8 && find_foreign(v, nullptr)) p->foreign_refs.emplace_back(region.base, v);
     }
   };
   auto t0 = std::chrono::steady_clock::now();
   std::string error;
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
-  if (reachable) scanner = scan;
+  if (reachable || foreign) scanner = scan;
   bool written;
   {
     WritingSnapshot writing;
@@ -577,7 +583,12 @@ void before_launch(const Launch& l, const char* symbol_name) {
        << ", \"reserved\": " << (w.reserved ? "true" : "false") << "}";
     first = false;
   }
-  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\", \"pool_allocator\": " << json_string(pool);
+  os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\", \"pool_allocator\": " << json_string(pool)
+     << ", " << uncaptured_json() << ", \"foreign_references\": [";
+  for (size_t i = 0; i < p->foreign_refs.size(); ++i)
+    os << (i ? ", " : "") << "{\"region\": " << p->foreign_refs[i].first << ", \"target\": " << p->foreign_refs[i].second
+       << "}";
+  os << "]";
   p->launch_json_head = os.str();
   // Hold the instance slot (and the identity) until the epilogue is committed
   // or dropped: finish_pending gives them back.
@@ -903,6 +914,65 @@ CUfunction launched_function(CUpti_CallbackId cbid, const CUpti_CallbackData* cb
   }
 }
 
+// Keeps uncaptured.hpp's registry current from a successful call's parameters.
+void note_uncaptured(CUpti_CallbackId cbid, const void* params) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
+      note_object(ObjectKind::texture, *static_cast<const cuTexObjectCreate_params*>(params)->pTexObject, true);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
+      note_object(ObjectKind::texture, static_cast<const cuTexObjectDestroy_params*>(params)->texObject, false);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
+      note_object(ObjectKind::surface, *static_cast<const cuSurfObjectCreate_params*>(params)->pSurfObject, true);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy:
+      note_object(ObjectKind::surface, static_cast<const cuSurfObjectDestroy_params*>(params)->surfObject, false);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      auto* p = static_cast<const cuMemAllocManaged_params*>(params);
+      note_foreign_range("managed", *p->dptr, p->bytesize);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {  // with unified addressing the host pointer is the device's
+      auto* p = static_cast<const cuMemHostAlloc_params*>(params);
+      note_foreign_range("host", reinterpret_cast<uint64_t>(*p->pp), p->bytesize);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2: {
+      auto* p = static_cast<const cuMemAllocHost_v2_params*>(params);
+      note_foreign_range("host", reinterpret_cast<uint64_t>(*p->pp), p->bytesize);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2: {
+      auto* p = static_cast<const cuMemHostRegister_v2_params*>(params);
+      note_foreign_range("host", reinterpret_cast<uint64_t>(p->p), p->bytesize);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2: {
+      CUdeviceptr base = *static_cast<const cuIpcOpenMemHandle_v2_params*>(params)->pdptr, range_base = 0;
+      size_t size = 0;
+      if (driver().cuMemGetAddressRange_v2(&range_base, &size, base) != CUDA_SUCCESS) size = 1;
+      note_foreign_range("ipc", base, size);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+      forget_foreign_range(reinterpret_cast<uint64_t>(static_cast<const cuMemFreeHost_params*>(params)->p));
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+      forget_foreign_range(reinterpret_cast<uint64_t>(static_cast<const cuMemHostUnregister_params*>(params)->p));
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle:
+      forget_foreign_range(static_cast<const cuIpcCloseMemHandle_params*>(params)->dptr);
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:  // frees managed memory too
+      forget_foreign_range(static_cast<const cuMemFree_v2_params*>(params)->dptr);
+      break;
+    default:
+      break;
+  }
+}
+
 thread_local bool t_inside = false;  // our own driver calls re-enter the callback
 
 }  // namespace
@@ -948,16 +1018,19 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
-      if (!enter && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
-        note_texture_object(cbid == CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate ? 1 : -1);
-      break;
     case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
     case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy:
-      if (!enter && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
-        note_surface_object(cbid == CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate ? 1 : -1);
-      break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
-      if (!enter) note_managed_allocation();
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostRegister_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcOpenMemHandle_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeHost:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemHostUnregister:
+    case CUPTI_DRIVER_TRACE_CBID_cuIpcCloseMemHandle:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+      if (!enter && *static_cast<const CUresult*>(cb->functionReturnValue) == CUDA_SUCCESS)
+        note_uncaptured(cbid, cb->functionParams);
       break;
     default: {
       // A launch's enter and exit come on its thread with nothing between, so

@@ -3,14 +3,12 @@
 #include <atomic>
 #include <cstdio>
 
+#include "uncaptured.hpp"
+
 namespace mneme::rec {
 namespace {
-std::atomic<long> g_managed{0}, g_textures{0}, g_surfaces{0}, g_graphs{0};
+std::atomic<long> g_graphs{0};
 }
-
-void note_managed_allocation() { g_managed++; }
-void note_texture_object(int delta) { g_textures += delta; }
-void note_surface_object(int delta) { g_surfaces += delta; }
 
 void note_graph_launch() {
   if (g_graphs++ == 0)
@@ -22,11 +20,11 @@ long graph_launches() { return g_graphs.load(); }
 
 std::vector<std::string> active_usage_warnings() {
   std::vector<std::string> out;
-  if (g_managed > 0)
+  if (foreign_range_count("managed") > 0)
     out.push_back("managed memory (cudaMallocManaged) is in use; managed buffers are not captured, a kernel that reads"
                   " them will not replay faithfully");
-  if (g_textures > 0) out.push_back("texture objects exist; texture state is not captured");
-  if (g_surfaces > 0) out.push_back("surface objects exist; surface state is not captured");
+  if (!live_objects(ObjectKind::texture).empty()) out.push_back("texture objects exist; texture state is not captured");
+  if (!live_objects(ObjectKind::surface).empty()) out.push_back("surface objects exist; surface state is not captured");
   return out;
 }
 

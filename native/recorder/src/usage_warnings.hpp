@@ -1,16 +1,13 @@
-// Process-wide counts of features a recording cannot reproduce faithfully
-// (managed memory, texture/surface objects, graph launches). Each recorded
-// launch lists the ones in use, and stderr says so, instead of recording
-// something that would replay differently without a word.
+// Warnings about features a recording cannot reproduce faithfully (managed
+// memory, texture/surface objects: see uncaptured.hpp; graph launches). Each
+// recorded launch lists the ones in use, and stderr says so, instead of
+// recording something that would replay differently without a word.
 #pragma once
 #include <string>
 #include <vector>
 
 namespace mneme::rec {
 
-void note_managed_allocation();
-void note_texture_object(int delta);
-void note_surface_object(int delta);
 // A graph launch: its kernels bypass cuLaunchKernel and are not recorded.
 void note_graph_launch();
 std::vector<std::string> active_usage_warnings();

@@ -1,0 +1,34 @@
+// What the recorder sees but does not capture: managed memory, pinned host
+// memory the device can address, memory opened from another process over
+// IPC, and texture/surface objects. Each recorded launch lists them (the spool
+// entry's "foreign_memory", "texture_objects", "surface_objects"), so that the
+// agent can mark a launch that reaches any of them unsupported instead of
+// recording something that replays into a fault.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mneme::rec {
+
+struct ForeignRange {
+  const char* kind = "";  // "managed" | "host" | "ipc"
+  uint64_t base = 0;
+  uint64_t size = 0;
+};
+
+enum class ObjectKind { texture, surface };
+
+void note_foreign_range(const char* kind, uint64_t base, uint64_t size);
+void forget_foreign_range(uint64_t base);  // no-op for an address that is not a foreign range's base
+bool find_foreign(uint64_t addr, ForeignRange* out);
+std::vector<ForeignRange> foreign_ranges();
+size_t foreign_range_count(const char* kind);
+
+void note_object(ObjectKind kind, uint64_t handle, bool alive);
+std::vector<uint64_t> live_objects(ObjectKind kind);
+
+// The spool entry's keys: "foreign_memory", "texture_objects", "surface_objects".
+std::string uncaptured_json();
+
+}  // namespace mneme::rec
