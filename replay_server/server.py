@@ -16,7 +16,7 @@ from mneme._proto import health_pb2_grpc, replay_pb2_grpc
 from mneme.errors import ConfigurationError
 from replay_server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.compile_cache import CompileCache
-from replay_server.engine import load_engine_spec
+from replay_server.engines import load_engine_spec
 from replay_server.health import HealthService
 from replay_server.metrics import ServerMetrics
 from replay_server.names import is_local_store, local_store_root
