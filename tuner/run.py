@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -28,7 +29,7 @@ from tuner.summary import best_document, summary_document, verification_counts
 
 #: (options, results directory, configurations whose code to compile ahead) -> executor
 ExecutorFactory = Callable[[TuneOptions, Path, "list[ExperimentConfiguration]"], Executor]
-InstanceLoader = Callable[[str, str], "tuple[Any, KernelIdentity]"]
+InstanceLoader = Callable[[str, "str | None"], "tuple[Any, KernelIdentity]"]
 
 
 def default_executor(options: TuneOptions, results_dir: Path,
@@ -120,6 +121,8 @@ class TuneRun:
             print(f"wrote the resolved configuration to {o.dump_config}", file=self.out)
             return 0
         kernel, identity = self.instance_loader(o.record_database, o.record_id)
+        if not o.record_id:  # the database's only instance: every later step uses its id
+            o = self.options = dataclasses.replace(o, record_id=identity.record_id)
         space = build_space(o, kernel)
         baseline_config = baseline_checked(space)
         description = describe_space(space)
