@@ -33,7 +33,6 @@ import os
 import queue
 import secrets
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -45,6 +44,7 @@ from typing import Any, Mapping, Sequence
 
 import grpc
 
+from mneme.child_process import child_env, mneme_command
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
 from mneme.mneme_types import (
     STATUS_INTERNAL_ERROR,
@@ -675,21 +675,17 @@ class _LocalServer:
         cls, gpu: int, workers: int, store: str, token_file: str, log_dir: Path, extra_args: Sequence[str],
         env: Mapping[str, str] | None, watchdog: float,
     ) -> "_LocalServer":
-        command = [
-            sys.executable, "-m", "mneme", "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
+        # The server imports the mneme this process did, installed or not, whatever the current directory.
+        command = mneme_command(
+            "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
             "--store", store, "--workers", str(workers), "--token-file", token_file, "--log-level", "WARNING",
             "--parent-pid", str(os.getpid()),  # a client that dies (even by SIGKILL) leaves no server behind
             *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
-        ]
+        )
         log_path = log_dir / f"server-gpu{gpu}.log"
-        # The server imports mneme from where this process did, installed or not.
-        package_root = str(Path(__file__).resolve().parents[1])
-        child_env = {**os.environ, **(env or {})}
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [package_root, *child_env.get("PYTHONPATH", "").split(os.pathsep)] if p)
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env, start_new_session=True,
+                command, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env(env), start_new_session=True,
             )
         return cls(gpu, process, log_path)
 
