@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
+from mneme.startup_trace import mark
 from replay_server.engine import CompileFunction, InstanceKey
 from replay_server.names import is_local_store, resolve_in_store
 
@@ -71,11 +73,14 @@ def compile_in_pool(instance: InstanceKey, config: dict, arch: str) -> Any:
     """
     from mneme.replay.compile import compile_for, needs_recompile, warm_up
 
+    started = time.monotonic()
     recording = _load_recording(instance.store, instance.record_db)
     wanted = ExperimentConfiguration.from_dict(config)
     if not needs_recompile(wanted) and recording.code.ptx is not None:
         warm_up(arch)
-    return compile_for(recording, recording[instance.record_id], wanted, arch)
+    product = compile_for(recording, recording[instance.record_id], wanted, arch)
+    mark("compile", "compiled", seconds=time.monotonic() - started)
+    return product
 
 
 @dataclass(frozen=True)

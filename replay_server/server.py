@@ -14,6 +14,7 @@ import grpc
 
 from mneme._proto import health_pb2_grpc, replay_pb2_grpc
 from mneme.errors import ConfigurationError
+from mneme.startup_trace import mark
 from replay_server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.compile_cache import CompileCache
 from replay_server.engines import load_engine_spec
@@ -147,6 +148,7 @@ class ReplayServer:
             except OSError as exc:
                 raise ConfigurationError(f"--metrics-port {o.metrics_port}: {exc.strerror}") from exc
         self.pool.start()
+        mark("server", "workers_spawned")
         server.start()
         self._grpc, self.port = server, port
         return port
@@ -193,6 +195,7 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
 
         when_parent_gone(parent_pid, orphaned)
     host = "127.0.0.1" if options.host in ("127.0.0.1", "localhost") else options.host
+    mark("server", "listening")
     announce(
         f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
         f"engine {server.spec.name}, store {options.store}"
