@@ -57,6 +57,9 @@ def default_executor(options: TuneOptions, results_dir: Path,
     )
 
 
+default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
+
+
 class PrestartedServers:
     """The local replay servers of a real run, started (in a thread: finding the GPUs initializes CUDA)
     before the run reads the recording and builds its space, so that the servers' and workers' start-up
@@ -161,7 +164,7 @@ class TuneRun:
         real_run = not (o.print_space or o.dry_run)
         # Local servers start now, while this process reads the recording and builds the space.
         self._prestarted = PrestartedServers(o) if real_run and not o.servers \
-            and self.executor_factory is default_executor else None
+            and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)
             mark("tune", "recording")
