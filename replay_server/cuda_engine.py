@@ -27,11 +27,12 @@ def _load_recording(store: str, record_db: str):
     replace them, fetch each chunk from the network once.
     """
     from mneme.recorded_execution import RecordedExecution
-    from mneme.store.cache import cached_store
 
     location = resolve_in_store(store, record_db)  # validates the key
     if is_local_store(store):
         return RecordedExecution.from_json(location)
+    from mneme.store.cache import cached_store  # (imports the S3 client: only for remote stores)
+
     return RecordedExecution.from_store(cached_store(store), record_db)
 
 

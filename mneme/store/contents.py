@@ -20,8 +20,8 @@ from mneme.format.database import RecordingDatabase, parse_database_bytes
 from mneme.format.objects import ObjectRef
 from mneme.format.snapshot import read_snapshot
 from mneme.store import Store, open_store
+from mneme.store.base import ObjectInfo
 from mneme.store.retry import RetryPolicy, with_retries
-from mneme.store.s3 import ObjectInfo
 
 #: What store operations accept for a store: a Store, a directory path or an s3:// URL.
 Location = Union[Store, str, "os.PathLike[str]"]

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, TypeVar
 
-from mneme.store.s3 import StoreUnavailableError
+from mneme.store.base import StoreUnavailableError
 
 T = TypeVar("T")
 

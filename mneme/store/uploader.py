@@ -11,9 +11,9 @@ from typing import Sequence
 from mneme.errors import ArtifactError, MnemeError
 from mneme.format.layout import CHUNKS_DIR
 from mneme.store import Store, open_store
+from mneme.store.base import StoreUnavailableError
 from mneme.store.contents import as_store, read_recording
 from mneme.store.retry import RetryPolicy
-from mneme.store.s3 import StoreUnavailableError
 from mneme.store.transfer import DEFAULT_WORKERS, TransferReport, transfer
 
 
