@@ -59,7 +59,9 @@ PHASES = [
     ("worker: CUDA context", "worker.start", "engine.context"),
     ("worker: window reservation", "engine.context", "engine.window"),
     ("worker: self-test", "engine.window", "worker.self_test"),
-    ("restore: recording, snapshots", "worker.self_test", "replayer.snapshots"),
+    ("restore: imports, recording database", "worker.self_test", "worker.recording"),
+    ("restore: replayer, context", "worker.recording", "replayer.context"),
+    ("restore: snapshot headers", "replayer.context", "replayer.snapshots"),
     ("restore: device state", "replayer.snapshots", "replayer.restored"),
     ("prepare: get_ready (proof)", "worker.restored", "worker.prepared"),
     ("baseline result", "worker.prepared", "executor.result1"),
@@ -179,6 +181,9 @@ def table(runs: list[Run]) -> str:
     for label, start, end in PHASES:
         row(label, lambda r, s=start, e=end: r.phase(s, e))
     row("**first verified result**", lambda r: r.first_s)
+    row("rest of the sweep", lambda r: r.phase("executor.result2", "tune.shutdown"))
+    row("executor shutdown (servers told to stop)", lambda r: r.phase("tune.shutdown", "tune.stopped"))
+    row("results written, exit", lambda r: None if r.at("tune.stopped") is None else r.end_s - r.at("tune.stopped"))
     row("**end to end**", lambda r: r.end_s)
     row("compiles (in compile processes, total)", lambda r: r.compile_s)
     lines.append("| configurations (verified/trials) | " + " | ".join(

@@ -44,6 +44,10 @@ def local_gpu_count() -> int:
     return visible_gpu_count()
 
 
+NO_GPU = ("no GPU is visible here to start local replay servers; run `mneme serve --gpu N` on a GPU machine "
+          "and pass servers=['host:port', ...]")
+
+
 class LocalServer:
     """A ``mneme serve`` subprocess on one local GPU, on a free loopback port."""
 
@@ -92,25 +96,34 @@ class LocalServer:
             )
         return address
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
+        """SIGTERM; with ``wait``, wait for the exit (SIGKILL after 15 s)."""
         if self.process.poll() is None:
             self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(5)
 
 
-def _stop_all(servers: list[LocalServer]) -> None:
-    for local in servers:
-        local.stop()
+def _stop_all(servers: list[LocalServer], wait: bool = True) -> None:
+    for local in servers:  # all told first: they stop side by side
+        local.stop(wait=False)
+    if wait:
+        for local in servers:
+            local.wait()
 
 
 class LocalServers:
     """The local servers of one executor: their token, processes and logs (a temporary directory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, wait_on_stop: bool = True) -> None:
+        self.wait_on_stop = wait_on_stop
         self.token = secrets.token_urlsafe(32)
         self.servers: list[LocalServer] = []
         self._dir = tempfile.TemporaryDirectory(prefix="mneme-servers-")
@@ -125,30 +138,44 @@ class LocalServers:
     def start(
         cls, store: str, num_workers: int, local_gpus: Sequence[int] | None = None, *,
         server_args: Sequence[str] = (), server_env: Mapping[str, str] | None = None, watchdog: float = 0.0,
+        wait_on_stop: bool = True,
     ) -> "LocalServers":
         """Start one server per GPU of ``local_gpus`` (default: every visible GPU), at most ``num_workers``
-        of them, with ``num_workers`` worker processes spread over them; returns without waiting."""
+        of them, with ``num_workers`` worker processes spread over them; returns without waiting for them.
+
+        Without ``local_gpus`` the server of GPU 0 starts at once, while the GPUs are counted (that
+        initializes CUDA in this process: ~0.1 s); with none it is stopped again and the error says so.
+        ``wait_on_stop=False``: ``stop()`` tells the servers to stop and returns (a command that exits
+        right after, like ``mneme tune``, need not wait for their GPU teardown; they also stop when it
+        is gone)."""
         if num_workers < 1:
             raise ConfigurationError(f"num_workers={num_workers}: at least one worker is needed")
-        gpus = list(range(local_gpu_count()) if local_gpus is None else local_gpus)
-        if not gpus:
-            raise NotAvailableError(
-                "no GPU is visible here to start local replay servers; run `mneme serve --gpu N` on a GPU "
-                "machine and pass servers=['host:port', ...]"
-            )
-        gpus = gpus[:num_workers]
-        per_gpu = [num_workers // len(gpus) + (1 if i < num_workers % len(gpus) else 0) for i in range(len(gpus))]
-        started = cls()
+        started = cls(wait_on_stop)
         mark("executor", "spawn")
         try:
-            for gpu, workers in zip(gpus, per_gpu):
-                started.servers.append(LocalServer.start(
-                    gpu, workers, store, str(started.token_file), started.log_dir, server_args, server_env, watchdog,
-                ))
+            if local_gpus is None:  # GPU 0's server starts before the count (there is a GPU 0 if any)
+                started._start(0, num_workers, store, server_args, server_env, watchdog)
+                gpus = list(range(local_gpu_count()))[:num_workers]
+            else:
+                gpus = list(local_gpus)[:num_workers]
+            if not gpus:
+                raise NotAvailableError(NO_GPU)
+            shares = list(zip(gpus, _spread(num_workers, len(gpus))))
+            if started.servers and shares[0] != (0, num_workers):  # GPU 0 gets only its share: restart it
+                started.servers.pop().stop()
+            for gpu, workers in shares[1 if started.servers else 0:]:
+                started._start(gpu, workers, store, server_args, server_env, watchdog)
         except BaseException:
-            started.stop()
+            _stop_all(started.servers)  # (and wait: nothing of a failed start outlives it)
             raise
         return started
+
+    def _start(self, gpu: int, workers: int, store: str, server_args: Sequence[str],
+               server_env: Mapping[str, str] | None, watchdog: float) -> LocalServer:
+        server = LocalServer.start(gpu, workers, store, str(self.token_file), self.log_dir, server_args, server_env,
+                                   watchdog)
+        self.servers.append(server)
+        return server
 
     def addresses(self, timeout: float) -> list[str]:
         """Wait until every server listens; their ``host:port``s (a server that does not start: an error
@@ -160,4 +187,9 @@ class LocalServers:
             raise
 
     def stop(self) -> None:
-        _stop_all(self.servers)
+        _stop_all(self.servers, wait=self.wait_on_stop)
+
+
+def _spread(workers: int, gpus: int) -> list[int]:
+    """Workers per GPU: ``workers`` spread over ``gpus`` as evenly as possible, the first ones first."""
+    return [workers // gpus + (1 if i < workers % gpus else 0) for i in range(gpus)]

@@ -100,6 +100,7 @@ class CudaEngineSpec:
         from mneme.replay import Replayer
 
         recording = _load_recording(instance.store, instance.record_db)
+        mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
         from mneme.replay.tolerance import parse_tolerance_setting

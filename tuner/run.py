@@ -76,7 +76,9 @@ class PrestartedServers:
         try:
             from mneme.local_servers import LocalServers, split_database
 
-            self._servers = LocalServers.start(split_database(options.record_database)[0], options.workers)
+            # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
+            self._servers = LocalServers.start(split_database(options.record_database)[0], options.workers,
+                                               wait_on_stop=False)
         except BaseException as exc:  # raised where the executor is made, as it would have been there
             self._error = exc
 
@@ -249,7 +251,9 @@ class TuneRun:
             raise
         finally:
             if executor is not None:
+                mark("tune", "shutdown")
                 executor.shutdown()
+                mark("tune", "stopped")
             results.close()
             results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
             results.write_json("summary.json", summary_document(

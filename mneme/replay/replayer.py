@@ -181,6 +181,7 @@ class Replayer:
         self._sources: dict[str, str] = {}
         self.probe_error = ""
         self.ctx = eng.open_context(self.device)
+        mark("replayer", "context")
         self.arch = device_arch(self.ctx)
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
