@@ -63,12 +63,12 @@ default_executor.adopts_local_servers = True  # takes local_servers= (the run st
 class PrestartedServers:
     """The local replay servers of a real run, started (in a thread: finding the GPUs initializes CUDA)
     before the run reads the recording and builds its space, so that the servers' and workers' start-up
-    overlaps that work. ``take()`` hands them to the executor; ``discard()`` stops them if nobody did."""
+    overlaps that work. ``take()`` hands them to the executor; ``discard()``, at the end of the run, tells
+    them to stop in any case (the executor did already, unless it failed to start)."""
 
     def __init__(self, options: TuneOptions) -> None:
         self._servers: Any = None
         self._error: BaseException | None = None
-        self._taken = False
         self._thread = threading.Thread(target=self._start, args=(options,), name="prestart-servers", daemon=True)
         self._thread.start()
 
@@ -86,12 +86,11 @@ class PrestartedServers:
         self._thread.join()
         if self._error is not None:
             raise self._error
-        self._taken = True
         return self._servers
 
     def discard(self) -> None:
         self._thread.join()
-        if not self._taken and self._servers is not None:
+        if self._servers is not None:
             self._servers.stop()
 
 
