@@ -39,7 +39,8 @@ from mneme.store import LocalStore  # noqa: E402
 from mneme.store.config import S3Settings  # noqa: E402
 from mneme.store.s3 import S3Store  # noqa: E402
 from moto_s3 import start_moto_server, stop  # noqa: E402
-from mneme.store.transfer import pull, push, summarize  # noqa: E402
+from mneme.store.summary import summarize  # noqa: E402
+from mneme.store.transfer import pull, push  # noqa: E402
 
 BASE = 0x7F0000000000
 MiB = 1 << 20

@@ -1,10 +1,11 @@
 """Tune a recorded vector add over block size x LLVM pipeline, exhaustively.
 
-    python examples/tuning_vecadd_exhaustive.py --record-db DIR/<static>.json --record-id <dynamic>
+    python examples/tuning_vecadd_exhaustive.py --record-db DIR/<static>.json [--record-id <dynamic>]
 
-or, with the same search space, through the CLI:
+(``--record-id`` may be left out when the database holds one instance) or,
+with the same search space, through the CLI:
 
-    mneme tune -rdb DIR/<static>.json -rid <dynamic> \\
+    mneme tune -rdb DIR/<static>.json [-rid <dynamic>] \\
         --space-module examples/tuning_vecadd_exhaustive.py:EntireSpace --sampler exhaustive
 
 Every candidate keeps the recorded work covered: the grid is recomputed from
@@ -101,12 +102,12 @@ def tune(executor: AsyncReplayExecutor, space: EntireSpace) -> int:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record-db", required=True, help="the recording database, <static-hash>.json")
-    parser.add_argument("--record-id", required=True, help="the instance (dynamic hash) to tune")
+    parser.add_argument("--record-id", help="the instance (dynamic hash) to tune; default: the only one")
     parser.add_argument("--workers", type=int, default=1, help="concurrent replay workers")
     args = parser.parse_args(argv)
 
-    kernel = RecordedExecution.from_json(args.record_db)[args.record_id]
-    with AsyncReplayExecutor(record_db=args.record_db, record_id=args.record_id, iterations=5,
+    kernel = RecordedExecution.from_json(args.record_db).select(args.record_id)
+    with AsyncReplayExecutor(record_db=args.record_db, record_id=kernel.record_id, iterations=5,
                              results_db_dir="./results", num_workers=args.workers) as executor:
         return tune(executor, EntireSpace(kernel))
 

@@ -32,12 +32,8 @@ import json
 import os
 import queue
 import secrets
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import weakref
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +41,9 @@ from typing import Any, Mapping, Sequence
 
 import grpc
 
-from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
+from mneme.errors import ConfigurationError, MnemeError
+from mneme.local_servers import LocalServers, split_database
+from mneme.startup_trace import mark
 from mneme.mneme_types import (
     STATUS_INTERNAL_ERROR,
     ExperimentConfiguration,
@@ -215,7 +213,9 @@ class AsyncReplayExecutor:
     servers), ``tls_ca``/``tls_cert``/``tls_key``/``tls_server_name`` (TLS and
     mutual TLS to remote servers), ``max_attempts`` and ``retry_window``
     (retries when servers go away), ``local_gpus``, ``server_args``,
-    ``server_env`` and ``server_startup_timeout`` (local servers), ``transport``
+    ``server_env`` and ``server_startup_timeout`` (local servers; ``local_servers``:
+    servers already started with ``mneme.local_servers.LocalServers.start``, which
+    the executor adopts and stops), ``transport``
     (``"stream"``, the default: one ``ReplayBatchStream`` call per server carries all
     requests, those sent together in one message; ``"unary"``: one ``Replay`` call per
     configuration).
@@ -248,6 +248,7 @@ class AsyncReplayExecutor:
         transport: str = "stream",
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
         tolerance: str = "",
+        local_servers: LocalServers | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -268,7 +269,7 @@ class AsyncReplayExecutor:
         self.transport = transport
         self.set_tolerance(tolerance)
         self._ahead = _code_variants(compile_ahead)
-        store, key = _split_database(self.record_db)
+        store, key = split_database(self.record_db)
         self.record_key = record_key or key
         self._results_path: Path | None = None
         if results_db_dir is not None:
@@ -277,7 +278,8 @@ class AsyncReplayExecutor:
             self._results_path = directory / RESULTS_FILE
         self._results_lock = threading.Lock()
         self._results_file: Any = None
-        self._local: list[_LocalServer] = []
+        self._local_servers: LocalServers | None = None
+        self._finished = 0
         self._events: "queue.Queue[tuple]" = queue.Queue()
         self._backlog: "collections.deque[_Task]" = collections.deque()
         self._ids = itertools.count(1)
@@ -289,16 +291,23 @@ class AsyncReplayExecutor:
         if servers is None:
             if self._credentials is not None:
                 raise ConfigurationError("TLS settings apply to remote servers; local servers run on loopback")
-            self._token = secrets.token_urlsafe(32)
-            servers = self._start_local_servers(store, local_gpus, server_args, server_env, server_startup_timeout)
+            self._local_servers = local_servers or LocalServers.start(
+                store, num_workers, local_gpus, server_args=server_args, server_env=server_env,
+                watchdog=self.timeout_seconds)
+            self._token = self._local_servers.token
+            servers = self._local_servers.addresses(server_startup_timeout)
+            mark("executor", "listening")
+        elif local_servers is not None:
+            raise ConfigurationError("give servers or local_servers, not both")
         if not servers:
             raise ConfigurationError("servers is empty: give at least one 'host:port', or None for local GPUs")
         try:
             self._servers = [self._connect(address) for address in servers]
         except BaseException:
-            _stop_servers(self._local)
+            self._stop_local()
             raise
         self._on_shutdown: list = []
+        mark("executor", "connected")
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="replay-dispatch", daemon=True)
         self._dispatcher.start()
 
@@ -350,7 +359,11 @@ class AsyncReplayExecutor:
                 self._results_file.close()
         for server in self._servers:
             server.channel.close()
-        _stop_servers(self._local)
+        self._stop_local()
+
+    def _stop_local(self) -> None:
+        if self._local_servers is not None:
+            self._local_servers.stop()
 
     def __enter__(self) -> "AsyncReplayExecutor":
         return self
@@ -378,40 +391,6 @@ class AsyncReplayExecutor:
         self._on_shutdown.append(callback)
 
     # -- servers -------------------------------------------------------------------------
-    def _start_local_servers(
-        self, store: str, local_gpus: Sequence[int] | None, server_args: Sequence[str],
-        server_env: Mapping[str, str] | None, startup_timeout: float,
-    ) -> list[str]:
-        if local_gpus is None:
-            from replay_server.device_info import visible_gpu_count
-
-            local_gpus = list(range(visible_gpu_count()))
-        if not local_gpus:
-            raise NotAvailableError(
-                "no GPU is visible here to start local replay servers; run `mneme serve --gpu N` on a GPU "
-                "machine and pass servers=['host:port', ...]"
-            )
-        gpus = list(local_gpus)[: self.num_workers]
-        per_gpu = [self.num_workers // len(gpus) + (1 if i < self.num_workers % len(gpus) else 0)
-                   for i in range(len(gpus))]
-        self._server_dir = tempfile.TemporaryDirectory(prefix="mneme-servers-")
-        token_path = Path(self._server_dir.name) / "token"
-        token_path.write_text(self._token)
-        token_path.chmod(0o600)
-        # Servers of an executor that is never shut down still stop when it is collected or at exit.
-        weakref.finalize(self, _stop_servers, self._local)
-        try:
-            for gpu, workers in zip(gpus, per_gpu):
-                self._local.append(_LocalServer.start(
-                    gpu, workers, store, str(token_path), Path(self._server_dir.name), server_args, server_env,
-                    self.timeout_seconds,
-                ))
-            return [local.wait_address(startup_timeout) for local in self._local]
-        except BaseException:
-            for local in self._local:
-                local.stop()
-            raise
-
     def _connect(self, address: str) -> _Server:
         from mneme._proto import replay_pb2, replay_pb2_grpc
         from mneme._proto.convert import config_to_proto
@@ -503,6 +482,7 @@ class AsyncReplayExecutor:
             self._on_stream_end(*event[1:])
         elif kind == "prepared":
             server, call = event[1], event[2]
+            mark("executor", "prepared", server=server.address)
             if call.code() == grpc.StatusCode.OK:
                 server.compiled.add(_RECORDED_CODE)
                 errors = call.result().compile_errors
@@ -686,74 +666,10 @@ class AsyncReplayExecutor:
                 if self._results_file is None:  # line-buffered: each record is on disk as it is written
                     self._results_file = open(self._results_path, "a", buffering=1)
                 self._results_file.write(line + "\n")
+        self._finished += 1
+        if self._finished <= 2:  # the first results: the start-up trace's end points (a tuner's baseline, first trial)
+            mark("executor", "result", index=self._finished, verified=result.verified)
         task.future.set_result(result)
-
-
-class _LocalServer:
-    """A ``mneme serve`` subprocess on one local GPU, on a free loopback port."""
-
-    def __init__(self, gpu: int, process: subprocess.Popen, log_path: Path) -> None:
-        self.gpu = gpu
-        self.process = process
-        self.log_path = log_path
-        self._address: "queue.Queue[str | None]" = queue.Queue()
-        threading.Thread(target=self._read_stdout, daemon=True).start()
-
-    @classmethod
-    def start(
-        cls, gpu: int, workers: int, store: str, token_file: str, log_dir: Path, extra_args: Sequence[str],
-        env: Mapping[str, str] | None, watchdog: float,
-    ) -> "_LocalServer":
-        command = [
-            sys.executable, "-m", "mneme", "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
-            "--store", store, "--workers", str(workers), "--token-file", token_file, "--log-level", "WARNING",
-            "--parent-pid", str(os.getpid()),  # a client that dies (even by SIGKILL) leaves no server behind
-            *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
-        ]
-        log_path = log_dir / f"server-gpu{gpu}.log"
-        # The server imports mneme from where this process did, installed or not.
-        package_root = str(Path(__file__).resolve().parents[1])
-        child_env = {**os.environ, **(env or {})}
-        child_env["PYTHONPATH"] = os.pathsep.join(
-            p for p in [package_root, *child_env.get("PYTHONPATH", "").split(os.pathsep)] if p)
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(
-                command, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env, start_new_session=True,
-            )
-        return cls(gpu, process, log_path)
-
-    def _read_stdout(self) -> None:
-        for line in self.process.stdout:
-            if "listening on " in line:
-                self._address.put(line.split("listening on ", 1)[1].split()[0])
-        self._address.put(None)
-
-    def wait_address(self, timeout: float) -> str:
-        try:
-            address = self._address.get(timeout=timeout)
-        except queue.Empty:
-            address = None
-        if address is None:
-            self.stop()
-            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-            raise NotAvailableError(
-                f"the local replay server for GPU {self.gpu} did not start (log {self.log_path}):\n{tail}"
-            )
-        return address
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-
-
-def _stop_servers(servers: list[_LocalServer]) -> None:
-    for local in servers:
-        local.stop()
 
 
 def _code_variants(configs: Sequence[ExperimentConfiguration | Mapping[str, Any]]) \
@@ -768,15 +684,6 @@ def _code_variants(configs: Sequence[ExperimentConfiguration | Mapping[str, Any]
         raise ConfigurationError(f"compile_ahead names {len(variants)} code variants; at most {MAX_COMPILE_AHEAD} "
                                  "(compile the likeliest ones ahead, the others compile when first replayed)")
     return list(variants.items())
-
-
-def _split_database(record_db: str) -> tuple[str, str]:
-    """(store, key): the database's directory (or URL prefix) and its name there."""
-    trimmed = record_db.rstrip("/")
-    head, sep, name = trimmed.rpartition("/")
-    if "://" not in trimmed:
-        return str(Path(head or ".").resolve()), name
-    return head, name
 
 
 def _read_token(path: str) -> str:

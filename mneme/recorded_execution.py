@@ -239,15 +239,39 @@ class RecordedExecution:
     def items(self):
         return self._instances.items()
 
-    def single_instance(self) -> KernelInstance:
-        """The only instance; an error listing the ids when there are several (pass ``-rid``) or none."""
+    def select(self, record_id: str | None = None) -> KernelInstance:
+        """The instance a command works on: ``record_id``'s, or the only one when it is None.
+
+        Every command that takes ``-rdb`` (and its optional ``--record-id``)
+        resolves its instance here: with several instances and no id, the
+        error lists the choices (id, grid, block) and says to pass
+        ``--record-id``; an unknown id lists the recorded ones.
+        """
+        if record_id not in (None, ""):
+            return self[record_id]
         if len(self._instances) == 1:
             return next(iter(self._instances.values()))
         if not self._instances:
-            raise ArtifactError(f"{self.path} holds no recorded instances")
+            raise ArtifactError(f"{self.path} holds no recorded instances; record the kernel again")
         raise ArtifactError(
-            f"{self.path} holds {len(self._instances)} instances; choose one with its record id: {self._known_ids()}"
+            f"{self.path} holds {len(self._instances)} instances; choose one with --record-id ID "
+            f"(-rid ID; in Python, select(ID)). Recorded instances:\n{self._choices()}"
         )
+
+    def single_instance(self) -> KernelInstance:
+        """The only instance; an error listing the ids when there are several or none (``select(None)``)."""
+        return self.select(None)
+
+    def _choices(self, limit: int = 20) -> str:
+        """One line per instance (id, launch index, grid, block), at most ``limit``."""
+        rows = sorted(self._instances.values(), key=lambda i: (i.record.launch_index, i.record_id))
+        lines = [
+            f"  {i.record_id}  launch {i.record.launch_index}  grid {i.grid_dim.as_tuple()}  block {i.block_dim.as_tuple()}"
+            for i in rows[:limit]
+        ]
+        if len(rows) > limit:
+            lines.append(f"  ... and {len(rows) - limit} more (`mneme ls` lists them all)")
+        return "\n".join(lines)
 
     def _known_ids(self) -> str:
         ids = list(self._instances)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from mneme.child_process import mneme_command
 from mneme.errors import ConfigurationError, NotAvailableError
 
 DEFAULT_BASE_PORT = 50051
@@ -81,16 +82,16 @@ def serve_command(task: SlurmTask, *, store: str, announce: str | None = None, b
     """The ``mneme serve`` command of one server task."""
     port = base_port + task.local_id
     address = f"{host or task.node}:{port}"
-    return [sys.executable, "-m", "mneme", "serve", "--gpu", str(task.gpu), "--port", str(port),
+    return mneme_command("serve", "--gpu", str(task.gpu), "--port", str(port),
             "--store", store, "--announce", announce or task.default_announce(), "--announce-address", address,
-            *extra]
+            *extra)
 
 
 def tune_command(task: SlurmTask, *, announce: str | None, results: str, storage: str | None = None,
                  study_name: str | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The ``mneme tune`` command of one tuner task."""
-    command = [sys.executable, "-m", "mneme", "tune", "--servers-from", announce or task.default_announce(),
-               "--results-dir", str(Path(results) / f"task-{task.proc_id}"), *extra]
+    command = mneme_command("tune", "--servers-from", announce or task.default_announce(),
+                            "--results-dir", str(Path(results) / f"task-{task.proc_id}"), *extra)
     if storage:
         command += ["--optuna-storage", storage, "--study-name", study_name or f"mneme-{task.job_id}"]
     return command

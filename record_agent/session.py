@@ -252,10 +252,10 @@ def _start_uploader(staging_dir: str, destination: str, spool_limit: int):
     network is slow or down.
     """
     try:
-        from mneme.store.transfer import Uploader
+        from mneme.store.uploader import Uploader
     except ImportError as exc:
         raise NotAvailableError(
-            "recording into s3:// needs mneme.store.transfer, which this mneme does not have; "
+            "recording into s3:// needs mneme.store.uploader, which this mneme does not have; "
             "record into a directory and upload it with `mneme push`"
         ) from exc
     return Uploader(staging_dir, destination, spool_limit=spool_limit).start()

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
+from mneme.startup_trace import mark
 from replay_server.engine import CompileFunction, InstanceKey
 from replay_server.names import is_local_store, resolve_in_store
 
@@ -25,11 +27,12 @@ def _load_recording(store: str, record_db: str):
     replace them, fetch each chunk from the network once.
     """
     from mneme.recorded_execution import RecordedExecution
-    from mneme.store.cache import cached_store
 
     location = resolve_in_store(store, record_db)  # validates the key
     if is_local_store(store):
         return RecordedExecution.from_json(location)
+    from mneme.store.cache import cached_store  # (imports the S3 client: only for remote stores)
+
     return RecordedExecution.from_store(cached_store(store), record_db)
 
 
@@ -71,11 +74,14 @@ def compile_in_pool(instance: InstanceKey, config: dict, arch: str) -> Any:
     """
     from mneme.replay.compile import compile_for, needs_recompile, warm_up
 
+    started = time.monotonic()
     recording = _load_recording(instance.store, instance.record_db)
     wanted = ExperimentConfiguration.from_dict(config)
     if not needs_recompile(wanted) and recording.code.ptx is not None:
         warm_up(arch)
-    return compile_for(recording, recording[instance.record_id], wanted, arch)
+    product = compile_for(recording, recording[instance.record_id], wanted, arch)
+    mark("compile", "compiled", seconds=time.monotonic() - started)
+    return product
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,7 @@ class CudaEngineSpec:
         from mneme.replay import Replayer
 
         recording = _load_recording(instance.store, instance.record_db)
+        mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
         from mneme.replay.tolerance import parse_tolerance_setting

@@ -6,18 +6,19 @@
 replay configurations. ``compiler()`` names a top-level function the CPU
 compile pool may run ahead of the GPU (or None).
 
-The real implementation is ``replay_server.cuda_engine.CudaEngineSpec`` (over
-``mneme.replay``); the CPU tests plug in a test engine that crashes, hangs or
-dawdles on request, so that fault isolation is tested with real processes.
+This module is the interface only and imports no implementation. The real
+implementation is ``replay_server.cuda_engine.CudaEngineSpec`` (over
+``mneme.replay``), which depends on it; ``replay_server.engines`` picks the
+implementation a server runs. The CPU tests plug in a test engine that
+crashes, hangs or dawdles on request, so that fault isolation is tested with
+real processes.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from mneme.errors import ConfigurationError
 from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
 
 
@@ -75,21 +76,3 @@ class EngineSpec(Protocol):
         ...
 
     def compiler(self) -> CompileFunction | None: ...
-
-
-def load_engine_spec(reference: "str | EngineSpec | None") -> EngineSpec:
-    """The engine a server runs: the CUDA engine, ``module:factory`` (tests, experiments), or a spec object."""
-    if reference is not None and not isinstance(reference, str):
-        return reference
-    if not reference or reference == "cuda":
-        from replay_server.cuda_engine import CudaEngineSpec
-
-        return CudaEngineSpec()
-    module_name, _, attr = reference.partition(":")
-    if not attr:
-        raise ConfigurationError(f"--engine {reference!r}: give 'cuda' or 'module:factory'")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigurationError(f"--engine {reference!r} cannot be loaded: {exc}") from exc
-    return factory()

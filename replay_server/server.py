@@ -14,9 +14,10 @@ import grpc
 
 from mneme._proto import health_pb2_grpc, replay_pb2_grpc
 from mneme.errors import ConfigurationError
+from mneme.startup_trace import mark
 from replay_server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.compile_cache import CompileCache
-from replay_server.engine import load_engine_spec
+from replay_server.engines import load_engine_spec
 from replay_server.health import HealthService
 from replay_server.metrics import ServerMetrics
 from replay_server.names import is_local_store, local_store_root
@@ -122,39 +123,44 @@ class ReplayServer:
         o = self.options
         interceptors = [BearerTokenInterceptor(read_token_file(o.token_file))] if o.token_file else []
         credentials = self._credentials()
-        server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=o.rpc_threads, thread_name_prefix="rpc"),
-            interceptors=interceptors,
-            options=[
-                ("grpc.max_receive_message_length", o.max_message_bytes),
-                ("grpc.max_send_message_length", o.max_message_bytes),
-                ("grpc.so_reuseport", 0),
-            ],
-            # Beyond this, callers get RESOURCE_EXHAUSTED instead of waiting on a starved thread pool.
-            maximum_concurrent_rpcs=max(o.rpc_threads - 4, 1),
-        )
-        replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        port = 0
-        for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
-            address = f"{host}:{o.port}"
-            try:
-                port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
-            except RuntimeError:  # grpcio raises instead of returning 0 for some failures
-                port = 0
-            if port:
-                break
-        if port == 0:
-            raise ConfigurationError(f"cannot listen on {address}: the port is taken or the address is wrong")
-        if o.metrics_port is not None:
-            try:
-                self.metrics.serve_http(o.metrics_port)
-            except OSError as exc:
-                raise ConfigurationError(f"--metrics-port {o.metrics_port}: {exc.strerror}") from exc
-        self.pool.start()
-        server.start()
-        self._grpc, self.port = server, port
-        return port
+        self.pool.start()  # now: the workers' start-up (CUDA context, self-test) overlaps the rest
+        mark("server", "workers_spawned")
+        try:
+            server = grpc.server(
+                futures.ThreadPoolExecutor(max_workers=o.rpc_threads, thread_name_prefix="rpc"),
+                interceptors=interceptors,
+                options=[
+                    ("grpc.max_receive_message_length", o.max_message_bytes),
+                    ("grpc.max_send_message_length", o.max_message_bytes),
+                    ("grpc.so_reuseport", 0),
+                ],
+                # Beyond this, callers get RESOURCE_EXHAUSTED instead of waiting on a starved thread pool.
+                maximum_concurrent_rpcs=max(o.rpc_threads - 4, 1),
+            )
+            replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
+            health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            port = 0
+            for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
+                address = f"{host}:{o.port}"
+                try:
+                    port = server.add_secure_port(address, credentials) if credentials else server.add_insecure_port(address)
+                except RuntimeError:  # grpcio raises instead of returning 0 for some failures
+                    port = 0
+                if port:
+                    break
+            if port == 0:
+                raise ConfigurationError(f"cannot listen on {address}: the port is taken or the address is wrong")
+            if o.metrics_port is not None:
+                try:
+                    self.metrics.serve_http(o.metrics_port)
+                except OSError as exc:
+                    raise ConfigurationError(f"--metrics-port {o.metrics_port}: {exc.strerror}") from exc
+            server.start()
+            self._grpc, self.port = server, port
+            return port
+        except BaseException:  # no server: no workers either
+            self.pool.stop()
+            raise
 
     def stop(self, grace: float = 2.0) -> None:
         if self._stopped.is_set():
@@ -198,6 +204,7 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
 
         when_parent_gone(parent_pid, orphaned)
     host = "127.0.0.1" if options.host in ("127.0.0.1", "localhost") else options.host
+    mark("server", "listening")
     announce(
         f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
         f"engine {server.spec.name}, store {options.store}"

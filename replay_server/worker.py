@@ -29,6 +29,7 @@ from typing import Any
 
 from mneme.errors import MnemeError
 from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
+from mneme.startup_trace import mark
 
 EXIT_CONTEXT_LOST = 3
 
@@ -63,6 +64,7 @@ def cache_budget(cache_bytes: int, info: dict, workers_on_gpu: int) -> int:
 
 
 def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int, workers_on_gpu: int = 1) -> None:
+    mark("worker", "start")
     die_with_parent()
     pin_gpu(gpu)
     from replay_server.prepared_cache import PreparedCache
@@ -73,6 +75,7 @@ def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int, workers_on_gpu
         except BaseException as exc:  # the self-test is the gate: any failure keeps this worker out
             conn.send(("failed", f"self-test failed: {type(exc).__name__}: {exc}"))
             return
+        mark("worker", "self_test")
         conn.send(("ready", info))
         cache: PreparedCache = PreparedCache(cache_budget(cache_bytes, info, workers_on_gpu))
         try:
@@ -101,8 +104,10 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
                 raise
             continue
         if kind == "prepare":
+            mark("worker", "restored")
             conn.send(("begin", job_id))
             problem = prepared.get_ready()
+            mark("worker", "prepared")
             retiring = cache.unhealthy()
             conn.send(("prepared", job_id, prepared.device_bytes, cache.total_bytes, problem, retiring))
             if retiring:

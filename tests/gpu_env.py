@@ -26,12 +26,8 @@ def child_env(**extra: str) -> dict[str, str]:
 
     Putting the checkout first on PYTHONPATH would shadow an installed mneme (and
     its native parts) with the source tree; this puts the tree mneme was imported
-    from first instead.
+    from first instead (``mneme.child_process.child_env``, as mneme does for its own children).
     """
-    import os
+    from mneme.child_process import child_env as mneme_child_env
 
-    import mneme
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(mneme.__file__)))
-    paths = [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **extra}
+    return mneme_child_env(extra)

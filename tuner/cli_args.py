@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("-rdb", "--record-database", "--record-db", dest="record_database", metavar="FILE.json",
                    default=S, help="the recording database (<static-hash>.json)")
     g.add_argument("-rid", "--record-id", dest="record_id", metavar="ID", default=S,
-                   help="the kernel instance (dynamic hash) to tune")
+                   help="the kernel instance (dynamic hash) to tune; default: the database's only instance")
 
     g = parser.add_argument_group("search space")
     g.add_argument("--space-module", metavar="MODULE_OR_PATH:CLASS", default=S,

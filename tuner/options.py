@@ -299,9 +299,8 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
     if o.optuna_storage and o.sampler in ("exhaustive",):
         raise ConfigurationError("--optuna-storage needs an Optuna sampler (random, tpe, grid, nsga2)")
     if not o.dump_config:
-        for key in ("record_database", "record_id"):
-            if not getattr(o, key):
-                raise ConfigurationError(
-                    f"--{key.replace('_', '-')} is required (the recording database JSON and the instance id "
-                    "to tune; `mneme ls` lists them)"
-                )
+        if not o.record_database:
+            raise ConfigurationError(
+                "--record-database is required (the recording database JSON; `mneme ls` lists them); "
+                "--record-id may be left out when the database holds one instance"
+            )

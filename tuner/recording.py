@@ -26,8 +26,8 @@ def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
     return None
 
 
-def load_instance(record_database: str, record_id: str) -> tuple[Any, KernelIdentity]:
-    """The ``KernelInstance`` of ``record_id`` in the database, and its identity."""
+def load_instance(record_database: str, record_id: str | None) -> tuple[Any, KernelIdentity]:
+    """The ``KernelInstance`` of ``record_id`` in the database (the only one when None), and its identity."""
     try:
         from mneme.recorded_execution import RecordedExecution
     except ImportError as exc:
@@ -45,12 +45,10 @@ def load_instance(record_database: str, record_id: str) -> tuple[Any, KernelIden
     except Exception as exc:  # a reader bug or an unexpected format: name the file
         raise ArtifactError(f"cannot read the recording database {record_database}: {exc}") from exc
     try:
-        kernel = recording[record_id]
-    except (KeyError, IndexError):
-        raise ConfigurationError(
-            f"--record-id {record_id}: no such instance in {record_database}; the ids are the keys of its "
-            "'instances' map"
-        ) from None
+        kernel = recording.select(record_id)
+    except ArtifactError as exc:  # several instances and no id, or an unknown id: the choices are in it
+        raise ConfigurationError(f"--record-database {record_database}: {exc}") from None
+    record_id = str(kernel.record_id)
     require = getattr(kernel, "require_supported", None)
     if require is not None:  # before any server starts: the recorder's reasons, exit status 2
         require()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, TextIO
@@ -13,6 +15,7 @@ from mneme import __version__
 from mneme.apply.device import driver_version
 from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
+from mneme.startup_trace import mark
 from mneme.tuning.sample_strategy import make_strategy
 from mneme.tuning.search_space import SearchSpace, baseline_checked, code_variants, describe_space
 from tuner.errors import TuningError
@@ -29,13 +32,14 @@ from tuner.summary import best_document, summary_document, verification_counts
 
 #: (options, results directory, configurations whose code to compile ahead) -> executor
 ExecutorFactory = Callable[[TuneOptions, Path, "list[ExperimentConfiguration]"], Executor]
-InstanceLoader = Callable[[str, str], "tuple[Any, KernelIdentity]"]
+InstanceLoader = Callable[[str, "str | None"], "tuple[Any, KernelIdentity]"]
 
 
 def default_executor(options: TuneOptions, results_dir: Path,
-                     compile_ahead: "list[ExperimentConfiguration]" = ()) -> Executor:
+                     compile_ahead: "list[ExperimentConfiguration]" = (), local_servers: Any = None) -> Executor:
     """The real executor: local replay workers, or the replay servers of ``--servers``; the servers
-    compile ``compile_ahead``'s code while they prepare the instance."""
+    compile ``compile_ahead``'s code while they prepare the instance. ``local_servers``: the local
+    servers the run started early (:class:`PrestartedServers`)."""
     try:
         from mneme.async_executor import AsyncReplayExecutor
     except ImportError as exc:
@@ -58,10 +62,48 @@ def default_executor(options: TuneOptions, results_dir: Path,
         tls_server_name=options.tls_server_name,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
+        local_servers=local_servers,
     )
     if options.servers_from:
         follow(executor, options.servers_from)
     return executor
+
+
+default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
+
+
+class PrestartedServers:
+    """The local replay servers of a real run, started (in a thread: finding the GPUs initializes CUDA)
+    before the run reads the recording and builds its space, so that the servers' and workers' start-up
+    overlaps that work. ``take()`` hands them to the executor; ``discard()``, at the end of the run, tells
+    them to stop in any case (the executor did already, unless it failed to start)."""
+
+    def __init__(self, options: TuneOptions) -> None:
+        self._servers: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, args=(options,), name="prestart-servers", daemon=True)
+        self._thread.start()
+
+    def _start(self, options: TuneOptions) -> None:
+        try:
+            from mneme.local_servers import LocalServers, split_database
+
+            # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
+            self._servers = LocalServers.start(split_database(options.record_database)[0], options.workers,
+                                               wait_on_stop=False)
+        except BaseException as exc:  # raised where the executor is made, as it would have been there
+            self._error = exc
+
+    def take(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._servers
+
+    def discard(self) -> None:
+        self._thread.join()
+        if self._servers is not None:
+            self._servers.stop()
 
 
 def dump_options(options: TuneOptions, path: str) -> None:
@@ -123,6 +165,7 @@ class TuneRun:
         self.is_tty = is_tty
         self.log = logging.getLogger(f"mneme.tune.{id(self)}")
         self.log.propagate = False
+        self._prestarted: PrestartedServers | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -131,19 +174,31 @@ class TuneRun:
             dump_options(o, o.dump_config)
             print(f"wrote the resolved configuration to {o.dump_config}", file=self.out)
             return 0
-        kernel, identity = self.instance_loader(o.record_database, o.record_id)
-        space = build_space(o, kernel)
-        baseline_config = baseline_checked(space)
-        description = describe_space(space)
-        if o.print_space:
-            _print_json(description, self.out)
-            return 0
-        if o.dry_run:
-            _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
-                         "sampler": o.sampler, "trials": o.trials}, self.out)
-            return 0
-        with sigterm_as_interrupt():  # a batch system's time limit stops the run as Ctrl-C does
-            return self._tune(space, description, identity)
+        real_run = not (o.print_space or o.dry_run)
+        # Local servers start now, while this process reads the recording and builds the space.
+        self._prestarted = PrestartedServers(o) if real_run and not o.servers \
+            and getattr(self.executor_factory, "adopts_local_servers", False) else None
+        try:
+            kernel, identity = self.instance_loader(o.record_database, o.record_id)
+            mark("tune", "recording")
+            if not o.record_id:  # the database's only instance: every later step uses its id
+                o = self.options = dataclasses.replace(o, record_id=identity.record_id)
+            space = build_space(o, kernel)
+            baseline_config = baseline_checked(space)
+            description = describe_space(space)
+            mark("tune", "space")
+            if o.print_space:
+                _print_json(description, self.out)
+                return 0
+            if o.dry_run:
+                _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
+                             "sampler": o.sampler, "trials": o.trials}, self.out)
+                return 0
+            with sigterm_as_interrupt():  # a batch system's time limit stops the run as Ctrl-C does
+                return self._tune(space, description, identity)
+        finally:
+            if self._prestarted is not None:
+                self._prestarted.discard()
 
     # -- a real run -----------------------------------------------------------------------
     def _tune(self, space: SearchSpace, description: dict[str, Any], identity: KernelIdentity) -> int:
@@ -168,8 +223,14 @@ class TuneRun:
         complete = False
         try:
             # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
-            executor = self.executor_factory(o, results.path, [] if o.baseline_only else code_variants(space))
+            ahead = [] if o.baseline_only else code_variants(space)
+            if self._prestarted is not None:
+                executor = self.executor_factory(o, results.path, ahead, local_servers=self._prestarted.take())
+            else:
+                executor = self.executor_factory(o, results.path, ahead)
+            mark("tune", "executor")
             baseline = self._baseline(space, executor, results, reporter)
+            mark("tune", "baseline")
             if o.baseline_only:
                 complete = True
                 state.stopped = "baseline-only"
@@ -204,7 +265,9 @@ class TuneRun:
             raise
         finally:
             if executor is not None:
+                mark("tune", "shutdown")
                 executor.shutdown()
+                mark("tune", "stopped")
             if strategy is not None:
                 strategy.close()  # a shared study's running trials are released for other processes
             results.close()

@@ -3,7 +3,8 @@
 Each module listed in ``CLI_MODULES`` defines ``COMMANDS``, a list of
 :class:`mneme.cli.command.Command`. Modules import their heavy dependencies
 inside the ``run`` functions so that ``mneme --help`` stays fast and works on
-machines without a GPU.
+machines without a GPU; ``mneme NAME ...`` imports only the module of NAME
+(``COMMAND_MODULES``), which is what a command's start-up pays for.
 """
 
 from __future__ import annotations
@@ -14,11 +15,24 @@ import sys
 
 from mneme import __version__
 from mneme.errors import MnemeError, Terminated
+from mneme.startup_trace import mark
 
 CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config"]
+#: The module of each command: `mneme NAME` imports just that one. A command missing here still works
+#: (then every module is imported); tests/unit/test_cli.py checks this table against the modules.
+COMMAND_MODULES = {
+    "record": "record", "replay": "replay", "tune": "tune", "run": "run", "serve": "serve", "config": "config",
+    **{name: "store_cmds" for name in ("push", "pull", "ls", "gc", "clean", "copy", "move")},
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _command_name(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names (its first word that is not an option), if any."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or (``command`` in COMMAND_MODULES) of that one only."""
     parser = argparse.ArgumentParser(
         prog="mneme",
         description="Record CUDA kernel launches, replay them standalone and bit-exact, tune them.",
@@ -26,17 +40,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mneme {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    for module_name in CLI_MODULES:
+    only = command if command in COMMAND_MODULES else None
+    for module_name in [COMMAND_MODULES[only]] if only else CLI_MODULES:
         module = importlib.import_module(f"mneme.cli.{module_name}")
-        for command in module.COMMANDS:
-            p = sub.add_parser(command.name, help=command.help, description=command.help)
-            command.configure(p)
-            p.set_defaults(_command=command)
+        for found in module.COMMANDS:
+            if only and found.name != only:
+                continue
+            p = sub.add_parser(found.name, help=found.help, description=found.help)
+            found.configure(p)
+            p.set_defaults(_command=found)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    mark("cli", "start")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(_command_name(argv)).parse_args(argv)
+    mark("cli", "parsed")
     command = args._command
     try:
         return int(command.run(args) or 0)

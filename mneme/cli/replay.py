@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     from mneme.replay.tolerance import ToleranceOverrides
 
     recording = RecordedExecution.from_json(args.record_db)
-    instance = recording[args.record_id] if args.record_id else recording.single_instance()
+    instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
     config = build_config(args, instance)
     modes = [t for t in args.tolerance if t.strip() in ("auto", "exact")]

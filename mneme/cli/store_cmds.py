@@ -1,8 +1,9 @@
 """Artifact-store subcommands: push, pull, ls, gc, clean, copy, move.
 
 Every location is a directory or an ``s3://bucket/prefix`` URL (settings of
-S3 in docs/store.md). The work is done by :mod:`mneme.store.transfer`; this
-module only parses arguments and prints reports.
+S3 in docs/store.md). The work is done by :mod:`mneme.store.transfer`,
+:mod:`mneme.store.cleanup` and :mod:`mneme.store.summary`; this module only
+parses arguments and prints reports.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def _retries_argument(parser: argparse.ArgumentParser) -> None:
 
 def _retry(args: argparse.Namespace):
     from mneme.errors import ConfigurationError
-    from mneme.store.transfer import RetryPolicy
+    from mneme.store.retry import RetryPolicy
 
     if args.retries < 1:
         raise ConfigurationError(f"--retries must be at least 1, got {args.retries}")
@@ -116,7 +117,7 @@ def _run_ls(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mneme.store.transfer import summarize
+    from mneme.store.summary import summarize
 
     summary = summarize(args.location, _retry(args))
     if args.json:
@@ -163,7 +164,7 @@ def _configure_gc(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_gc(args: argparse.Namespace) -> int:
-    from mneme.store.transfer import gc
+    from mneme.store.cleanup import gc
 
     print(gc(args.location, grace_s=_grace(args), dry_run=args.dry_run, retry=_retry(args)).summary())
     return 0
@@ -182,7 +183,7 @@ def _configure_clean(parser: argparse.ArgumentParser) -> None:
 
 def _run_clean(args: argparse.Namespace) -> int:
     from mneme.errors import ConfigurationError
-    from mneme.store.transfer import clean
+    from mneme.store.cleanup import clean
 
     if bool(args.recordings) == bool(args.all):
         raise ConfigurationError("name the recordings to delete (static hashes, see `mneme ls`) or pass --all")

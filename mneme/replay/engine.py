@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from mneme.errors import NotAvailableError
+from mneme.startup_trace import mark
 
 # CUresults after which the context is unusable (a fault in a kernel poisons the
 # context: every later call returns the same error). The process must go.
@@ -97,6 +98,7 @@ def open_context(device: int = 0) -> Any:
     native = require_driver()
     ctx = native.Context(device)
     if not _window_tried:
+        mark("engine", "context")
         _window_tried = True
         for size in GUARD_SIZES:
             try:
@@ -104,6 +106,7 @@ def open_context(device: int = 0) -> Any:
                 break
             except native.CudaError:
                 continue  # taken (partly): try a smaller window; none at all means replays relocate
+        mark("engine", "window")
     return ctx
 
 

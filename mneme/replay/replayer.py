@@ -38,6 +38,7 @@ from mneme.replay.launch_attrs import plan_for
 from mneme.replay.state import DeviceState
 from mneme.replay.nondeterminism import DEFAULT_RUNS, DEFAULT_SAFETY, DerivedTolerance, summarize
 from mneme.replay.tolerance import ToleranceOverrides, deviation, engine_check, is_exact, judge, worse
+from mneme.startup_trace import mark
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
@@ -181,9 +182,11 @@ class Replayer:
         self._sources: dict[str, str] = {}
         self.probe_error = ""
         self.ctx = eng.open_context(self.device)
+        mark("replayer", "context")
         self.arch = device_arch(self.ctx)
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
+        mark("replayer", "snapshots")
         if relocate is None:
             relocate = recording.address_space.mode == "relocatable"
         try:
@@ -191,6 +194,7 @@ class Replayer:
         except Exception:
             self.close()
             raise
+        mark("replayer", "restored")
         unused = self.overrides.unused_selectors((r.name, r.recorded_base) for r in self._state.regions)
         if unused:
             names = ", ".join(r.label for r in self._state.regions)

@@ -11,16 +11,30 @@ from __future__ import annotations
 
 import abc
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from mneme.errors import ArtifactError
+from mneme.errors import ArtifactError, MnemeError
 
 #: Longest accepted object name (S3 keys are limited to 1024 bytes including the prefix).
 MAX_NAME_LENGTH = 512
 #: Longest accepted path component (common file-system limit).
 MAX_COMPONENT_LENGTH = 255
 _COMPONENT_CHARS = re.compile(r"[A-Za-z0-9._+=@,~-]+")
+
+
+class StoreUnavailableError(MnemeError):
+    """The store could not be reached (network down, server gone): worth retrying later."""
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing says about one object: its name, size and last-modified time (POSIX seconds)."""
+
+    name: str
+    size: int
+    modified: float
 
 
 class InvalidNameError(ArtifactError, ValueError):

@@ -27,7 +27,7 @@ from typing import Iterator
 from mneme.errors import ArtifactError
 from mneme.store import LocalStore, Store, open_store
 from mneme.store.base import validate_name
-from mneme.store.transfer import check_chunk_blob
+from mneme.store.contents import check_chunk_blob
 
 #: Where caches live unless told otherwise (``MNEME_CACHE_DIR`` overrides).
 DEFAULT_CACHE_DIR = Path("~/.cache/mneme/store").expanduser()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator
@@ -25,7 +24,7 @@ from minio.commonconfig import REPLACE, CopySource
 from minio.error import InvalidResponseError, S3Error, ServerError
 
 from mneme.errors import ArtifactError, ConfigurationError, MnemeError
-from mneme.store.base import Store, validate_name, validate_prefix
+from mneme.store.base import ObjectInfo, Store, StoreUnavailableError, validate_name, validate_prefix
 from mneme.store.config import CREDENTIALS_HINT, S3Settings, load_s3_settings
 
 #: S3 error codes that mean "these credentials are not accepted here".
@@ -46,21 +45,8 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
 
 
-class StoreUnavailableError(MnemeError):
-    """The store could not be reached (network down, server gone): worth retrying later."""
-
-
 class CredentialsError(MnemeError):
     """The server refused the credentials."""
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    """What a listing says about one object: its name, size and last-modified time (POSIX seconds)."""
-
-    name: str
-    size: int
-    modified: float
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:

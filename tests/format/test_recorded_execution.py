@@ -64,6 +64,25 @@ def test_unknown_id_lists_known_ids(recording):
         rec.single_instance()
 
 
+def test_select_lists_the_choices_when_several_instances_and_no_id(recording):
+    rec = RecordedExecution.from_json(recording.path)
+    with pytest.raises(ArtifactError) as info:
+        rec.select()
+    message = str(info.value)
+    assert "3 instances" in message and "--record-id" in message
+    for record_id in recording.dynamic_hashes:
+        assert f"  {record_id}  launch " in message
+    assert "grid (8, 1, 1)  block (128, 1, 1)" in message
+    assert rec.select(recording.dynamic_hashes[1]).record_id == recording.dynamic_hashes[1]
+    with pytest.raises(ArtifactError, match="no instance 42"):
+        rec.select("42")
+
+
+def test_select_without_an_id_picks_the_only_instance(tmp_path):
+    r = write_vecadd_recording(tmp_path, instances=1)
+    assert RecordedExecution.from_json(r.path).select(None).record_id == r.dynamic_hash
+
+
 def test_single_instance_and_directory_lookup(tmp_path):
     r = write_vecadd_recording(tmp_path, include_ptx=False)
     rec = RecordedExecution.from_json(tmp_path)

@@ -24,7 +24,7 @@ from test_record_replay import assert_verified, replay_all
 from test_tune import common_flags, mneme_tune, tune_env
 
 from mneme.recorded_execution import RecordedExecution
-from mneme.store.transfer import summarize
+from mneme.store.summary import summarize
 
 pytestmark = pytest.mark.gpu
 APPS = Path(__file__).resolve().parents[2] / "bench" / "apps"

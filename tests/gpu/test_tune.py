@@ -10,6 +10,7 @@ committed recording is missing.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,3 +117,23 @@ def test_builtin_quick_preset_on_a_synthetic_recording_then_report(tmp_path):
                           capture_output=True, text=True, timeout=300, env=tune_env(tmp_path))
     # with matplotlib/plotly missing the report fails with the package to install, and nothing else
     assert proc.returncode == 0 or "pip install" in proc.stderr, proc.stderr
+
+
+def test_tune_from_a_directory_holding_a_mneme_source_tree_without_native_parts(tmp_path):
+    """A checkout's source tree in the current directory shadows nothing: the local servers, their workers
+    and compile processes import the mneme this test imported (with its native engine)."""
+    from mneme.child_process import mneme_command
+
+    checkout = tmp_path / "checkout"
+    for package in ("mneme", "replay_server", "tuner"):
+        shutil.copytree(REPO / package, checkout / package,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "lib"))
+    assert not list((checkout / "mneme").glob("_engine*"))
+    rec = write_vecadd_recording(tmp_path / "rec", n=1 << 20, block=256)
+    run = tmp_path / "results"
+    proc = subprocess.run(
+        mneme_command("tune", "-rdb", rec.path, "--space-preset", "launch", "--launch-dim", "x", *common_flags(run)),
+        cwd=checkout, env=tune_env(tmp_path), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"mneme tune failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    size = json.loads((run / "search_space.json").read_text())["size"]
+    check_results(run, size, rec.dynamic_hash)

@@ -47,7 +47,7 @@ def test_record_into_s3(tmp_path, endpoint, monkeypatch):
 
 def test_the_upload_spool_is_bounded_by_spool_max_bytes(monkeypatch, tmp_path):
     """The record agent hands its --spool-max-bytes to the uploader (back-pressure, not a full disk)."""
-    import mneme.store.transfer as transfer
+    import mneme.store.uploader as uploader
     from record_agent import session
 
     seen = {}
@@ -59,6 +59,6 @@ def test_the_upload_spool_is_bounded_by_spool_max_bytes(monkeypatch, tmp_path):
         def start(self):
             return self
 
-    monkeypatch.setattr(transfer, "Uploader", CapturingUploader)
+    monkeypatch.setattr(uploader, "Uploader", CapturingUploader)
     session._start_uploader(str(tmp_path), "s3://bucket/prefix", 123 << 20)
     assert seen == {"staging_dir": str(tmp_path), "destination": "s3://bucket/prefix", "spool_limit": 123 << 20}

@@ -48,7 +48,7 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
             assert result.verified and result.exec_time == [block_x] * 7  # attached to its own configuration
         assert crashed.failed and "SIGSEGV" in crashed.error, crashed
         assert executor.evaluate({"block": {"x": 4096}}).status == "invalid_config"
-        local = list(executor._local)
+        local = list(executor._local_servers.servers)
     assert all(server.process.poll() is not None for server in local), "local servers stop with the executor"
     lines = [json.loads(line) for line in (results_dir / "results.jsonl").read_text().splitlines()]
     assert len(lines) == 18 and lines[0]["record_id"] == RECORD_ID

@@ -64,7 +64,7 @@ CLIENT = textwrap.dedent("""
     executor = AsyncReplayExecutor({db!r}, "456", iterations=1, local_gpus=[0],
                                    server_args=["--engine", "fake_engine:spec_from_env"], server_env={env!r})
     assert executor.evaluate({{"block": {{"x": 64}}}}).verified
-    print(" ".join(str(s.process.pid) for s in executor._local), flush=True)
+    print(" ".join(str(s.process.pid) for s in executor._local_servers.servers), flush=True)
     os.kill(os.getpid(), int(sys.argv[1]))
 """)
 

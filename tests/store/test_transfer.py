@@ -14,17 +14,11 @@ from mneme.format.database import load_database
 from mneme.format.snapshot import read_snapshot
 from mneme.recorded_execution import RecordedExecution
 from mneme.store import LocalStore, open_store
-from mneme.store.transfer import (
-    RetryPolicy,
-    clean,
-    database_names,
-    gc,
-    move,
-    pull,
-    push,
-    summarize,
-    with_retries,
-)
+from mneme.store.cleanup import clean, gc
+from mneme.store.contents import database_names
+from mneme.store.retry import RetryPolicy, with_retries
+from mneme.store.summary import summarize
+from mneme.store.transfer import move, pull, push
 from mneme.store.s3 import StoreUnavailableError
 
 VECADD = Path(__file__).resolve().parents[1] / "data" / "recordings" / "vecadd"

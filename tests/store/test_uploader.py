@@ -12,7 +12,9 @@ from mneme.errors import MnemeError
 from mneme.store import open_store
 from mneme.store.config import S3Settings
 from mneme.store.s3 import S3Store
-from mneme.store.transfer import RetryPolicy, Uploader, pull, spool_bytes
+from mneme.store.retry import RetryPolicy
+from mneme.store.transfer import pull
+from mneme.store.uploader import Uploader, spool_bytes
 
 FAST_RETRY = RetryPolicy(attempts=2, initial_delay_s=0.05, max_delay_s=0.1)
 

@@ -37,6 +37,20 @@ def test_unknown_instance_and_missing_database_are_clear(recording, tmp_path, ca
     assert "no such file" in capsys.readouterr().err
 
 
+def test_tune_without_record_id_picks_the_only_instance(recording, capsys):
+    assert main(["tune", "-rdb", recording.path, "--space-preset", "launch", "--launch-dim", "x", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["baseline"]["block"]["x"] == 256
+
+
+def test_tune_without_record_id_lists_the_choices_when_there_are_several(tmp_path, capsys):
+    several = write_vecadd_recording(tmp_path / "several", n=N, block=256, instances=2)
+    assert main(["tune", "-rdb", several.path, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "2 instances" in err and "--record-id" in err
+    assert all(record_id in err for record_id in several.dynamic_hashes)
+    assert main(["tune", "-rdb", several.path, "-rid", several.dynamic_hashes[1], "--dry-run"]) == 0
+
+
 def test_print_space_of_the_launch_preset(recording, capsys):
     assert main(["tune", "-rdb", recording.path, "-rid", recording.dynamic_hash, "--space-preset", "launch",
                  "--launch-dim", "x", "--launch-safety", "aggressive", "--print-space"]) == 0

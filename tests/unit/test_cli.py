@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mneme.cli import CLI_MODULES, build_parser, main
+from mneme.cli import CLI_MODULES, COMMAND_MODULES, build_parser, main
 
 SUBCOMMANDS = ["record", "replay", "tune", "run", "serve", "push", "pull", "ls", "gc", "clean", "copy", "move", "config"]
 
@@ -21,6 +21,21 @@ def test_every_subcommand_is_registered():
     registered = set(parser._subparsers._group_actions[0].choices)  # noqa: SLF001 - argparse has no public accessor
     assert registered == set(SUBCOMMANDS)
     assert CLI_MODULES
+
+
+def test_the_command_table_names_each_commands_module():
+    import importlib
+
+    found = {command.name: module for module in CLI_MODULES
+             for command in importlib.import_module(f"mneme.cli.{module}").COMMANDS}
+    assert COMMAND_MODULES == found
+
+
+def test_a_command_imports_only_its_own_cli_module():
+    probe = ("import sys; from mneme.cli import build_parser; build_parser('ls'); "
+             "print(sorted(m for m in sys.modules if m.startswith('mneme.cli.')))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "['mneme.cli.command', 'mneme.cli.store_cmds']", done.stderr
 
 
 def test_top_level_help_lists_subcommands():
