@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from mneme.child_process import mneme_command
+from mneme.child_process import child_env, mneme_command
 from mneme.errors import ConfigurationError, NotAvailableError
 
 DEFAULT_BASE_PORT = 50051
@@ -82,9 +82,8 @@ def serve_command(task: SlurmTask, *, store: str, announce: str | None = None, b
     """The ``mneme serve`` command of one server task."""
     port = base_port + task.local_id
     address = f"{host or task.node}:{port}"
-    return mneme_command("serve", "--gpu", str(task.gpu), "--port", str(port),
-            "--store", store, "--announce", announce or task.default_announce(), "--announce-address", address,
-            *extra)
+    return mneme_command("serve", "--gpu", str(task.gpu), "--port", str(port), "--store", store,
+                         "--announce", announce or task.default_announce(), "--announce-address", address, *extra)
 
 
 def tune_command(task: SlurmTask, *, announce: str | None, results: str, storage: str | None = None,
@@ -152,8 +151,8 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         return 2
     print("mneme.slurm: " + " ".join(command), flush=True)
     if args.role == "serve":  # the server takes this task's place: srun's signals reach it directly
-        os.execv(command[0], command)
-    return subprocess.call(command)
+        os.execve(command[0], command, child_env())
+    return subprocess.call(command, env=child_env())
 
 
 if __name__ == "__main__":

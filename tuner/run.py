@@ -176,7 +176,7 @@ class TuneRun:
             return 0
         real_run = not (o.print_space or o.dry_run)
         # Local servers start now, while this process reads the recording and builds the space.
-        self._prestarted = PrestartedServers(o) if real_run and not o.servers \
+        self._prestarted = PrestartedServers(o) if real_run and not o.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)

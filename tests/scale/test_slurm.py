@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from scale_helpers import TESTS  # noqa: F401  (puts tests/server on sys.path)
 
+from mneme.child_process import mneme_command
 from mneme.errors import ConfigurationError
 from mneme.format.synthetic import write_vecadd_recording
 from mneme.slurm import SlurmTask, serve_command, tune_command
@@ -43,13 +44,13 @@ def test_a_task_drives_the_gpu_slurm_gave_it():
 def test_commands_of_server_and_tuner_tasks():
     task = SlurmTask.from_env(env(CUDA_VISIBLE_DEVICES="2"))
     serve = serve_command(task, store="s3://b/rec", extra=["--workers", "2"])
-    assert serve[1:] == ["-m", "mneme", "serve", "--gpu", "0", "--port", "50052", "--store", "s3://b/rec",
+    assert serve == mneme_command("serve", "--gpu", "0", "--port", "50052", "--store", "s3://b/rec",
                          "--announce", "/shared/home/me/mneme-servers-4242", "--announce-address",
-                         "gpu-node-3:50052", "--workers", "2"]
+                         "gpu-node-3:50052", "--workers", "2")
     tune = tune_command(task, announce=None, results="/r", storage="journal:/s.log", extra=["-rid", "7"])
-    assert tune[1:] == ["-m", "mneme", "tune", "--servers-from", "/shared/home/me/mneme-servers-4242",
+    assert tune == mneme_command("tune", "--servers-from", "/shared/home/me/mneme-servers-4242",
                         "--results-dir", "/r/task-5", "-rid", "7", "--optuna-storage", "journal:/s.log",
-                        "--study-name", "mneme-4242"]
+                        "--study-name", "mneme-4242")
 
 
 def test_the_sbatch_script_runs_servers_and_sharing_tuners(tmp_path):
