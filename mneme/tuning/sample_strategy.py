@@ -250,21 +250,27 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 self.skipped_by_constraints += 1
                 self.study.tell(trial, list(self.penalty))
                 continue
-            config = derive_checked(self.space, params)
-            candidate = Candidate(params, config, trial.number)
-            key = candidate.hash
-            if key in self._values:
-                self.skipped_duplicates += 1
-                self.study.tell(trial, list(self._values[key]))
+            candidate = Candidate(params, derive_checked(self.space, params), trial.number)
+            if self._settled(trial, candidate):
                 continue
-            if key in self._in_flight:
-                self.skipped_duplicates += 1
-                self._in_flight[key].append(trial)
-                continue
-            self._in_flight[key] = []
+            self._in_flight[candidate.hash] = []
             self._trials[trial.number] = trial
             return candidate
         return None
+
+    def _settled(self, trial: Any, candidate: Candidate) -> bool:
+        """True when ``trial`` needs no replay of its own: its configuration's values are known (told now)
+        or being measured (told when they come)."""
+        key = candidate.hash
+        if key in self._values:
+            self.skipped_duplicates += 1
+            self.study.tell(trial, list(self._values[key]))
+            return True
+        if key in self._in_flight:
+            self.skipped_duplicates += 1
+            self._in_flight[key].append(trial)
+            return True
+        return False
 
     def _enqueue_unseen_point(self) -> bool:
         """The sampler keeps proposing known points (a nearly used-up space): hand it an unseen one.

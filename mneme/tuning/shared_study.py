@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any
 
 from mneme.errors import ConfigurationError
-from mneme.tuning.sample_strategy import ENQUEUE_AFTER, MAX_REDRAWS, OptunaSamplingStrategy
-from mneme.tuning.search_space import Candidate, SearchSpace, constraints_checked, derive_checked
+from mneme.tuning.sample_strategy import OptunaSamplingStrategy
+from mneme.tuning.search_space import Candidate, SearchSpace
 
 log = logging.getLogger("mneme.tune.shared")
 
@@ -252,44 +252,26 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
     # -- ask/tell ------------------------------------------------------------------------
     def ask(self) -> Candidate | None:
         self._sync()
-        for draw in range(MAX_REDRAWS):
-            if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
-                return None
-            if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
-                self._exhausted = True
-                return None
-            trial = self.study.ask()
-            params = {name: param.suggest(trial) for name, param in self._dims.items()}
-            if not constraints_checked(self.space, params):
-                self.skipped_by_constraints += 1
-                self.study.tell(trial, list(self.penalty))
-                continue
-            config = derive_checked(self.space, params)
-            candidate = Candidate(params, config, trial.number)
-            key = candidate.hash
-            self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
-            if key in self._values:
-                self._duplicate(trial, None)
-                self.study.tell(trial, list(self._values[key]))
-                continue
-            if key in self._in_flight:
-                self._duplicate(trial, None)
-                self._in_flight[key].append(trial)
-                continue
-            owner = self._owner(trial.number, key)
-            if owner != trial.number:
-                self.skipped_elsewhere += 1
-                self._duplicate(trial, owner)
-                if key in self._values:  # the claim finished meanwhile
-                    self.study.tell(trial, list(self._values[key]))
-                else:
-                    self._foreign[key] = owner
-                    self._waiting.setdefault(key, []).append(trial)
-                continue
-            self._in_flight[key] = []
-            self._trials[trial.number] = trial
-            return candidate
-        return None
+        return super().ask()
+
+    def _settled(self, trial: Any, candidate: Candidate) -> bool:
+        """Also settled: a configuration another process claimed first (its values come through the study)."""
+        key = candidate.hash
+        self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
+        if key in self._values or key in self._in_flight:
+            self._storage.set_trial_system_attr(trial._trial_id, DUPLICATE_ATTR, -1)
+            return super()._settled(trial, candidate)
+        owner = self._owner(trial.number, key)
+        if owner == trial.number:
+            return False
+        self.skipped_elsewhere += 1
+        self._duplicate(trial, owner)
+        if key in self._values:  # the claim finished meanwhile
+            self.study.tell(trial, list(self._values[key]))
+        else:
+            self._foreign[key] = owner
+            self._waiting.setdefault(key, []).append(trial)
+        return True
 
     def _duplicate(self, trial: Any, owner: int | None) -> None:
         self.skipped_duplicates += 1

@@ -46,7 +46,9 @@ def trials(directory: Path) -> list[dict]:
 
 
 def run_two(tmp_path: Path, storage: str) -> tuple[list[dict], list[dict]]:
-    procs = [start_tuner(tmp_path, name, storage) for name in ("a", "b")]
+    # 0.15 s a trial: the space takes one process ~5 s, so the other (whose start may lag by a second or two
+    # on a loaded CI machine) always gets a share.
+    procs = [start_tuner(tmp_path, name, storage, delay=0.15) for name in ("a", "b")]
     for proc in procs:
         out, _ = proc.communicate(timeout=240)
         assert proc.returncode in (0, 1), out  # 1: this process's own trials had no verified one

@@ -9,6 +9,7 @@ import pytest
 from server_helpers import ENGINE_ARGS, RECORD_DB, RECORD_ID, store, subprocess_env  # noqa: F401
 
 from mneme.async_executor import AsyncReplayExecutor
+from mneme import child_process
 from mneme.child_process import PACKAGE_ROOT, child_env, mneme_command
 from mneme.mneme_types import ExperimentConfiguration
 
@@ -42,8 +43,13 @@ def test_a_child_command_imports_the_parents_mneme(decoy_cwd):
 
 def test_child_env_puts_the_parents_mneme_first(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", PACKAGE_ROOT]))
+    # mneme imported from a source tree (PYTHONPATH=$PWD, tests): that tree leads the child's path.
+    monkeypatch.setattr(child_process, "_site_directories", lambda: set())
     paths = child_env({"X": "1"})["PYTHONPATH"].split(os.pathsep)
     assert paths == [PACKAGE_ROOT, "/elsewhere"] and child_env({"X": "1"})["X"] == "1"
+    # mneme installed in site-packages: the child finds it there; PYTHONPATH is left as it was.
+    monkeypatch.setattr(child_process, "_site_directories", lambda: {PACKAGE_ROOT})
+    assert child_env()["PYTHONPATH"] == os.pathsep.join(["/elsewhere", PACKAGE_ROOT])
 
 
 def test_local_servers_workers_and_compile_processes_start_from_a_decoy_cwd(store, tmp_path, decoy_cwd):
