@@ -17,6 +17,7 @@ from apply_support import WRONG_BLOCK_X, tuned_run
 from mneme.apply import ApplyOptions, build_plan, read_results
 from mneme.apply.plan import fnv1a64
 from mneme.apply.session import results_from, run_with_apply
+from mneme.child_process import child_env, mneme_command
 from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.recorded_execution import RecordedExecution
 
@@ -138,12 +139,16 @@ def test_sigterm_reaches_the_application_and_the_plan_goes(tmp_path):
     run = tuned_run(tmp_path)
     private_tmp = tmp_path / "tmp"
     private_tmp.mkdir()
-    root = Path(__import__("mneme").__file__).resolve().parents[1]
-    env = {**os.environ, "TMPDIR": str(private_tmp), "PYTHONPATH": str(root)}
     app = "import signal, sys, time; print('ready', flush=True); time.sleep(60)"
-    proc = subprocess.Popen([sys.executable, "-m", "mneme", "run", "--apply", str(run), "--", sys.executable, "-c", app],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "ready"
+    # Started as mneme starts its own children, so it imports this mneme (the one with the built library)
+    # even from a checkout, whose source tree would shadow it as the current directory.
+    proc = subprocess.Popen(mneme_command("run", "--apply", str(run), "--", sys.executable, "-c", app),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env({"TMPDIR": str(private_tmp)}))
+    ready = proc.stdout.readline().strip()
+    if ready != "ready":
+        proc.kill()
+        pytest.fail(f"mneme run did not start the application: {proc.communicate()[1]}")
     assert len(list(private_tmp.iterdir())) == 1  # the plan directory, while the application runs
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
