@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 
+from mneme.format.database import POINTER_SIZE
 from record_agent.spool import ForeignRange, SpoolEntry
-
-POINTER_SIZE = 8
 
 #: What each kind of uncaptured memory is, in the words of the CUDA runtime API.
 FOREIGN_KINDS = {

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mneme.errors import ConfigurationError
+from mneme.mneme_types import DEFAULT_PASSES
+from mneme.replay.compile import BASELINE_CODEGEN_OPT
 
 #: Knobs that recompile the recorded PTX, with the flags that ask for them.
 PTX_KNOBS = {
@@ -29,7 +31,7 @@ PTX_KNOBS = {
 LLVM_KNOBS = {"passes": ("passes", "fixed_passes", "pipeline_file")}
 LAUNCH_KNOBS = ("block_shape",)
 #: Flag values that ask for nothing (a switch kept off, the recorded code's own level and pipeline).
-_OFF = (None, "fixed", "off", 3, [3, 3], "default<O3>", ["default<O3>"])
+_OFF = (None, "fixed", "off", BASELINE_CODEGEN_OPT, [BASELINE_CODEGEN_OPT] * 2, DEFAULT_PASSES, [DEFAULT_PASSES])
 
 
 @dataclass(frozen=True)

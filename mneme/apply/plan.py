@@ -17,11 +17,11 @@ from typing import Iterable
 
 from mneme.apply.results import TunedKernel
 from mneme.errors import ConfigurationError
+from mneme.format.database import POINTER_SIZE
 from mneme.mneme_types import Dim3
 
 APPLY_TO = ("exact", "similar")
 PLAN_HEADER = "mneme-apply-plan 1"
-POINTER_SIZE = 8
 
 
 @dataclass(frozen=True)

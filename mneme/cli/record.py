@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from mneme.cli.command import Command
+from mneme.cli.command import Command, add_application_argument, application_command
 from mneme.errors import ConfigurationError
 
 
@@ -64,17 +64,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "layouts unknown")
     parser.add_argument("--spool-max-bytes", type=_size, default=8 << 30, metavar="N",
                         help="bound of the local spool; the application waits while it is full (default 8G)")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- APP [ARGS...]",
-                        help="the application and its arguments, after '--'")
+    add_application_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from record_agent.options import DEFAULT_VA_BASE, RecordOptions, parse_instances, parse_ranks
     from record_agent.session import record
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = application_command(args)
     va_base = DEFAULT_VA_BASE
     if os.environ.get("MNEME_VA_BASE"):
         try:

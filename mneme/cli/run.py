@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mneme.cli.command import Command
+from mneme.cli.command import Command, add_application_argument, application_command
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -28,17 +28,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "kernel, compare on the device, and fall back to the original on any difference")
     parser.add_argument("--apply-force", action="store_true",
                         help="apply even when the GPU or the CUDA driver differs from the tuning run's")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- APP [ARGS...]",
-                        help="the application and its arguments, after '--'")
+    add_application_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from mneme.apply.plan import ApplyOptions
     from mneme.apply.session import results_from, run_with_apply
 
-    command = list(args.command)
-    if command and command[0] == "--":
-        command = command[1:]
+    command = application_command(args)
     options = ApplyOptions(apply_to=args.apply_to, verify=args.apply_verify, force=args.apply_force)
     result = run_with_apply(command, results_from(args.apply), options,
                             notes=lambda text: print(f"mneme run: {text}", file=sys.stderr))
