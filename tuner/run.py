@@ -63,6 +63,8 @@ def default_executor(options: TuneOptions, results_dir: Path,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
         local_servers=local_servers,
+        tolerance_runs=options.tolerance_runs,
+        tolerance_overrides=options.tolerance_policies,
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -321,7 +323,13 @@ class TuneRun:
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
-        (sent to the servers as explicit policies, so no worker derives its own)."""
+        (sent to the servers as explicit policies, so no worker derives its own). The user's explicit
+        policies (``--tolerance SEL=SPEC``) went with every request from the start and win over both."""
+        explicit = self.options.tolerance_policies
+        if explicit:
+            given = ", ".join(f"{label}={spec if isinstance(spec, str) else json.dumps(spec)}"
+                              for label, spec in explicit.items())
+            reporter.message(f"tolerance: explicit policies (win over annotations and derived bounds): {given}")
         if self.options.tolerance != "auto":
             return
         policies = tolerance.get("policies") or {}
