@@ -25,7 +25,7 @@ from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
 from tuner.progress import Reporter, format_ns, make_reporter
-from tuner.recording import KernelIdentity, load_instance
+from tuner.recording import KernelIdentity, check_region_selectors, load_instance
 from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
 from tuner.space_factory import build_space
 from tuner.summary import best_document, summary_document, verification_counts
@@ -182,6 +182,7 @@ class TuneRun:
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)
+            check_region_selectors(kernel, o.tolerance_policies)
             mark("tune", "recording")
             if not o.record_id:  # the database's only instance: every later step uses its id
                 o = self.options = dataclasses.replace(o, record_id=identity.record_id)
