@@ -218,7 +218,10 @@ class AsyncReplayExecutor:
     the executor adopts and stops), ``transport``
     (``"stream"``, the default: one ``ReplayBatchStream`` call per server carries all
     requests, those sent together in one message; ``"unary"``: one ``Replay`` call per
-    configuration).
+    configuration). ``tolerance`` (``""``/``exact``, ``auto``, or JSON policies: ``set_tolerance``),
+    ``tolerance_runs`` (baseline runs that derive the ``auto`` bounds; 0 = the servers' default of 8)
+    and ``tolerance_overrides`` (``{region selector: policy}`` that win over everything else, as
+    ``mneme replay --tolerance SEL=dtype:mode:threshold[:norm]``) say how the servers verify.
     """
 
     def __init__(
@@ -249,6 +252,8 @@ class AsyncReplayExecutor:
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
         tolerance: str = "",
         local_servers: LocalServers | None = None,
+        tolerance_runs: int = 0,
+        tolerance_overrides: Mapping[str, Any] | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -267,6 +272,8 @@ class AsyncReplayExecutor:
         self.max_attempts = max_attempts
         self.retry_window = retry_window
         self.transport = transport
+        self.tolerance_runs = int(tolerance_runs)  # 0: the servers' default
+        self.tolerance_overrides = json.dumps(dict(tolerance_overrides)) if tolerance_overrides else ""
         self.set_tolerance(tolerance)
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
@@ -425,15 +432,16 @@ class AsyncReplayExecutor:
         """How the servers verify the replays asked for from now on (``InstanceRef.tolerance``): ``""`` or
         ``exact``, ``auto``, or a JSON object of policies by region (the tuner's derived bounds). A new
         setting is a new prepared instance on the servers (restored on a worker's first replay of it)."""
-        from mneme.replay.tolerance import parse_tolerance_setting
+        from mneme.replay.tolerance import instance_tolerance
 
-        parse_tolerance_setting(tolerance)  # a bad setting fails here, not on every server
+        instance_tolerance(tolerance, self.tolerance_overrides, self.tolerance_runs)  # fails here, not on every server
         self.tolerance = tolerance
 
     def _instance_ref(self) -> Any:
         from mneme._proto import replay_pb2
 
-        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance)
+        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
+                                      tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides)
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()

@@ -103,11 +103,11 @@ class CudaEngineSpec:
         mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
-        from mneme.replay.tolerance import parse_tolerance_setting
+        from mneme.replay.tolerance import instance_tolerance
 
-        mode, overrides = parse_tolerance_setting(instance.tolerance)
+        tolerance = instance_tolerance(instance.tolerance, instance.tolerance_overrides, instance.tolerance_runs)
         return CudaPreparedInstance(
-            Replayer(recording, instance.record_id, device=device, tolerance=mode, tolerance_overrides=overrides)
+            Replayer(recording, instance.record_id, device=device, **tolerance.replayer_arguments())
         )
 
     def compiler(self) -> CompileFunction | None:

@@ -30,6 +30,8 @@ class InstanceKey:
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
     tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
+    tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
+    tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

@@ -25,7 +25,7 @@ from replay_server.compile_cache import CompileCache
 from replay_server.engine import InstanceKey
 from replay_server.jobs import Job, JobOutcome, RequestError
 from replay_server.metrics import ServerMetrics
-from mneme.replay.tolerance import parse_tolerance_setting
+from mneme.replay.tolerance import instance_tolerance
 from replay_server.names import store_has, validate_record_id, validate_store_key
 from replay_server.worker_pool import WorkerPool
 
@@ -76,10 +76,10 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
                 )
             self._known_keys.add(key)
         try:
-            parse_tolerance_setting(ref.tolerance)
+            instance_tolerance(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
-        return InstanceKey(self.store, key, record_id, ref.tolerance)
+        return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides)
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""

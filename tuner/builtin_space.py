@@ -131,7 +131,8 @@ class BuiltinSearchSpace(SearchSpace):
             int(recorded_kernel.shared_mem),
         )
         s = self.settings
-        self.shapes = block_shapes(self.recorded, s.launch_dim, s.launch_safety)
+        self.shapes = block_shapes(self.recorded, s.launch_dim, s.launch_safety,
+                                   knobs.max_block_threads if knobs is not None else None)
         dims: dict[str, Param] = {
             "block_shape": _dimension("block_shape", [shape_key(b) for b in self.shapes]),
             "passes": _dimension("passes", list(s.passes), PipelineParam),

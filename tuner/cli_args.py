@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from mneme.replay.nondeterminism import DEFAULT_RUNS
 from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
@@ -105,9 +106,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="where results go (default: a timestamped directory under mneme-tune-results/)")
     g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
     g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
-    g.add_argument("--tolerance", choices=("auto", "exact"), default=S,
+    g.add_argument("--tolerance", action="append", default=S, metavar="auto|exact|SEL=dtype:mode:threshold[:norm]",
                    help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "
-                   "within a bound derived once from that spread; exact: bit-exact (or as annotated) only")
+                   "within a bound derived once from that spread; exact: bit-exact (or as annotated) only; "
+                   "SEL=SPEC (repeatable, as mneme replay takes it, e.g. acc=f32:ulp:16 or '*=f64:relative:1e-9'): "
+                   "the policy of a region (name, 0x base or '*'), which wins over annotations and derived bounds")
+    g.add_argument("--tolerance-file", action="append", default=S, metavar="FILE.json",
+                   help="per-region policies as JSON {selector: {dtype, mode, threshold, norm}} (as mneme replay)")
+    g.add_argument("--tolerance-runs", type=int, metavar="N", default=S,
+                   help=f"runs of the recorded launch that detect nondeterminism and derive the auto bounds "
+                   f"(default {DEFAULT_RUNS})")
     g.add_argument("--print-space", action="store_true", default=S, help="print the search space and exit")
     g.add_argument("--dry-run", action="store_true", default=S,
                    help="print the baseline and the search space, replay nothing")

@@ -109,10 +109,14 @@ def axis_candidates(recorded_block: int, total: int, axis: int, limit: int) -> l
     return sorted(v for v in values if 1 <= v and (v <= cap or v == recorded_block))
 
 
-def block_shapes(recorded: RecordedLaunch, launch_dim: str, launch_safety: str) -> list[Dim3]:
-    """Every candidate block shape: the recorded one first, then by thread count and axes."""
+def block_shapes(recorded: RecordedLaunch, launch_dim: str, launch_safety: str,
+                 code_max_threads: int | None = None) -> list[Dim3]:
+    """Every candidate block shape: the recorded one first, then by thread count and axes.
+    ``code_max_threads``: the most threads per block the kernel's code accepts (``.maxntid``)."""
     axes = tuned_axes(launch_dim, recorded)
     limit = thread_limit(launch_safety, recorded)
+    if code_max_threads is not None:
+        limit = min(limit, code_max_threads)
     per_axis: list[list[int]] = []
     for axis, (b, t) in enumerate(zip(recorded.block.as_tuple(), recorded.total.as_tuple())):
         per_axis.append(axis_candidates(b, t, axis, limit) if axis in axes else [b])

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mneme.errors import ConfigurationError
+from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags
 from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
@@ -82,6 +84,10 @@ class TuneOptions:
     # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
     # "exact" keeps every region bitwise (or as the recording annotates it)
     tolerance: str = "auto"
+    # explicit per-region policies {selector: "dtype:mode:threshold[:norm]"} (--tolerance SEL=SPEC,
+    # --tolerance-file): they win over the recording's annotations and over the derived bounds
+    tolerance_policies: dict[str, Any] = field(default_factory=dict)
+    tolerance_runs: int = DEFAULT_RUNS  # baseline runs that detect nondeterminism and derive the bounds
     # optuna
     study_name: str | None = None
     optuna_storage: str | None = None
@@ -147,11 +153,41 @@ def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = Non
     """Defaults, then the config file, then the command line; normalized and validated."""
     merged: dict[str, Any] = {}
     if config_file:
-        merged.update(load_config_file(config_file))
-    merged.update({k: v for k, v in cli.items() if k in FIELDS})
+        merged = _tolerance_layer(load_config_file(config_file), {})
+    merged = _tolerance_layer({k: v for k, v in cli.items() if k in FIELDS or k == "tolerance_file"}, merged)
     options = TuneOptions(**{k: _normalize(k, v) for k, v in merged.items()})
     validate(options, explicit=set(merged))
     return options
+
+
+def _tolerance_layer(layer: Mapping[str, Any], below: dict[str, Any]) -> dict[str, Any]:
+    """``below`` updated with one settings layer, whose ``tolerance`` is what ``mneme replay --tolerance``
+    takes (a mode, ``SEL=SPEC`` policies, or a list of them) and ``tolerance_file`` names JSON files of
+    policies: the mode becomes ``tolerance``, the policies join ``tolerance_policies`` (this layer's
+    winning per selector)."""
+    out = {**below, **{k: v for k, v in layer.items() if k not in ("tolerance", "tolerance_file")}}
+    policies = dict(_policies(below.get("tolerance_policies")))
+    policies.update(_policies(layer.get("tolerance_policies")))
+    values, files = layer.get("tolerance"), layer.get("tolerance_file") or []
+    if values is not None or files:
+        mode, given = tolerance_flags([values] if isinstance(values, str) else list(values or []),
+                                      [files] if isinstance(files, (str, Path)) else list(files))
+        if mode is not None:
+            out["tolerance"] = mode
+        policies.update(given)
+    if policies:
+        out["tolerance_policies"] = policies
+    return out
+
+
+def _policies(value: Any) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigurationError(
+            f"tolerance_policies must map region selectors to policies, e.g. {{acc: 'f32:ulp:16'}}, got {value!r}"
+        )
+    return value
 
 
 _RANGE_RE = re.compile(r"^\s*(-?\d+)\s*(?:\.\.|:|-|,)\s*(-?\d+)\s*$")
@@ -221,7 +257,7 @@ def _normalize(key: str, value: Any) -> Any:
                "tls_ca", "tls_server_name"):
         return str(value)
     if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
-               "fixed_min_blocks_per_sm"):
+               "fixed_min_blocks_per_sm", "tolerance_runs"):
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise ConfigurationError(f"{key} must be an integer, got {value!r}")
         try:
@@ -265,10 +301,10 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         )
     if o.secondary_objective != FIELDS["secondary_objective"].default and o.sampler != "nsga2":
         raise ConfigurationError("--secondary-objective is for the multi-objective --sampler nsga2")
-    for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1)):
+    for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1), ("tolerance_runs", 2)):
         value = getattr(o, key)
         if value is not None and value < low:
-            raise ConfigurationError(f"--{key} must be at least {low}, got {value}")
+            raise ConfigurationError(f"--{key.replace('_', '-')} must be at least {low}, got {value}")
     if o.timeout is not None and o.timeout <= 0:
         raise ConfigurationError(f"--timeout must be a positive number of seconds, got {o.timeout}")
     exclusive = (("passes", "fixed_passes", "pipeline_file"), ("codegen_opt_range", "fixed_codegen_opt"),
@@ -290,8 +326,9 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         raise ConfigurationError("--space-arg passes arguments to a --space-module class; give --space-module too")
     if o.resume and not o.results_dir:
         raise ConfigurationError("--resume continues an earlier run: give its --results-dir DIR")
-    if o.tolerance not in ("auto", "exact"):
-        raise ConfigurationError(f"--tolerance {o.tolerance!r}: use auto (default) or exact")
+    if o.tolerance not in TOLERANCE_MODES:
+        raise ConfigurationError(f"--tolerance {o.tolerance!r}: use auto (default), exact, or SEL=dtype:mode:threshold")
+    ToleranceOverrides.from_mapping(o.tolerance_policies, "--tolerance policies")
     if o.servers and o.servers_from:
         raise ConfigurationError("--servers and --servers-from both name the replay servers; give one of them")
     if o.rerun_baseline and not o.resume:

@@ -57,3 +57,19 @@ def load_instance(record_database: str, record_id: str | None) -> tuple[Any, Ker
     static = _first_attr(recording, ("static_hash",)) or _first_attr(kernel, ("static_hash",)) \
         or Path(record_database).stem
     return kernel, KernelIdentity(str(name), str(static), str(record_id))
+
+
+def check_region_selectors(kernel: Any, policies: dict[str, Any]) -> None:
+    """Explicit ``--tolerance SEL=SPEC`` policies must select recorded regions: a typo is an error here,
+    before any replay server starts (the servers would refuse the instance the same way, later)."""
+    load_prologue = getattr(kernel, "load_prologue", None)
+    if not policies or load_prologue is None:
+        return
+    from mneme.replay.tolerance import ToleranceOverrides
+
+    regions = load_prologue().regions
+    unused = ToleranceOverrides.from_mapping(policies).unused_selectors((r.name, r.base) for r in regions)
+    if unused:
+        names = ", ".join(r.name or hex(r.base) for r in regions)
+        raise ConfigurationError(f"--tolerance {', '.join(unused)}: no recorded region is called so; the regions "
+                                 f"are: {names} (a name, a 0x base, or '*' for all)")

@@ -25,7 +25,7 @@ from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
 from tuner.progress import Reporter, format_ns, make_reporter
-from tuner.recording import KernelIdentity, load_instance
+from tuner.recording import KernelIdentity, check_region_selectors, load_instance
 from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
 from tuner.space_factory import build_space
 from tuner.summary import best_document, summary_document, verification_counts
@@ -63,6 +63,8 @@ def default_executor(options: TuneOptions, results_dir: Path,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
         local_servers=local_servers,
+        tolerance_runs=options.tolerance_runs,
+        tolerance_overrides=options.tolerance_policies,
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -180,6 +182,7 @@ class TuneRun:
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)
+            check_region_selectors(kernel, o.tolerance_policies)
             mark("tune", "recording")
             if not o.record_id:  # the database's only instance: every later step uses its id
                 o = self.options = dataclasses.replace(o, record_id=identity.record_id)
@@ -321,7 +324,13 @@ class TuneRun:
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
-        (sent to the servers as explicit policies, so no worker derives its own)."""
+        (sent to the servers as explicit policies, so no worker derives its own). The user's explicit
+        policies (``--tolerance SEL=SPEC``) went with every request from the start and win over both."""
+        explicit = self.options.tolerance_policies
+        if explicit:
+            given = ", ".join(f"{label}={spec if isinstance(spec, str) else json.dumps(spec)}"
+                              for label, spec in explicit.items())
+            reporter.message(f"tolerance: explicit policies (win over annotations and derived bounds): {given}")
         if self.options.tolerance != "auto":
             return
         policies = tolerance.get("policies") or {}

@@ -73,7 +73,8 @@ def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None,
     default pipeline: unless pipelines were asked for explicitly, the preset's
     other pipelines are left out instead of failing as compile errors. Knobs
     that cannot apply (``knobs.refused``: the PTX tier's, for a kernel recorded
-    without PTX) are left at the recorded code's values the same way.
+    without PTX) are left at the recorded code's values the same way, and so is the
+    block shape of code that fixes it (``.reqntid``).
     """
     passes = options.passes
     if options.fixed_passes is not None:
@@ -103,6 +104,8 @@ def builtin_settings(options: TuneOptions, has_bitcode: bool | None = None,
     if knobs is not None and any(k in knobs.refused for k in PTX_KNOBS):
         overrides.update(codegen_opt=[BASELINE_CODEGEN_OPT], specialize="fixed", specialize_dims="fixed",
                          launch_bounds="fixed")
+    if knobs is not None and "block_shape" in knobs.refused:
+        overrides["launch_dim"] = "none"
     return preset_settings(options.space_preset, overrides)
 
 

@@ -8,14 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InstanceRef(_message.Message):
-    __slots__ = ("record_db", "record_id", "tolerance")
+    __slots__ = ("record_db", "record_id", "tolerance", "tolerance_runs", "tolerance_overrides")
     RECORD_DB_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
     record_db: str
     record_id: str
     tolerance: str
-    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., tolerance: _Optional[str] = ...) -> None: ...
+    tolerance_runs: int
+    tolerance_overrides: str
+    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., tolerance: _Optional[str] = ..., tolerance_runs: _Optional[int] = ..., tolerance_overrides: _Optional[str] = ...) -> None: ...
 
 class Dim3(_message.Message):
     __slots__ = ("x", "y", "z")

@@ -100,6 +100,34 @@ class ApplyPlan:
         return path
 
 
+def driver_name(version: int) -> str:
+    """``cuDriverGetVersion``'s 12080 as ``12.8``."""
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+@dataclass(frozen=True)
+class DriverCheck:
+    """Whether results tuned under one CUDA driver are applied under this machine's, and the note saying so."""
+
+    applies: bool
+    note: str = ""
+
+
+def check_driver(tuned: int | None, here: int | None, force: bool) -> DriverCheck:
+    """The driver rule of docs/apply.md, decided before the application starts: the driver is one per
+    machine, so a mismatch means no launch could be applied (the apply library checks it again, with the
+    GPU of each context). Unknown on either side (results of a run that did not record it, a machine
+    without a driver): left to the library, which then checks the GPU architecture only."""
+    if tuned is None or here is None or tuned == here:
+        return DriverCheck(True)
+    what = (f"the results were tuned under CUDA driver {driver_name(tuned)} ({tuned}) and this machine has "
+            f"{driver_name(here)} ({here})")
+    if force:
+        return DriverCheck(True, f"{what}; applying them anyway (--apply-force)")
+    return DriverCheck(False, f"{what}: nothing is applied, the application runs unchanged; tune again under "
+                              "this driver, or give --apply-force to apply the results anyway")
+
+
 def fnv1a64(data: bytes) -> int:
     """FNV-1a 64 (the apply library hashes the module the driver loaded the same way)."""
     h = 0xCBF29CE484222325
@@ -175,12 +203,25 @@ def plan_entry(kernel: TunedKernel, options: ApplyOptions, code_dir: Path, index
     )
 
 
-def build_plan(kernels: list[TunedKernel], options: ApplyOptions, code_dir: Path) -> ApplyPlan:
-    """The plan for ``kernels`` (one per kernel and recorded shape; later results replace earlier ones)."""
+def build_plan(kernels: list[TunedKernel], options: ApplyOptions, code_dir: Path,
+               driver_here: int | None = None) -> ApplyPlan:
+    """The plan for ``kernels`` (one per kernel and recorded shape; later results replace earlier ones).
+
+    ``driver_here``: this machine's CUDA driver (``mneme.apply.device.driver_version()``); results tuned
+    under another one give an empty plan and a note (``check_driver``), unless ``options.force``.
+    """
     if not kernels:
         raise ConfigurationError("nothing to apply: give --apply RESULTS... (or MNEME_APPLY)")
+    drivers = {k.driver_version for k in kernels if k.driver_version}
+    if len(drivers) > 1:
+        raise ConfigurationError(f"the results were tuned with different CUDA drivers ({sorted(drivers)}); apply those "
+                                 "of one driver")
+    tuned_driver = next(iter(drivers), None)
+    driver = check_driver(tuned_driver, driver_here, options.force)
+    notes = [driver.note] if driver.note else []
+    if not driver.applies:  # nothing is compiled for a plan that cannot apply
+        return ApplyPlan(options, (0, 0), tuned_driver, [], notes)
     entries: dict[tuple[str, tuple], PlanEntry] = {}
-    notes = []
     for i, kernel in enumerate(kernels):
         if kernel.speedup is not None and kernel.speedup <= 1.0:
             notes.append(f"{kernel.results_dir}: its best configuration is not faster than the recorded launch "
@@ -198,10 +239,6 @@ def build_plan(kernels: list[TunedKernel], options: ApplyOptions, code_dir: Path
     ccs = {e.compute_capability for e in entries.values()}
     if len(ccs) > 1:
         raise ConfigurationError(f"the results were tuned on different GPUs ({sorted(ccs)}); apply those of one GPU")
-    drivers = {k.driver_version for k in kernels if k.driver_version}
-    if len(drivers) > 1:
-        raise ConfigurationError(f"the results were tuned with different CUDA drivers ({sorted(drivers)}); apply those "
-                                 "of one driver")
     if not entries:
         return ApplyPlan(options, (0, 0), None, [], notes)
-    return ApplyPlan(options, ccs.pop(), drivers.pop() if drivers else None, list(entries.values()), notes)
+    return ApplyPlan(options, ccs.pop(), tuned_driver, list(entries.values()), notes)

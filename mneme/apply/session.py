@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from mneme.apply.device import driver_version
 from mneme.apply.plan import ApplyOptions, ApplyPlan, build_plan
 from mneme.apply.results import read_results
 from mneme.errors import ConfigurationError, NotAvailableError
@@ -99,7 +100,7 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
     work = Path(tempfile.mkdtemp(prefix="mneme-apply-"))
     try:
         kernels = [read_results(r) for r in results]
-        plan = build_plan(kernels, options, work)
+        plan = build_plan(kernels, options, work, driver_here=driver_version())
         for note in plan.notes:
             notes(note)
         plan_path = plan.write(work / "plan.txt")

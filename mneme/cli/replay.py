@@ -149,14 +149,13 @@ def run(args: argparse.Namespace) -> int:
     from mneme.recorded_execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
-    from mneme.replay.tolerance import ToleranceOverrides
+    from mneme.replay.tolerance import ToleranceOverrides, tolerance_flags
 
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
     config = build_config(args, instance)
-    modes = [t for t in args.tolerance if t.strip() in ("auto", "exact")]
-    overrides = ToleranceOverrides.parse([t for t in args.tolerance if t not in modes], args.tolerance_file)
+    mode, policies = tolerance_flags(args.tolerance, args.tolerance_file)
     options = CompileOptions(max_registers=args.max_registers)
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
@@ -166,13 +165,13 @@ def run(args: argparse.Namespace) -> int:
         recording,
         instance.record_id,
         device=args.device,
-        tolerance_overrides=overrides,
+        tolerance_overrides=ToleranceOverrides.from_mapping(policies),
         compile_options=options,
         verify_every_iteration=args.verify_every_launch,
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
-        tolerance=modes[-1].strip() if modes else "exact",
+        tolerance=mode or "exact",
         tolerance_runs=args.tolerance_runs,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)

@@ -46,6 +46,18 @@ class SyntheticRecording:
         return self.dynamic_hashes[0]
 
 
+@dataclass(frozen=True)
+class VecaddCode:
+    """The code of a kernel with vecadd's parameters ``(const float* a, const float* b, float* c, int n)``
+    that computes ``c = a + b`` (default: ``vecadd`` itself; tests give variants with launch bounds)."""
+
+    kernel_name: str = vecadd_code.KERNEL_NAME
+    demangled: str = vecadd_code.DEMANGLED
+    ptx: str = vecadd_code.PTX
+    cubin: bytes = vecadd_code.CUBIN
+    arch: str = vecadd_code.ARCH
+
+
 def _align(value: int, alignment: int) -> int:
     return (value + alignment - 1) // alignment * alignment
 
@@ -84,27 +96,27 @@ def write_vecadd_recording(
     include_ptx: bool = True,
     include_cubin: bool = True,
     chunk_size: int | None = None,
+    code: VecaddCode = VecaddCode(),
 ) -> SyntheticRecording:
     """Write a recording of ``vecadd(a, b, c, n)`` with ``instances`` launches (same arguments, new data each).
 
     ``c`` is zero in the prologue and ``a + b`` in the epilogue; ``a`` and ``b``
-    are the same in both, so their chunks are stored once.
+    are the same in both, so their chunks are stored once. ``code``: the kernel's code.
     """
     if n < 1 or block < 1 or instances < 1:
         raise ValueError("n, block and instances must be at least 1")
     store = store_or_path if isinstance(store_or_path, Store) else open_store(store_or_path)
     writer = RecordingWriter(store) if chunk_size is None else RecordingWriter(store, chunk_size=chunk_size)
-    code_bytes = vecadd_code.PTX if include_ptx else vecadd_code.CUBIN
-    static = static_hash(vecadd_code.KERNEL_NAME, code_bytes)
-    code = writer.write_code(
+    static = static_hash(code.kernel_name, code.ptx if include_ptx else code.cubin)
+    code_refs = writer.write_code(
         static,
-        ptx=vecadd_code.PTX if include_ptx else None,
-        cubin=vecadd_code.CUBIN if include_cubin else None,
-        arch=vecadd_code.ARCH,
+        ptx=code.ptx if include_ptx else None,
+        cubin=code.cubin if include_cubin else None,
+        arch=code.arch,
     )
     kernel = KernelSignature(
-        vecadd_code.KERNEL_NAME,
-        vecadd_code.DEMANGLED,
+        code.kernel_name,
+        code.demangled,
         (KernelParam(0, 8, "pointer"), KernelParam(8, 8, "pointer"), KernelParam(16, 8, "pointer"), KernelParam(24, 4, "scalar")),
         28,
     )
@@ -115,7 +127,7 @@ def write_vecadd_recording(
     db = new_database(
         static,
         kernel,
-        code,
+        code_refs,
         device=DeviceInfo("synthetic (no GPU)", (9, 0), 0),
         address_space=AddressSpace("fixed", WINDOW_BASE, window),
         recorder=RecorderInfo("synthetic", "localhost", None, "1970-01-01T00:00:00Z", ("write_vecadd_recording",)),

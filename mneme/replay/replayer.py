@@ -37,7 +37,15 @@ from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, com
 from mneme.replay.launch_attrs import plan_for
 from mneme.replay.state import DeviceState
 from mneme.replay.nondeterminism import DEFAULT_RUNS, DEFAULT_SAFETY, DerivedTolerance, summarize
-from mneme.replay.tolerance import ToleranceOverrides, deviation, engine_check, is_exact, judge, worse
+from mneme.replay.tolerance import (
+    TOLERANCE_MODES,
+    ToleranceOverrides,
+    deviation,
+    engine_check,
+    is_exact,
+    judge,
+    worse,
+)
 from mneme.startup_trace import mark
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
@@ -48,7 +56,6 @@ MODULE_CACHE_ENTRIES = 32
 RESET_POLICIES = ("auto", "always")
 #: ``exact``: recorded annotations and overrides only; ``auto``: also bounds derived from the baseline's
 #: own runs for the regions that are nondeterministic (``nondeterminism.py``).
-TOLERANCE_MODES = ("exact", "auto")
 
 
 @dataclass

@@ -38,15 +38,21 @@ COUNTER_WORDS = 11  # 5 counters + 6 hashes
 
 #: Where a region's policy came from (``verified_within`` names it).
 SOURCE_FLAG, SOURCE_RECORDED, SOURCE_AUTO, SOURCE_DEFAULT = "flag", "recorded", "auto", "bitwise default"
+#: The verification modes: recorded annotations else bitwise, or also bounds derived for nondeterministic regions.
+TOLERANCE_MODES = ("exact", "auto")
 
 
 @dataclass(frozen=True)
 class ToleranceOverrides:
-    """Replay-time policies by region selector (name, base address, or ``*``)."""
+    """Replay-time policies by region selector (name, base address, or ``*``).
+
+    ``fallback``: policies for the regions none of these selects (the bounds a tuner derived on its
+    baseline, under a user's explicit flags); they too win over the recorded annotations."""
 
     by_name: Mapping[str, VerifyPolicy]
     by_base: Mapping[int, VerifyPolicy]
     default: VerifyPolicy | None = None
+    fallback: "ToleranceOverrides | None" = None
 
     @classmethod
     def empty(cls) -> "ToleranceOverrides":
@@ -79,27 +85,19 @@ class ToleranceOverrides:
     @classmethod
     def parse(cls, flags: Iterable[str] = (), files: Iterable[str | Path] = ()) -> "ToleranceOverrides":
         """From JSON files (in order) then ``SEL=spec`` flags; later entries win."""
-        merged: dict[str, Any] = {}
-        for path in files:
-            try:
-                data = json.loads(Path(path).read_text(encoding="utf-8"))
-            except OSError as exc:
-                raise ConfigurationError(f"cannot read the tolerance file {path}: {exc.strerror}") from None
-            except ValueError as exc:
-                raise ConfigurationError(f"the tolerance file {path} is not valid JSON ({exc})") from None
-            if not isinstance(data, dict):
-                raise ConfigurationError(f"the tolerance file {path} must hold a JSON object {{selector: policy}}")
-            cls.from_mapping(data, f"tolerance file {path}")  # validate with the file named
-            merged.update(data)
-        for flag in flags:
-            selector, sep, spec = flag.partition("=")
-            if not sep or not selector.strip():
-                raise ConfigurationError(
-                    f"--tolerance {flag!r}: expected NAME_OR_BASE=dtype:mode:threshold[:norm], "
-                    "e.g. c=f32:relative:1e-6 or '*=f64:absolute:1e-9:linf'"
-                )
-            merged[selector.strip()] = spec
-        return cls.from_mapping(merged)
+        return cls.from_mapping(policy_mapping(flags, files))
+
+    def over(self, fallback: "ToleranceOverrides") -> "ToleranceOverrides":
+        """These policies, and ``fallback``'s for the regions none of them selects."""
+        if not fallback.selects_any:
+            return self
+        below = fallback if self.fallback is None else self.fallback.over(fallback)
+        return ToleranceOverrides(self.by_name, self.by_base, self.default, below)
+
+    @property
+    def selects_any(self) -> bool:
+        return bool(self.by_name or self.by_base or self.default is not None
+                    or (self.fallback is not None and self.fallback.selects_any))
 
     def policy_for(self, name: str, base: int, recorded: VerifyPolicy | None) -> VerifyPolicy:
         """The policy of a region: by name, then by base, then ``*``, then the recorded one, else bitwise."""
@@ -110,35 +108,115 @@ class ToleranceOverrides:
     ) -> tuple[VerifyPolicy, str]:
         """(policy, where it came from): a flag or file (by name, base, ``*``) wins, then the recording's
         annotation, then the policy ``--tolerance auto`` derived, else bitwise."""
-        if name and name in self.by_name:
-            return self.by_name[name], SOURCE_FLAG
-        if base in self.by_base:
-            return self.by_base[base], SOURCE_FLAG
-        if self.default is not None:
-            return self.default, SOURCE_FLAG
+        selected = self._selected(name, base)
+        if selected is not None:
+            return selected, SOURCE_FLAG
         if recorded is not None:
             return recorded, SOURCE_RECORDED
         if derived is not None:
             return derived, SOURCE_AUTO
         return VerifyPolicy(), SOURCE_DEFAULT
 
+    def _selected(self, name: str, base: int) -> VerifyPolicy | None:
+        """The policy a selector here (else in the fallback) gives the region: by name, base, then ``*``."""
+        if name and name in self.by_name:
+            return self.by_name[name]
+        if base in self.by_base:
+            return self.by_base[base]
+        if self.default is not None:
+            return self.default
+        return self.fallback._selected(name, base) if self.fallback is not None else None
+
     def unused_selectors(self, regions: Iterable[tuple[str, int]]) -> list[str]:
         """Selectors that match no region (most likely a typo the user wants to hear about)."""
-        names = set()
-        bases = set()
-        for name, base in regions:
-            names.add(name)
-            bases.add(base)
+        regions = list(regions)
+        names = {name for name, _ in regions}
+        bases = {base for _, base in regions}
         unused = [n for n in self.by_name if n not in names]
         unused += [hex(b) for b in self.by_base if b not in bases]
+        if self.fallback is not None:
+            unused += [u for u in self.fallback.unused_selectors(regions) if u not in unused]
         return unused
 
     def to_dict(self) -> dict[str, Any]:
+        """These selectors' policies (not the fallback's)."""
         out: dict[str, Any] = {n: p.to_dict() for n, p in self.by_name.items()}
         out.update({hex(b): p.to_dict() for b, p in self.by_base.items()})
         if self.default is not None:
             out["*"] = self.default.to_dict()
         return out
+
+
+def policy_mapping(flags: Iterable[str] = (), files: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """``{selector: policy}`` from JSON files (in order) then ``SEL=spec`` flags, later entries winning;
+    validated. The policies stay as given (spec strings or dicts): JSON-able, for settings files."""
+    merged: dict[str, Any] = {}
+    for path in files:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the tolerance file {path}: {exc.strerror}") from None
+        except ValueError as exc:
+            raise ConfigurationError(f"the tolerance file {path} is not valid JSON ({exc})") from None
+        if not isinstance(data, dict):
+            raise ConfigurationError(f"the tolerance file {path} must hold a JSON object {{selector: policy}}")
+        ToleranceOverrides.from_mapping(data, f"tolerance file {path}")  # validate with the file named
+        merged.update(data)
+    for flag in flags:
+        selector, sep, spec = flag.partition("=")
+        if not sep or not selector.strip():
+            raise ConfigurationError(
+                f"--tolerance {flag!r}: expected exact, auto or NAME_OR_BASE=dtype:mode:threshold[:norm], "
+                "e.g. c=f32:relative:1e-6 or '*=f64:absolute:1e-9:linf'"
+            )
+        merged[selector.strip()] = spec.strip()
+    ToleranceOverrides.from_mapping(merged)
+    return merged
+
+
+def tolerance_flags(values: Iterable[str], files: Iterable[str | Path] = ()) -> tuple[str | None, dict[str, Any]]:
+    """What ``--tolerance`` (repeatable) and ``--tolerance-file`` ask for, in ``mneme replay`` and ``mneme
+    tune`` alike: (the last mode given, ``exact`` or ``auto``, None when none was; the per-region
+    policies, see :func:`policy_mapping`)."""
+    values = [str(v) for v in values]
+    modes = [v.strip() for v in values if v.strip() in TOLERANCE_MODES]
+    policies = policy_mapping([v for v in values if v.strip() not in TOLERANCE_MODES], files)
+    return (modes[-1] if modes else None), policies
+
+
+@dataclass(frozen=True)
+class InstanceTolerance:
+    """How a replay server verifies the replays of one prepared instance (from its ``InstanceRef``)."""
+
+    mode: str  # exact or auto
+    overrides: ToleranceOverrides  # explicit policies first, then the policies the setting gave
+    runs: int = 0  # baseline runs that derive auto bounds; 0: the Replayer's default
+
+    def replayer_arguments(self) -> dict[str, Any]:
+        """The ``Replayer`` keyword arguments."""
+        out: dict[str, Any] = {"tolerance": self.mode, "tolerance_overrides": self.overrides}
+        if self.runs:
+            out["tolerance_runs"] = self.runs
+        return out
+
+
+def instance_tolerance(setting: str, overrides: str = "", runs: int = 0) -> InstanceTolerance:
+    """``InstanceRef.tolerance`` (see :func:`parse_tolerance_setting`), ``.tolerance_overrides`` (a JSON
+    object of explicit policies, which win over the setting's and over recorded annotations) and
+    ``.tolerance_runs`` (0, or at least 2) as one checked setting."""
+    mode, from_setting = parse_tolerance_setting(setting)
+    explicit = ToleranceOverrides.empty()
+    if (overrides or "").strip():
+        try:
+            data = json.loads(overrides)
+        except ValueError:
+            raise ConfigurationError(
+                f"tolerance overrides {overrides[:80]!r}: expected a JSON object of policies by region"
+            ) from None
+        explicit = ToleranceOverrides.from_mapping(data, "tolerance overrides")
+    if runs and int(runs) < 2:
+        raise ConfigurationError(f"tolerance runs {runs}: at least 2 runs are needed to see a spread (0: the default)")
+    return InstanceTolerance(mode, explicit.over(from_setting), int(runs))
 
 
 def parse_tolerance_setting(text: str) -> tuple[str, ToleranceOverrides]:

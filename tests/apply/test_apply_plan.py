@@ -161,3 +161,47 @@ def test_a_best_no_faster_than_the_recorded_launch_is_left_out(tmp_path):
     assert kernel.configuration.block.x == 256 and kernel.speedup == pytest.approx(1.0)
     plan = build_plan([kernel], ApplyOptions(), tmp_path)
     assert plan.entries == [] and "not faster than the recorded launch" in plan.notes[0]
+
+
+def _tuned_under_driver(tmp_path: Path, version: int) -> Path:
+    """A tuning run whose config.json names the CUDA driver it ran under (this machine has none)."""
+    run = tuned_run(tmp_path)
+    config = json.loads((run / "config.json").read_text())
+    config["device"]["driver_version"] = version
+    (run / "config.json").write_text(json.dumps(config))
+    return run
+
+
+def test_another_driver_gets_nothing_unless_forced(tmp_path):
+    kernel = read_results(_tuned_under_driver(tmp_path, 12080))
+    assert kernel.driver_version == 12080
+    refused = build_plan([kernel], ApplyOptions(), tmp_path, driver_here=13000)
+    assert refused.entries == [] and list(tmp_path.glob("*.cubin")) == []
+    (note,) = refused.notes
+    assert "CUDA driver 12.8 (12080)" in note and "13.0 (13000)" in note and "runs unchanged" in note
+    assert "give --apply-force" in note  # says what to do
+    forced = build_plan([kernel], ApplyOptions(force=True), tmp_path, driver_here=13000)
+    assert len(forced.entries) == 1 and "anyway (--apply-force)" in forced.notes[0]
+    lines = forced.write(tmp_path / "plan.txt").read_text().splitlines()
+    assert "force 1" in lines and "device 9 0 12080" in lines  # the apply library skips its own checks
+    same = build_plan([kernel], ApplyOptions(), tmp_path, driver_here=12080)
+    assert len(same.entries) == 1 and same.notes == []
+    assert "force 0" in same.write(tmp_path / "plan.txt").read_text().splitlines()
+    unknown = build_plan([replace(kernel, driver_version=None)], ApplyOptions(), tmp_path, driver_here=13000)
+    assert len(unknown.entries) == 1  # results that did not record their driver: the GPU is checked only
+    no_driver_here = build_plan([kernel], ApplyOptions(), tmp_path, driver_here=None)
+    assert len(no_driver_here.entries) == 1  # undecided here; the library checks each context
+
+
+def test_mneme_run_says_before_the_application_starts_that_another_driver_gets_nothing(tmp_path, monkeypatch):
+    import mneme.apply.session as session
+
+    run = _tuned_under_driver(tmp_path, 12080)
+    monkeypatch.setattr(session, "driver_version", lambda: 13000)
+    notes: list[str] = []
+    try:
+        result = run_with_apply([sys.executable, "-c", "pass"], [str(run)], ApplyOptions(), notes=notes.append)
+        assert result.exit_code == 0 and result.plan.entries == []
+    except NotAvailableError:  # the apply library is not built here: the note came before it was needed
+        pass
+    assert len(notes) == 1 and "tuned under CUDA driver 12.8" in notes[0] and "--apply-force" in notes[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import struct
 
 import pytest
@@ -32,9 +33,11 @@ from mneme.replay.tolerance import (
     SOURCE_RECORDED,
     ToleranceOverrides,
     deviation,
+    instance_tolerance,
     is_exact,
     judge,
     parse_tolerance_setting,
+    tolerance_flags,
     worse,
 )
 from mneme.store import open_store
@@ -165,6 +168,46 @@ def test_tolerance_settings_on_the_wire():
     assert mode == "exact" and overrides.by_name["acc"] == VerifyPolicy("f32", "ulp", 12)
     with pytest.raises(ConfigurationError, match="exact"):
         parse_tolerance_setting("sometimes")
+
+
+def test_tolerance_flags_split_the_mode_from_the_policies(tmp_path):
+    policy_file = tmp_path / "policies.json"
+    policy_file.write_text(json.dumps({"acc": {"dtype": "f32", "mode": "ulp", "threshold": 4}, "out": "bitwise"}))
+    mode, policies = tolerance_flags(["exact", "acc=f32:ulp:16", " auto "], [policy_file])
+    assert mode == "auto"  # the last mode given
+    assert policies == {"acc": "f32:ulp:16", "out": "bitwise"}  # flags win over the file
+    assert tolerance_flags([]) == (None, {})
+    with pytest.raises(ConfigurationError, match="exact, auto or NAME_OR_BASE=dtype:mode"):
+        tolerance_flags(["sometimes"])
+    with pytest.raises(ConfigurationError, match="f99"):
+        tolerance_flags(["acc=f99:ulp:1"])
+
+
+def test_explicit_policies_win_over_the_policies_beneath_them():
+    derived = ToleranceOverrides.parse(["acc=f32:ulp:12", "out=f32:ulp:48"])  # what a tuner derived
+    explicit = ToleranceOverrides.parse(["0x7f0000000000=f64:absolute:1"])
+    both = explicit.over(derived)
+    # The explicit base selector wins although the derived policy names the region (a name would win alone).
+    assert both.resolve("acc", 0x7F0000000000, None) == (VerifyPolicy("f64", "absolute", 1.0), SOURCE_FLAG)
+    assert both.resolve("out", 5, None) == (VerifyPolicy("f32", "ulp", 48), SOURCE_FLAG)
+    recorded = VerifyPolicy("f32", "relative", 1e-3)
+    assert both.resolve("other", 6, recorded) == (recorded, SOURCE_RECORDED)
+    assert ToleranceOverrides.parse(["*=bitwise"]).over(derived).resolve("out", 5, None)[0] == VerifyPolicy()
+    assert both.unused_selectors([("acc", 0x7F0000000000), ("b", 1)]) == ["out"]
+    assert ToleranceOverrides.empty().over(derived).resolve("out", 5, None)[0] == VerifyPolicy("f32", "ulp", 48)
+
+
+def test_an_instances_tolerance_from_its_three_wire_fields():
+    tolerance = instance_tolerance(json.dumps({"acc": "f32:ulp:12"}), json.dumps({"acc": "f64:absolute:1"}), 4)
+    assert tolerance.mode == "exact" and tolerance.runs == 4
+    assert tolerance.overrides.resolve("acc", 0, None)[0] == VerifyPolicy("f64", "absolute", 1.0)  # explicit wins
+    arguments = instance_tolerance("auto").replayer_arguments()
+    assert arguments["tolerance"] == "auto" and "tolerance_runs" not in arguments  # 0: the Replayer's default
+    assert instance_tolerance("auto", "", 12).replayer_arguments()["tolerance_runs"] == 12
+    with pytest.raises(ConfigurationError, match="at least 2 runs"):
+        instance_tolerance("auto", "", 1)
+    with pytest.raises(ConfigurationError, match="JSON object"):
+        instance_tolerance("auto", "acc=f32:ulp:1")
 
 
 # -- dtype guesses ------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
+Every instance a worker opens appends its tolerance settings (``InstanceKey.tolerance``,
+``tolerance_runs``, ``tolerance_overrides``) as a JSON line to ``log_dir``/instances.log.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -111,6 +113,9 @@ class FakeEngineSpec:
     def open(self, instance, device):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
+        with open(Path(self.log_dir) / "instances.log", "a") as log:
+            log.write(json.dumps({"tolerance": instance.tolerance, "tolerance_runs": instance.tolerance_runs,
+                                  "tolerance_overrides": instance.tolerance_overrides}) + "\n")
         return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):

@@ -120,6 +120,30 @@ def test_refusals_are_errors_not_results(store, tmp_path, transport):
         server.wait()
 
 
+def test_tolerance_settings_reach_the_engine_with_every_instance(store, tmp_path):
+    server, address = start_server(store, tmp_path / "log")
+    explicit = {"acc": "f32:ulp:16", "*": "bitwise"}
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], tolerance="auto",
+                                 tolerance_runs=5, tolerance_overrides=explicit) as executor:
+            assert executor.evaluate(config()).verified
+            executor.set_tolerance(json.dumps({"out": "f32:ulp:48"}))  # the bounds a tuner derived
+            assert executor.evaluate(config(block_x=128)).verified
+    finally:
+        server.kill()
+        server.wait()
+    opened = [json.loads(line) for line in (tmp_path / "log" / "instances.log").read_text().splitlines()]
+    assert {o["tolerance"] for o in opened} == {"auto", json.dumps({"out": "f32:ulp:48"})}
+    assert all(o["tolerance_runs"] == 5 and json.loads(o["tolerance_overrides"]) == explicit for o in opened)
+
+
+def test_bad_tolerance_settings_fail_in_the_executor_before_any_server():
+    with pytest.raises(ConfigurationError, match="at least 2 runs"):
+        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance="auto", tolerance_runs=1)
+    with pytest.raises(ConfigurationError, match="f99"):
+        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance_overrides={"acc": "f99:ulp:1"})
+
+
 def test_servers_none_without_gpus_says_what_to_do(store):
     with pytest.raises(Exception, match="servers="):
         AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])

@@ -119,6 +119,9 @@ def test_a_crashed_compile_pool_is_replaced(served):
     (lambda r: setattr(r.instance, "record_db", "/etc/passwd"), "relative"),
     (lambda r: setattr(r.instance, "record_id", "../../x"), "record_id"),
     (lambda r: setattr(r.config, "codegen_method", 7), None),
+    (lambda r: setattr(r.instance, "tolerance_runs", 1), "at least 2 runs"),
+    (lambda r: setattr(r.instance, "tolerance_overrides", '{"acc": "f32:sometimes:1"}'), "sometimes"),
+    (lambda r: setattr(r.instance, "tolerance_overrides", "not json"), "JSON object"),
 ])
 def test_malformed_requests_are_invalid_argument(served, mutate, fragment):
     stub = served[0]

@@ -9,7 +9,7 @@ import pytest
 
 import tuner.report
 import tuner.run
-from tuner_fakes import FakeExecutor
+from tuner_fakes import FakeExecutor, NondeterministicExecutor
 from mneme.cli import main
 from tuner.recording import KernelIdentity
 
@@ -94,3 +94,25 @@ def test_report_writes_png_and_html(tmp_path, wired, space_module, capsys):
             assert (report / f"{plot}.html").is_file()
     assert "best configurations" in (report / "index.html").read_text().lower()
     assert "wrote" in capsys.readouterr().out
+
+
+def test_report_counts_trials_verified_exactly_and_within_tolerance(tmp_path, kernel, monkeypatch, capsys):
+    monkeypatch.setattr(tuner.run, "default_executor", lambda options, results_dir, ahead: NondeterministicExecutor())
+    monkeypatch.setattr(tuner.run, "load_instance",
+                        lambda db, rid: (kernel, KernelIdentity("reduce", "15941914485064662553", rid)))
+    run = tmp_path / "run"
+    assert main(["tune", "-rdb", "r.json", "-rid", "1", "--space-preset", "launch", "--launch-dim", "x",
+                 "--fixed-codegen-opt", "3", "--results-dir", str(run), "--quiet"]) == 0
+    records = [json.loads(line) for line in (run / "trials.jsonl").read_text().splitlines()]
+    verified = [r for r in records if r["status"] == "verified"]
+    exact = sum(1 for r in verified if all(e["exact"] for e in r["result"]["verified_within"].values()))
+    assert 0 < exact < len(verified)  # both kinds are there to count
+    monkeypatch.setattr(tuner.report, "PLOTS", ("optimization_history",))  # one plot is enough here
+    capsys.readouterr()
+    assert main(["tune", "report", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert (f"verified: {exact} exactly, {len(verified) - exact} within tolerance; "
+            "derived tolerance: acc=f32:ulp:12") in out
+    assert f"({exact} exactly, {len(verified) - exact} within tolerance)" in (run / "report" / "index.html").read_text()
+    summary = json.loads((run / "report" / "report.json").read_text())
+    assert (summary["verified_exact"], summary["verified_within_tolerance"]) == (exact, len(verified) - exact)

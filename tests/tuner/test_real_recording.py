@@ -98,3 +98,11 @@ def test_without_bitcode_the_preset_keeps_only_the_default_pipeline(recording, c
         "type": "fixed", "value": "default<O3>", "size": 1}
     assert main(base + ["--space-preset", "standard", "--passes", "default<O2>", "default<O3>"]) == 0
     assert json.loads(capsys.readouterr().out)["dimensions"]["passes"]["choices"] == ["default<O2>", "default<O3>"]
+
+
+def test_explicit_tolerance_policies_must_select_recorded_regions(recording, capsys):
+    assert main(["tune", "-rdb", recording.path, "--tolerance", "cc=f32:ulp:4", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "--tolerance cc: no recorded region" in err and "a, b, c" in err
+    assert main(["tune", "-rdb", recording.path, "--tolerance", "c=f32:ulp:4", "--tolerance",
+                 "0x7f0000000000=bitwise", "--dry-run"]) == 0  # by name, and a's recorded base

@@ -83,10 +83,39 @@ def test_config_file_errors_are_clear(tmp_path):
     ({"codegen_opt_range": "3..1"}, "LOW is above HIGH"),
     ({"launch_safety": "reckless"}, "choose one of"),
     ({"secondary_objective": "binary-size"}, "nsga2"),
+    ({"tolerance": "loose"}, "--tolerance 'loose': expected exact, auto or NAME_OR_BASE"),
+    ({"tolerance": ["acc=f32:often:1"]}, "often"),
+    ({"tolerance_runs": 1}, "--tolerance-runs must be at least 2"),
+    ({"tolerance_policies": "acc=f32:ulp:1"}, "map region selectors"),
 ])
 def test_invalid_settings_are_refused(given, message):
     with pytest.raises(ConfigurationError, match=message):
         resolve_options({**REQUIRED, **given})
+
+
+def test_tolerance_takes_what_mneme_replay_takes(tmp_path):
+    policies = tmp_path / "policies.json"
+    policies.write_text('{"out": {"dtype": "f32", "mode": "relative", "threshold": 1e-6}, "acc": "bitwise"}')
+    o = resolve_options({**REQUIRED, **cli("--tolerance", "acc=f32:ulp:16", "--tolerance", "exact",
+                                           "--tolerance-file", str(policies), "--tolerance-runs", "12")})
+    assert o.tolerance == "exact" and o.tolerance_runs == 12
+    assert o.tolerance_policies == {"out": {"dtype": "f32", "mode": "relative", "threshold": 1e-6},
+                                    "acc": "f32:ulp:16"}  # the flag wins over the file
+    default = resolve_options({**REQUIRED, **cli("--tolerance", "0x7f00=f64:absolute:1e-9")})
+    assert default.tolerance == "auto" and default.tolerance_runs == 8  # a policy alone keeps the mode
+
+
+def test_tolerance_policies_of_the_command_line_join_the_config_files(tmp_path):
+    cfg = tmp_path / "config.yml"
+    cfg.write_text("record_database: db.json\ntolerance: [exact, 'acc=f32:ulp:4', 'out=bitwise']\n"
+                   "tolerance_runs: 16\n")
+    o = resolve_options(cli("--tolerance", "acc=f32:ulp:64"), cfg)
+    assert o.tolerance == "exact" and o.tolerance_runs == 16
+    assert o.tolerance_policies == {"acc": "f32:ulp:64", "out": "bitwise"}
+    assert resolve_options(cli("--tolerance", "auto"), cfg).tolerance == "auto"
+    dumped = tmp_path / "dumped.yml"
+    dump_options(o, str(dumped))
+    assert resolve_options({}, dumped).to_dict() == {**o.to_dict(), "dump_config": None}
 
 
 def test_record_is_required_except_for_dump_config(tmp_path):

@@ -9,11 +9,11 @@ import signal
 
 import pytest
 
-from tuner_fakes import FakeExecutor
+from tuner_fakes import FakeExecutor, NondeterministicExecutor
 from mneme.errors import ConfigurationError
 from tuner.errors import TuningError
 from tuner.options import resolve_options
-from tuner.run import run_tune
+from tuner.run import default_executor, run_tune
 
 TRIAL_KEYS = {"trial", "status", "params", "configuration", "hash", "result", "metric", "speedup", "error"}
 
@@ -303,28 +303,6 @@ def test_persistent_optuna_study_continues_on_resume(tmp_path, loader):
     assert len(finished) >= 12
 
 
-class NondeterministicExecutor(FakeExecutor):
-    """A reduction whose baseline needed a derived bound: trials of some shapes differ within it."""
-
-    WITHIN = {"policy": "f32:ulp:12", "source": "auto", "exact": False, "worst": {"max_ulp": 2},
-              "derived": {"derived": True, "runs": 8, "safety_factor": 4.0}}
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.tolerances: list[str] = []
-
-    def set_tolerance(self, tolerance):
-        self.tolerances.append(tolerance)
-
-    def _run(self, config):
-        result = super()._run(config)
-        if result.verified and config.block.x != 128:
-            result.verified_within = {"acc": dict(self.WITHIN, exact=config.block.x == 256)}
-            if config.block.x == 256:
-                result.nondeterminism = [{"region": "acc", "classification": "nondeterministic", "runs": 8}]
-        return result
-
-
 def test_nondeterministic_baseline_is_judged_with_the_tolerance_derived_once(tmp_path, loader):
     ex = NondeterministicExecutor()
     rc, ex, out = tune(tmp_path, loader, ex, space_preset="launch", launch_dim="x", fixed_codegen_opt=3)
@@ -341,6 +319,25 @@ def test_nondeterministic_baseline_is_judged_with_the_tolerance_derived_once(tmp
     assert summary["verified_exact"] + summary["verified_within_tolerance"] == summary["verified"]
     assert summary["tolerance"]["mode"] == "auto" and summary["tolerance"]["policies"] == {"acc": "f32:ulp:12"}
     assert "within tolerance" in out.getvalue()
+
+
+def test_explicit_policies_and_runs_reach_the_executor_and_the_outputs(tmp_path, loader, monkeypatch):
+    import mneme.async_executor
+
+    made = {}
+    monkeypatch.setattr(mneme.async_executor, "AsyncReplayExecutor", lambda *a, **kwargs: made.update(kwargs))
+    settings = dict(tolerance=["acc=f32:ulp:16"], tolerance_runs=12)
+    default_executor(resolve_options({"record_database": "rec/159.json", **settings}), tmp_path, [],
+                     local_servers=object())
+    assert (made["tolerance"], made["tolerance_runs"], made["tolerance_overrides"]) == (
+        "auto", 12, {"acc": "f32:ulp:16"})
+    rc, ex, out = tune(tmp_path, loader, NondeterministicExecutor(), space_preset="launch", launch_dim="x",
+                       fixed_codegen_opt=3, **settings)
+    assert rc == 0
+    assert "tolerance: explicit policies (win over annotations and derived bounds): acc=f32:ulp:16" in out.getvalue()
+    assert read(tmp_path, "summary.json")["tolerance"]["explicit"] == {"acc": "f32:ulp:16"}
+    config = read(tmp_path, "config.json")
+    assert config["tolerance_policies"] == {"acc": "f32:ulp:16"} and config["tolerance_runs"] == 12
 
 
 def test_exact_tolerance_sends_nothing(tmp_path, loader):

@@ -93,6 +93,28 @@ class FakeExecutor:
         self.pool.shutdown(wait=True)
 
 
+class NondeterministicExecutor(FakeExecutor):
+    """A reduction whose baseline needed a derived bound: trials of some shapes differ within it."""
+
+    WITHIN = {"policy": "f32:ulp:12", "source": "auto", "exact": False, "worst": {"max_ulp": 2},
+              "derived": {"derived": True, "runs": 8, "safety_factor": 4.0}}
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tolerances: list[str] = []
+
+    def set_tolerance(self, tolerance):
+        self.tolerances.append(tolerance)
+
+    def _run(self, config):
+        result = super()._run(config)
+        if result.verified and config.block.x != 128:
+            result.verified_within = {"acc": dict(self.WITHIN, exact=config.block.x == 256)}
+            if config.block.x == 256:
+                result.nondeterminism = [{"region": "acc", "classification": "nondeterministic", "runs": 8}]
+        return result
+
+
 @pytest.fixture
 def kernel():
     return vecadd_kernel()
