@@ -249,6 +249,7 @@ class AsyncReplayExecutor:
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
         tolerance: str = "",
         local_servers: LocalServers | None = None,
+        no_relocate: bool = False,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -268,6 +269,7 @@ class AsyncReplayExecutor:
         self.retry_window = retry_window
         self.transport = transport
         self.set_tolerance(tolerance)
+        self.no_relocate = bool(no_relocate)  # servers refuse, not relocate, an instance whose addresses are taken
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
         self.record_key = record_key or key
@@ -433,7 +435,8 @@ class AsyncReplayExecutor:
     def _instance_ref(self) -> Any:
         from mneme._proto import replay_pb2
 
-        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance)
+        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
+                                      no_relocate=self.no_relocate)
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()

@@ -107,7 +107,8 @@ class CudaEngineSpec:
 
         mode, overrides = parse_tolerance_setting(instance.tolerance)
         return CudaPreparedInstance(
-            Replayer(recording, instance.record_id, device=device, tolerance=mode, tolerance_overrides=overrides)
+            Replayer(recording, instance.record_id, device=device, tolerance=mode, tolerance_overrides=overrides,
+                     relocate=False if instance.no_relocate else None)
         )
 
     def compiler(self) -> CompileFunction | None:

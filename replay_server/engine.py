@@ -30,6 +30,7 @@ class InstanceKey:
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
     tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
+    no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

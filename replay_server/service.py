@@ -79,7 +79,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             parse_tolerance_setting(ref.tolerance)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
-        return InstanceKey(self.store, key, record_id, ref.tolerance)
+        return InstanceKey(self.store, key, record_id, ref.tolerance, ref.no_relocate)
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""

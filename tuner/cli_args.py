@@ -108,6 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tolerance", choices=("auto", "exact"), default=S,
                    help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "
                    "within a bound derived once from that spread; exact: bit-exact (or as annotated) only")
+    g.add_argument("--no-relocate", action="store_true", default=S,
+                   help="the servers restore the heap at its recorded addresses or the run stops saying why "
+                   "(exit status 2), instead of replaying with relocated pointers where those addresses are taken")
     g.add_argument("--print-space", action="store_true", default=S, help="print the search space and exit")
     g.add_argument("--dry-run", action="store_true", default=S,
                    help="print the baseline and the search space, replay nothing")

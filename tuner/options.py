@@ -82,6 +82,8 @@ class TuneOptions:
     # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
     # "exact" keeps every region bitwise (or as the recording annotates it)
     tolerance: str = "auto"
+    # the servers restore the heap at its recorded addresses or fail the run, never relocate it
+    no_relocate: bool = False
     # optuna
     study_name: str | None = None
     optuna_storage: str | None = None

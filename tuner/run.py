@@ -63,6 +63,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         compile_ahead=compile_ahead,
         tolerance="auto" if options.tolerance == "auto" else "",
         local_servers=local_servers,
+        no_relocate=options.no_relocate,
     )
     if options.servers_from:
         follow(executor, options.servers_from)

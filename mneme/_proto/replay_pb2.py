@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mneme/v1/replay.proto\x12\x08mneme.v1\x1a\x1cgoogle/protobuf/struct.proto\"F\n\x0bInstanceRef\x12\x11\n\trecord_db\x18\x01 \x01(\t\x12\x11\n\trecord_id\x18\x02 \x01(\t\x12\x11\n\ttolerance\x18\x03 \x01(\t\"\'\n\x04\x44im3\x12\t\n\x01x\x18\x01 \x01(\r\x12\t\n\x01y\x18\x02 \x01(\r\x12\t\n\x01z\x18\x03 \x01(\r\"\xe9\x02\n\rConfiguration\x12\x1c\n\x04grid\x18\x01 \x01(\x0b\x32\x0e.mneme.v1.Dim3\x12\x1d\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x0e.mneme.v1.Dim3\x12\x12\n\nshared_mem\x18\x03 \x01(\x03\x12\x12\n\nspecialize\x18\x04 \x01(\x08\x12\x19\n\x11set_launch_bounds\x18\x05 \x01(\x08\x12\x18\n\x0bmax_threads\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11min_blocks_per_sm\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x17\n\x0fspecialize_dims\x18\x08 \x01(\x08\x12\x0e\n\x06passes\x18\t \x01(\t\x12\x13\n\x0b\x63odegen_opt\x18\n \x01(\x05\x12\x16\n\x0e\x63odegen_method\x18\x0b \x01(\t\x12\r\n\x05prune\x18\x0c \x01(\x08\x12\x13\n\x0binternalize\x18\r \x01(\x08\x42\x0e\n\x0c_max_threadsB\x14\n\x12_min_blocks_per_sm\"\xa4\x04\n\x06Result\x12\x1a\n\x12preprocess_ir_time\x18\x01 \x01(\x01\x12\x10\n\x08opt_time\x18\x02 \x01(\x01\x12\x14\n\x0c\x63odegen_time\x18\x03 \x01(\x01\x12\x10\n\x08obj_size\x18\x04 \x01(\x03\x12\x11\n\texec_time\x18\x05 \x03(\x03\x12\x10\n\x08verified\x18\x06 \x01(\x08\x12\x10\n\x08\x65xecuted\x18\x07 \x01(\x08\x12\x0e\n\x06\x66\x61iled\x18\x08 \x01(\x08\x12\x12\n\nstart_time\x18\t \x01(\t\x12\x10\n\x08\x65nd_time\x18\n \x01(\t\x12\x0e\n\x06gpu_id\x18\x0b \x01(\x05\x12\x17\n\x0f\x63onst_mem_usage\x18\x0c \x01(\x03\x12\x17\n\x0flocal_mem_usage\x18\r \x01(\x03\x12\x11\n\treg_usage\x18\x0e \x01(\x03\x12\r\n\x05\x65rror\x18\x0f \x01(\t\x12\x0e\n\x06status\x18\x10 \x01(\t\x12\x0e\n\x06warmup\x18\x11 \x01(\x05\x12\x18\n\x10shared_mem_usage\x18\x12 \x01(\x03\x12\x16\n\x0e\x63ompile_cached\x18\x13 \x01(\x08\x12+\n\nmismatches\x18\x14 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\trelocated\x18\x15 \x01(\x08\x12\x30\n\x0fverified_within\x18\x16 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0enondeterminism\x18\x17 \x03(\x0b\x32\x17.google.protobuf.Struct\"\xb2\x01\n\rReplayRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x08instance\x18\x02 \x01(\x0b\x32\x15.mneme.v1.InstanceRef\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.mneme.v1.Configuration\x12\x12\n\niterations\x18\x04 \x01(\r\x12\x0e\n\x06warmup\x18\x05 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\"8\n\x0bReplayBatch\x12)\n\x08requests\x18\x01 \x03(\x0b\x32\x17.mneme.v1.ReplayRequest\"B\n\x13ReplayResponseBatch\x12+\n\tresponses\x18\x01 \x03(\x0b\x32\x18.mneme.v1.ReplayResponse\"\xb1\x01\n\x0eReplayResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x06result\x18\x02 \x01(\x0b\x32\x10.mneme.v1.Result\x12\x0e\n\x06worker\x18\x03 \x01(\t\x12\x16\n\x0equeued_seconds\x18\x04 \x01(\x01\x12\x16\n\x0eserver_seconds\x18\x05 \x01(\x01\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\"c\n\x0ePrepareRequest\x12\'\n\x08instance\x18\x01 \x01(\x0b\x32\x15.mneme.v1.InstanceRef\x12(\n\x07\x63ompile\x18\x02 \x03(\x0b\x32\x17.mneme.v1.Configuration\"Y\n\x0fPrepareResponse\x12\x14\n\x0c\x64\x65vice_bytes\x18\x01 \x01(\x03\x12\x18\n\x10workers_prepared\x18\x02 \x01(\r\x12\x16\n\x0e\x63ompile_errors\x18\x03 \x03(\t\"\x13\n\x11ServerInfoRequest\"\xb1\x03\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03gpu\x18\x02 \x01(\x05\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x0f\n\x07workers\x18\x04 \x01(\r\x12\x15\n\rworkers_ready\x18\x05 \x01(\r\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x19\n\x11replays_completed\x18\x08 \x01(\x04\x12\x17\n\x0fworker_restarts\x18\t \x01(\x04\x12\x1d\n\x15\x63ompile_cache_entries\x18\n \x01(\x04\x12\x1a\n\x12\x63ompile_cache_hits\x18\x0b \x01(\x04\x12\x1c\n\x14\x63ompile_cache_misses\x18\x0c \x01(\x04\x12\x1f\n\x17prepared_instance_bytes\x18\r \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x0e \x03(\t\x12\r\n\x05store\x18\x0f \x01(\t\x12\x18\n\x10watchdog_seconds\x18\x10 \x01(\x01\x12\x10\n\x08gpu_name\x18\x11 \x01(\t\x12\x0c\n\x04\x61rch\x18\x12 \x01(\t\x12\x18\n\x10gpu_memory_bytes\x18\x13 \x01(\x04\x32\xe6\x02\n\rReplayService\x12;\n\x06Replay\x12\x17.mneme.v1.ReplayRequest\x1a\x18.mneme.v1.ReplayResponse\x12\x45\n\x0cReplayStream\x12\x17.mneme.v1.ReplayRequest\x1a\x18.mneme.v1.ReplayResponse(\x01\x30\x01\x12M\n\x11ReplayBatchStream\x12\x15.mneme.v1.ReplayBatch\x1a\x1d.mneme.v1.ReplayResponseBatch(\x01\x30\x01\x12>\n\x07Prepare\x12\x18.mneme.v1.PrepareRequest\x1a\x19.mneme.v1.PrepareResponse\x12\x42\n\rGetServerInfo\x12\x1b.mneme.v1.ServerInfoRequest\x1a\x14.mneme.v1.ServerInfob\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15mneme/v1/replay.proto\x12\x08mneme.v1\x1a\x1cgoogle/protobuf/struct.proto\"[\n\x0bInstanceRef\x12\x11\n\trecord_db\x18\x01 \x01(\t\x12\x11\n\trecord_id\x18\x02 \x01(\t\x12\x11\n\ttolerance\x18\x03 \x01(\t\x12\x13\n\x0bno_relocate\x18\x04 \x01(\x08\"\'\n\x04\x44im3\x12\t\n\x01x\x18\x01 \x01(\r\x12\t\n\x01y\x18\x02 \x01(\r\x12\t\n\x01z\x18\x03 \x01(\r\"\xe9\x02\n\rConfiguration\x12\x1c\n\x04grid\x18\x01 \x01(\x0b\x32\x0e.mneme.v1.Dim3\x12\x1d\n\x05\x62lock\x18\x02 \x01(\x0b\x32\x0e.mneme.v1.Dim3\x12\x12\n\nshared_mem\x18\x03 \x01(\x03\x12\x12\n\nspecialize\x18\x04 \x01(\x08\x12\x19\n\x11set_launch_bounds\x18\x05 \x01(\x08\x12\x18\n\x0bmax_threads\x18\x06 \x01(\x03H\x00\x88\x01\x01\x12\x1e\n\x11min_blocks_per_sm\x18\x07 \x01(\x03H\x01\x88\x01\x01\x12\x17\n\x0fspecialize_dims\x18\x08 \x01(\x08\x12\x0e\n\x06passes\x18\t \x01(\t\x12\x13\n\x0b\x63odegen_opt\x18\n \x01(\x05\x12\x16\n\x0e\x63odegen_method\x18\x0b \x01(\t\x12\r\n\x05prune\x18\x0c \x01(\x08\x12\x13\n\x0binternalize\x18\r \x01(\x08\x42\x0e\n\x0c_max_threadsB\x14\n\x12_min_blocks_per_sm\"\xbf\x04\n\x06Result\x12\x1a\n\x12preprocess_ir_time\x18\x01 \x01(\x01\x12\x10\n\x08opt_time\x18\x02 \x01(\x01\x12\x14\n\x0c\x63odegen_time\x18\x03 \x01(\x01\x12\x10\n\x08obj_size\x18\x04 \x01(\x03\x12\x11\n\texec_time\x18\x05 \x03(\x03\x12\x10\n\x08verified\x18\x06 \x01(\x08\x12\x10\n\x08\x65xecuted\x18\x07 \x01(\x08\x12\x0e\n\x06\x66\x61iled\x18\x08 \x01(\x08\x12\x12\n\nstart_time\x18\t \x01(\t\x12\x10\n\x08\x65nd_time\x18\n \x01(\t\x12\x0e\n\x06gpu_id\x18\x0b \x01(\x05\x12\x17\n\x0f\x63onst_mem_usage\x18\x0c \x01(\x03\x12\x17\n\x0flocal_mem_usage\x18\r \x01(\x03\x12\x11\n\treg_usage\x18\x0e \x01(\x03\x12\r\n\x05\x65rror\x18\x0f \x01(\t\x12\x0e\n\x06status\x18\x10 \x01(\t\x12\x0e\n\x06warmup\x18\x11 \x01(\x05\x12\x18\n\x10shared_mem_usage\x18\x12 \x01(\x03\x12\x16\n\x0e\x63ompile_cached\x18\x13 \x01(\x08\x12+\n\nmismatches\x18\x14 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x11\n\trelocated\x18\x15 \x01(\x08\x12\x30\n\x0fverified_within\x18\x16 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x0enondeterminism\x18\x17 \x03(\x0b\x32\x17.google.protobuf.Struct\x12\x19\n\x11relocation_reason\x18\x18 \x01(\t\"\xb2\x01\n\rReplayRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\'\n\x08instance\x18\x02 \x01(\x0b\x32\x15.mneme.v1.InstanceRef\x12\'\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x17.mneme.v1.Configuration\x12\x12\n\niterations\x18\x04 \x01(\r\x12\x0e\n\x06warmup\x18\x05 \x01(\r\x12\x17\n\x0ftimeout_seconds\x18\x06 \x01(\x01\"8\n\x0bReplayBatch\x12)\n\x08requests\x18\x01 \x03(\x0b\x32\x17.mneme.v1.ReplayRequest\"B\n\x13ReplayResponseBatch\x12+\n\tresponses\x18\x01 \x03(\x0b\x32\x18.mneme.v1.ReplayResponse\"\xb1\x01\n\x0eReplayResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x06result\x18\x02 \x01(\x0b\x32\x10.mneme.v1.Result\x12\x0e\n\x06worker\x18\x03 \x01(\t\x12\x16\n\x0equeued_seconds\x18\x04 \x01(\x01\x12\x16\n\x0eserver_seconds\x18\x05 \x01(\x01\x12\x12\n\nerror_code\x18\x06 \x01(\t\x12\x15\n\rerror_message\x18\x07 \x01(\t\"c\n\x0ePrepareRequest\x12\'\n\x08instance\x18\x01 \x01(\x0b\x32\x15.mneme.v1.InstanceRef\x12(\n\x07\x63ompile\x18\x02 \x03(\x0b\x32\x17.mneme.v1.Configuration\"Y\n\x0fPrepareResponse\x12\x14\n\x0c\x64\x65vice_bytes\x18\x01 \x01(\x03\x12\x18\n\x10workers_prepared\x18\x02 \x01(\r\x12\x16\n\x0e\x63ompile_errors\x18\x03 \x03(\t\"\x13\n\x11ServerInfoRequest\"\xb1\x03\n\nServerInfo\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0b\n\x03gpu\x18\x02 \x01(\x05\x12\x0e\n\x06\x65ngine\x18\x03 \x01(\t\x12\x0f\n\x07workers\x18\x04 \x01(\r\x12\x15\n\rworkers_ready\x18\x05 \x01(\r\x12\x13\n\x0bqueue_depth\x18\x06 \x01(\r\x12\x11\n\tin_flight\x18\x07 \x01(\r\x12\x19\n\x11replays_completed\x18\x08 \x01(\x04\x12\x17\n\x0fworker_restarts\x18\t \x01(\x04\x12\x1d\n\x15\x63ompile_cache_entries\x18\n \x01(\x04\x12\x1a\n\x12\x63ompile_cache_hits\x18\x0b \x01(\x04\x12\x1c\n\x14\x63ompile_cache_misses\x18\x0c \x01(\x04\x12\x1f\n\x17prepared_instance_bytes\x18\r \x01(\x03\x12\x14\n\x0c\x63\x61pabilities\x18\x0e \x03(\t\x12\r\n\x05store\x18\x0f \x01(\t\x12\x18\n\x10watchdog_seconds\x18\x10 \x01(\x01\x12\x10\n\x08gpu_name\x18\x11 \x01(\t\x12\x0c\n\x04\x61rch\x18\x12 \x01(\t\x12\x18\n\x10gpu_memory_bytes\x18\x13 \x01(\x04\x32\xe6\x02\n\rReplayService\x12;\n\x06Replay\x12\x17.mneme.v1.ReplayRequest\x1a\x18.mneme.v1.ReplayResponse\x12\x45\n\x0cReplayStream\x12\x17.mneme.v1.ReplayRequest\x1a\x18.mneme.v1.ReplayResponse(\x01\x30\x01\x12M\n\x11ReplayBatchStream\x12\x15.mneme.v1.ReplayBatch\x1a\x1d.mneme.v1.ReplayResponseBatch(\x01\x30\x01\x12>\n\x07Prepare\x12\x18.mneme.v1.PrepareRequest\x1a\x19.mneme.v1.PrepareResponse\x12\x42\n\rGetServerInfo\x12\x1b.mneme.v1.ServerInfoRequest\x1a\x14.mneme.v1.ServerInfob\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,29 +33,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'mneme.v1.replay_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INSTANCEREF']._serialized_start=65
-  _globals['_INSTANCEREF']._serialized_end=135
-  _globals['_DIM3']._serialized_start=137
-  _globals['_DIM3']._serialized_end=176
-  _globals['_CONFIGURATION']._serialized_start=179
-  _globals['_CONFIGURATION']._serialized_end=540
-  _globals['_RESULT']._serialized_start=543
-  _globals['_RESULT']._serialized_end=1091
-  _globals['_REPLAYREQUEST']._serialized_start=1094
-  _globals['_REPLAYREQUEST']._serialized_end=1272
-  _globals['_REPLAYBATCH']._serialized_start=1274
-  _globals['_REPLAYBATCH']._serialized_end=1330
-  _globals['_REPLAYRESPONSEBATCH']._serialized_start=1332
-  _globals['_REPLAYRESPONSEBATCH']._serialized_end=1398
-  _globals['_REPLAYRESPONSE']._serialized_start=1401
-  _globals['_REPLAYRESPONSE']._serialized_end=1578
-  _globals['_PREPAREREQUEST']._serialized_start=1580
-  _globals['_PREPAREREQUEST']._serialized_end=1679
-  _globals['_PREPARERESPONSE']._serialized_start=1681
-  _globals['_PREPARERESPONSE']._serialized_end=1770
-  _globals['_SERVERINFOREQUEST']._serialized_start=1772
-  _globals['_SERVERINFOREQUEST']._serialized_end=1791
-  _globals['_SERVERINFO']._serialized_start=1794
-  _globals['_SERVERINFO']._serialized_end=2227
-  _globals['_REPLAYSERVICE']._serialized_start=2230
-  _globals['_REPLAYSERVICE']._serialized_end=2588
+  _globals['_INSTANCEREF']._serialized_end=156
+  _globals['_DIM3']._serialized_start=158
+  _globals['_DIM3']._serialized_end=197
+  _globals['_CONFIGURATION']._serialized_start=200
+  _globals['_CONFIGURATION']._serialized_end=561
+  _globals['_RESULT']._serialized_start=564
+  _globals['_RESULT']._serialized_end=1139
+  _globals['_REPLAYREQUEST']._serialized_start=1142
+  _globals['_REPLAYREQUEST']._serialized_end=1320
+  _globals['_REPLAYBATCH']._serialized_start=1322
+  _globals['_REPLAYBATCH']._serialized_end=1378
+  _globals['_REPLAYRESPONSEBATCH']._serialized_start=1380
+  _globals['_REPLAYRESPONSEBATCH']._serialized_end=1446
+  _globals['_REPLAYRESPONSE']._serialized_start=1449
+  _globals['_REPLAYRESPONSE']._serialized_end=1626
+  _globals['_PREPAREREQUEST']._serialized_start=1628
+  _globals['_PREPAREREQUEST']._serialized_end=1727
+  _globals['_PREPARERESPONSE']._serialized_start=1729
+  _globals['_PREPARERESPONSE']._serialized_end=1818
+  _globals['_SERVERINFOREQUEST']._serialized_start=1820
+  _globals['_SERVERINFOREQUEST']._serialized_end=1839
+  _globals['_SERVERINFO']._serialized_start=1842
+  _globals['_SERVERINFO']._serialized_end=2275
+  _globals['_REPLAYSERVICE']._serialized_start=2278
+  _globals['_REPLAYSERVICE']._serialized_end=2636
 # @@protoc_insertion_point(module_scope)

@@ -14,6 +14,9 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
+Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
+report ``relocated`` with the reason, and with ``no_relocate`` opening it fails as the real
+engine's does (RelocationRefusedError).
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -30,7 +33,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mneme.errors import RelocationRefusedError
 from mneme.mneme_types import ExperimentResult
+
+TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
 
 
 @dataclass
@@ -69,9 +75,11 @@ class FakePrepared:
         if mode == "raise":
             raise RuntimeError("simulated engine bug")
         n = warmup + iterations
+        relocated = self.record_id == "taken-addresses"
         return ExperimentResult(
             exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
             gpu_id=0, obj_size=len(compiled) if compiled else -1,
+            relocated=relocated, relocation_reason=TAKEN_REASON if relocated else "",
         )
 
     def close(self):
@@ -111,6 +119,8 @@ class FakeEngineSpec:
     def open(self, instance, device):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
+        if instance.record_id == "taken-addresses" and instance.no_relocate:
+            raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
         return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):
