@@ -125,15 +125,24 @@ class DeviceState:
         self.relocation_reason = ""  # why the heap is not at its recorded addresses, when it is not
         pairs = pair_regions(prologue, epilogue)
         heap = [(p, e) for p, e in pairs if p.kind == "heap"]
-        self._place_heap(heap, relocate, relocate_reason, reservations or process_reservations())
+        self._uploaded_map: tuple | None = None
+        try:
+            self._place_heap(heap, relocate, relocate_reason, reservations or process_reservations())
+            self._restore(store, pairs, prologue.chunk_size)
+        except BaseException:
+            self.close()  # what was allocated, and the leased pages (back to the process's reservations)
+            raise
+
+    def _restore(self, store: Any, pairs: list[tuple[Region, Region]], chunk_size: int) -> None:
+        """The device copies of every region: expected epilogue, pristine prologue of written ones."""
+        ctx = self.ctx
         recorded_ranges = [Move(p.base, p.size, p.base) for p, _ in pairs]
         scan_map = RelocationMap(recorded_ranges)
         # Pointers need following when anything can move: globals always can, heap when relocated.
         scan = self.relocated_heap or any(p.kind == "global" for p, _ in pairs)
         for p, e in pairs:
-            state = RegionState(
-                p.kind, p.name, p.base, p.size, e.policy or p.policy, written_spans(p, e, prologue.chunk_size)
-            )
+            state = RegionState(p.kind, p.name, p.base, p.size, e.policy or p.policy, written_spans(p, e, chunk_size))
+            self.regions.append(state)
             if p.kind == "heap":
                 state.live = self._heap_home[p.base]
             pro = bytearray(p.read(store))
@@ -151,8 +160,6 @@ class DeviceState:
             if state.written:
                 state.pristine = ctx.alloc(p.size)
                 ctx.upload(state.pristine.ptr, pro)
-            self.regions.append(state)
-        self._uploaded_map: tuple | None = None
 
     # -- placement ------------------------------------------------------------------
     def _place_heap(

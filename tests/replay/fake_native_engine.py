@@ -38,6 +38,7 @@ class AddressSpace:
     reservations: list["FakeReservation"] = field(default_factory=list)
     reserve_calls: list[tuple[int, int]] = field(default_factory=list)
     fail_map_at: int | None = None  # an absolute address whose mapping fails (out of memory)
+    allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
 
     def taken(self, start: int, end: int) -> bool:
@@ -109,6 +110,10 @@ class FakeContext:
         return FakeReservation(self.space, base, size)
 
     def alloc(self, size: int) -> FakeBuffer:
+        if self.space.allocations_left is not None:
+            if self.space.allocations_left == 0:
+                raise _error("cuMemAlloc", CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY")
+            self.space.allocations_left -= 1
         buf = FakeBuffer(next(self.space._next_buffer), size)
         self.buffers[buf.ptr] = buf
         return buf

@@ -15,6 +15,7 @@ import mmap
 import pytest
 
 import synthetic_recordings as synth
+import fake_native_engine
 from fake_native_engine import GRANULARITY as G, AddressSpace, FakeContext, native_module
 from mneme.cli import main
 from mneme.errors import RelocationRefusedError
@@ -182,6 +183,17 @@ def test_a_relocatable_recording_relocates_with_that_reason_unless_refused(space
     with _replayer(db) as replayer:
         assert replayer.relocated_heap and "the recording is relocatable" in replayer.relocation_reason
     with _replayer(db, relocate=False) as replayer:  # its recorded addresses are free here: placed there
+        assert not replayer.relocated_heap
+
+
+def test_a_replayer_that_fails_to_restore_gives_its_pages_back(space, vecadd_db):
+    space.allocations_left = 2  # the third region's expected copy does not fit
+    with pytest.raises(fake_native_engine.CudaError, match="OUT_OF_MEMORY"):
+        _replayer(vecadd_db)
+    (held,) = placement.process_reservations().held
+    assert held.busy == [] and held.reservation.mappings == {}
+    space.allocations_left = None
+    with _replayer(vecadd_db, relocate=False) as replayer:  # the pages are free again
         assert not replayer.relocated_heap
 
 
