@@ -254,6 +254,7 @@ class AsyncReplayExecutor:
         local_servers: LocalServers | None = None,
         tolerance_runs: int = 0,
         tolerance_overrides: Mapping[str, Any] | None = None,
+        no_relocate: bool = False,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -275,6 +276,7 @@ class AsyncReplayExecutor:
         self.tolerance_runs = int(tolerance_runs)  # 0: the servers' default
         self.tolerance_overrides = json.dumps(dict(tolerance_overrides)) if tolerance_overrides else ""
         self.set_tolerance(tolerance)
+        self.no_relocate = bool(no_relocate)  # servers refuse, not relocate, an instance whose addresses are taken
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
         self.record_key = record_key or key
@@ -441,7 +443,8 @@ class AsyncReplayExecutor:
         from mneme._proto import replay_pb2
 
         return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
-                                      tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides)
+                                      tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides,
+                                      no_relocate=self.no_relocate)
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()

@@ -13,6 +13,11 @@ class NotAvailableError(MnemeError):
     """A feature that is not built or not possible on this machine (no GPU, no driver...)."""
 
 
+class RelocationRefusedError(NotAvailableError):
+    """The recorded heap cannot have its recorded addresses in this process, and moving it was refused
+    (``mneme replay --no-relocate``, ``Replayer(relocate=False)``, ``mneme tune --no-relocate``)."""
+
+
 class ArtifactError(MnemeError):
     """A recording artifact is missing, truncated, corrupt or of an unknown format."""
 

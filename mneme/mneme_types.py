@@ -296,9 +296,13 @@ class ExperimentResult:
     compile_cached: bool = False
     mismatches: list[dict[str, Any]] = field(default_factory=list)
     #: Heap buffers were placed elsewhere than at their recorded addresses (and the pointers to
-    #: them rewritten), because the recorded window could not be had here or the recording is
-    #: relocatable. Module globals always live where the loaded module puts them and do not count.
+    #: them rewritten), because the recorded addresses could not be had in the replay process or
+    #: the recording is relocatable. Module globals always live where the loaded module puts them
+    #: and do not count.
     relocated: bool = False
+    #: Why, when ``relocated``: the driver's error for the recorded range and what held it in the
+    #: replay process's /proc/self/maps, another replay's lease, or a relocatable recording.
+    relocation_reason: str = ""
     #: Regions judged with a tolerance (``--tolerance``, a recorded annotation, or ``auto``): per
     #: region label the bound used (``policy``), where it came from (``source``; ``derived``
     #: provenance for ``auto``), and this replay's worst deviation over its checked launches

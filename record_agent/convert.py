@@ -380,7 +380,7 @@ class SpoolConverter:
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), attributes, unsupported_reasons(entry, code.ptx),
+            None, tuple(dict.fromkeys(warnings)), attributes, unsupported_reasons(entry, code.ptx, attributes),
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         db = writer.commit(db.add_instance(instance))

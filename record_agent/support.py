@@ -7,13 +7,19 @@ process over IPC) and the texture and surface objects alive at the launch. A
 launch that can reach any of it would replay against memory that is not there
 (a CUDA fault) or not the recorded state (a meaningless verdict), so it is
 written with ``supported: false`` and the reasons here, and replay refuses it.
+So is a launch with a launch attribute the replay cannot repeat (an event or an
+L2 persisting window of the application's process, a graph-only attribute:
+``mneme.replay.launch_attrs``), so that ``mneme ls`` counts it at record time.
 """
 
 from __future__ import annotations
 
 import re
 
-from mneme.format.database import POINTER_SIZE
+from typing import Iterable
+
+from mneme.format.database import POINTER_SIZE, LaunchAttribute
+from mneme.replay.launch_attrs import unreplayable_reasons
 from record_agent.spool import ForeignRange, SpoolEntry
 
 #: What each kind of uncaptured memory is, in the words of the CUDA runtime API.
@@ -77,9 +83,9 @@ def _object_reasons(entry: SpoolEntry, handles: tuple[int, ...], what: str, uses
     return found
 
 
-def unsupported_reasons(entry: SpoolEntry, ptx: str | None) -> tuple[str, ...]:
-    """Why ``entry`` cannot be replayed faithfully; empty when it can."""
-    reasons: list[str] = []
+def unsupported_reasons(entry: SpoolEntry, ptx: str | None, attributes: Iterable[LaunchAttribute] = ()) -> tuple[str, ...]:
+    """Why ``entry`` (launched with ``attributes``) cannot be replayed faithfully; empty when it can."""
+    reasons: list[str] = list(unreplayable_reasons(attributes))
     ranges = entry.foreign_memory
     if ranges:
         for off in range(0, len(entry.args) - POINTER_SIZE + 1, POINTER_SIZE):

@@ -107,7 +107,8 @@ class CudaEngineSpec:
 
         tolerance = instance_tolerance(instance.tolerance, instance.tolerance_overrides, instance.tolerance_runs)
         return CudaPreparedInstance(
-            Replayer(recording, instance.record_id, device=device, **tolerance.replayer_arguments())
+            Replayer(recording, instance.record_id, device=device, **tolerance.replayer_arguments(),
+                     relocate=False if instance.no_relocate else None)
         )
 
     def compiler(self) -> CompileFunction | None:

@@ -32,6 +32,7 @@ class InstanceKey:
     tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
     tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
     tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
+    no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

@@ -79,7 +79,8 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             instance_tolerance(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
-        return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides)
+        return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides,
+                           ref.no_relocate)
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""

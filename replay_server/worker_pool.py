@@ -36,6 +36,8 @@ _ERROR_CODES = {
     "ArtifactError": "FAILED_PRECONDITION",
     "ConfigurationError": "INVALID_ARGUMENT",
     "NotAvailableError": "FAILED_PRECONDITION",
+    "RelocationRefusedError": "FAILED_PRECONDITION",
+    "UnsupportedInstanceError": "FAILED_PRECONDITION",
 }
 
 

@@ -116,6 +116,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tolerance-runs", type=int, metavar="N", default=S,
                    help=f"runs of the recorded launch that detect nondeterminism and derive the auto bounds "
                    f"(default {DEFAULT_RUNS})")
+    g.add_argument("--no-relocate", action="store_true", default=S,
+                   help="the servers restore the heap at its recorded addresses or the run stops saying why "
+                   "(exit status 2), instead of replaying with relocated pointers where those addresses are taken")
     g.add_argument("--print-space", action="store_true", default=S, help="print the search space and exit")
     g.add_argument("--dry-run", action="store_true", default=S,
                    help="print the baseline and the search space, replay nothing")

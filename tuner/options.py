@@ -88,6 +88,8 @@ class TuneOptions:
     # --tolerance-file): they win over the recording's annotations and over the derived bounds
     tolerance_policies: dict[str, Any] = field(default_factory=dict)
     tolerance_runs: int = DEFAULT_RUNS  # baseline runs that detect nondeterminism and derive the bounds
+    # the servers restore the heap at its recorded addresses or fail the run, never relocate it
+    no_relocate: bool = False
     # optuna
     study_name: str | None = None
     optuna_storage: str | None = None

@@ -65,6 +65,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         local_servers=local_servers,
         tolerance_runs=options.tolerance_runs,
         tolerance_overrides=options.tolerance_policies,
+        no_relocate=options.no_relocate,
     )
     if options.servers_from:
         follow(executor, options.servers_from)

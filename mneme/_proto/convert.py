@@ -63,7 +63,7 @@ def config_from_proto(msg: replay_pb2.Configuration) -> ExperimentConfiguration:
 _SCALAR_RESULT_FIELDS = (
     "preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "verified", "executed", "failed",
     "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error",
-    "status", "warmup", "shared_mem_usage", "compile_cached", "relocated",
+    "status", "warmup", "shared_mem_usage", "compile_cached", "relocated", "relocation_reason",
 )
 
 

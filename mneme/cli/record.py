@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             va_base = int(os.environ["MNEME_VA_BASE"], 0)
         except ValueError:
-            raise ConfigurationError(f"MNEME_VA_BASE={os.environ['MNEME_VA_BASE']!r} is not an address (e.g. 0x7f0000000000)") from None
+            raise ConfigurationError(f"MNEME_VA_BASE={os.environ['MNEME_VA_BASE']!r} is not an address (e.g. 0x200000000000)") from None
     options = RecordOptions(
         command=tuple(command),
         record_db_dir=args.record_db_dir,

@@ -7,7 +7,10 @@ memory), then takes ``--config FILE`` (JSON or YAML, a ``Replay-config`` dict,
 partial is fine), then the flags. It prints the replay configuration and the
 result as the reference does (``"Replay-config": {...}`` and ``"Result": {...}``),
 or one JSON object with ``--json``. Exit status: 0 verified, 1 replayed but not
-verified (or failed), 2 could not replay (bad input, no GPU).
+verified (or failed), 2 could not replay (bad input, no GPU, an instance the
+recorder could not capture, recorded addresses not available with ``--no-relocate``).
+A replay that had to relocate the heap says so and why (``relocated``,
+``relocation_reason`` in the result, and a note on stderr).
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reset", choices=("auto", "always"), default="auto",
                         help="restore the memory the kernel writes before every launch (always), or only before "
                         "each configuration's first launch once the baseline proved idempotent (auto, default)")
+    parser.add_argument("--no-relocate", action="store_true",
+                        help="restore heap buffers at their recorded addresses or fail (exit status 2) saying why, "
+                        "instead of relocating them (rewriting pointers) when those addresses are taken here")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
@@ -173,14 +179,15 @@ def run(args: argparse.Namespace) -> int:
         reset=args.reset,
         tolerance=mode or "exact",
         tolerance_runs=args.tolerance_runs,
+        relocate=False if args.no_relocate else None,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:
             print(f"mneme replay: tolerance auto: {replayer.derived.describe()}; {replayer.derived_stored}",
                   file=sys.stderr)
-        if replayer.relocated:
-            why = f" ({replayer.window_error})" if replayer.window_error else ""
-            print(f"mneme replay: note: recorded addresses were relocated{why}", file=sys.stderr)
+        if replayer.relocated_heap:
+            print(f"mneme replay: note: the heap was relocated (pointers to it rewritten): {replayer.relocation_reason}; "
+                  "--no-relocate refuses instead", file=sys.stderr)
         lost = not replayer.healthy and result.status in ("runtime_error", "timeout")
     print(format_output(config.to_dict(), result.to_dict(), args.json))
     sys.stdout.flush()

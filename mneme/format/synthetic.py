@@ -21,7 +21,7 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database
 from mneme.store import Store, open_store
 
 #: Where the synthetic allocations live: the recorder's default fixed window.
-WINDOW_BASE = 0x7F0000000000
+WINDOW_BASE = 0x200000000000  # record_agent.options.DEFAULT_VA_BASE
 _ALIGN = 512
 _WINDOW_GRANULARITY = 2 << 20
 

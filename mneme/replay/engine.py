@@ -38,19 +38,7 @@ LAUNCH_REFUSED = {
 }
 
 _engine: ModuleType | None = None
-
-#: The recorder's default window (native/recorder settings: va_base). The driver
-#: takes large address ranges for itself at its first allocation in a process,
-#: which can swallow this one, and a range it has freed cannot be reserved at
-#: the same address again. So the first context a process opens reserves the
-#: window once, for good, and replays map and unmap their pages inside it.
-#: Host mappings (shared libraries, with ASLR anywhere in the top terabyte) can sit
-#: inside a large window, so the reservation tries smaller sizes before giving up.
-GUARD_BASE = 0x7F0000000000
-GUARD_SIZES = tuple(gib << 30 for gib in (256, 64, 16, 4, 1))
-_window: "SharedWindow | None" = None
-_window_tried = False
-
+_first_context = True  # the start-up trace marks the process's first context only
 
 def load_engine() -> ModuleType:
     """The native extension; NotAvailableError when this installation lacks it."""
@@ -93,68 +81,12 @@ def cuda_error_code(exc: BaseException) -> int | None:
 
 
 def open_context(device: int = 0) -> Any:
-    """An engine Context on ``device``; the first one in the process also reserves the recorder's window."""
-    global _window, _window_tried
+    """An engine Context on ``device``. The recorded heap's addresses are reserved by each replay,
+    where its recording has them (``mneme.replay.placement``), before it allocates anything."""
+    global _first_context
     native = require_driver()
     ctx = native.Context(device)
-    if not _window_tried:
+    if _first_context:
+        _first_context = False
         mark("engine", "context")
-        _window_tried = True
-        for size in GUARD_SIZES:
-            try:
-                _window = SharedWindow(ctx.reserve(GUARD_BASE, size))
-                break
-            except native.CudaError:
-                continue  # taken (partly): try a smaller window; none at all means replays relocate
-        mark("engine", "window")
     return ctx
-
-
-class SharedWindow:
-    """The process's reservation of the recorder's window; replays lease page spans of it."""
-
-    def __init__(self, reservation: Any):
-        self.reservation = reservation
-        self.base = reservation.base
-        self.size = reservation.size
-        self.busy: list[tuple[int, int]] = []  # leased (offset, size) spans
-
-    def lease(self, spans: list[tuple[int, int]], device: int) -> "WindowLease":
-        """Map ``spans`` (offsets from the window base) on ``device``; ValueError when one is outside or leased."""
-        for off, size in spans:
-            if off < 0 or off + size > self.size:
-                raise ValueError(f"range {self.base + off:#x}+{size} is outside the reserved window")
-            for b_off, b_size in self.busy:
-                if off < b_off + b_size and b_off < off + size:
-                    raise ValueError(f"range {self.base + off:#x}+{size} is in use by another replay in this process")
-        done: list[tuple[int, int]] = []
-        try:
-            for off, size in spans:
-                self.reservation.map(off, size, device)
-                done.append((off, size))
-        except Exception:
-            for off, size in done:
-                self.reservation.unmap(off, size)
-            raise
-        self.busy.extend(done)
-        return WindowLease(self, done)
-
-
-class WindowLease:
-    """Pages of the shared window mapped for one replay; ``release`` unmaps them."""
-
-    def __init__(self, window: SharedWindow, spans: list[tuple[int, int]]):
-        self.window = window
-        self.spans = spans
-        self.mapped_bytes = sum(s for _, s in spans)
-
-    def release(self) -> None:
-        for span in self.spans:
-            self.window.reservation.unmap(*span)
-            self.window.busy.remove(span)
-        self.spans = []
-        self.mapped_bytes = 0
-
-
-def shared_window() -> SharedWindow | None:
-    return _window

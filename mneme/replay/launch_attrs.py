@@ -8,7 +8,10 @@ shared memory needs its cluster; ``grid.sync()`` needs a cooperative launch),
 so the replay makes the same launch, through ``cuLaunchKernelEx``. Attributes
 that name things of the application's process (events, an L2 persisting
 window whose set-aside the recording does not hold) or that apply to streams or
-graphs only cannot be reproduced: the replay refuses them, naming the attribute.
+graphs only cannot be reproduced: the recorder's agent writes such a launch
+``supported: false`` with ``unreplayable_reasons`` (record_agent/support.py),
+and the replay refuses it, naming the attribute (recordings made before the
+agent did so are refused here, by ``plan_for``).
 """
 
 from __future__ import annotations
@@ -82,25 +85,43 @@ def _value_bytes(attr: Any, layout: str, name: str) -> bytes:
     return value.ljust(VALUE_BYTES, b"\0")
 
 
+def attribute_problem(attr: Any) -> str | None:
+    """Why a replay cannot repeat the recorded launch attribute ``attr`` (None: it can, or it is ignored)."""
+    if attr.id == 0:  # CU_LAUNCH_ATTRIBUTE_IGNORE
+        return None
+    if attr.id in REFUSED:
+        name, why = REFUSED[attr.id]
+        return f"the recorded launch has the launch attribute {name} (id {attr.id}), which a replay cannot reproduce: {why}"
+    if attr.id not in REPLAYED:
+        label = f"{attr.name} " if attr.name and attr.name != "raw" else ""
+        return (
+            f"the recorded launch has the launch attribute {label}(id {attr.id}), which this mneme does not know "
+            "how to replay; upgrade mneme, or record the kernel launched without it"
+        )
+    name, layout = REPLAYED[attr.id]
+    try:
+        _value_bytes(attr, layout, name)
+    except NotAvailableError as exc:
+        return str(exc)
+    return None
+
+
+def unreplayable_reasons(recorded: Iterable[Any]) -> tuple[str, ...]:
+    """Why a replay cannot repeat the recorded launch attributes (empty: it can repeat all of them)."""
+    return tuple(p for p in map(attribute_problem, recorded) if p is not None)
+
+
 def plan_for(recorded: Iterable[Any]) -> LaunchPlan:
     """The engine's attributes for recorded ``LaunchAttribute``s; NotAvailableError naming one it cannot replay."""
+    recorded = tuple(recorded)
+    problems = unreplayable_reasons(recorded)
+    if problems:
+        raise NotAvailableError(problems[0])
     attributes, names = [], []
     cluster, cooperative = None, False
     for attr in recorded:
-        if attr.id == 0:  # CU_LAUNCH_ATTRIBUTE_IGNORE
+        if attr.id == 0:
             continue
-        if attr.id in REFUSED:
-            name, why = REFUSED[attr.id]
-            raise NotAvailableError(
-                f"the recorded launch has the launch attribute {name} (id {attr.id}), which a replay cannot "
-                f"reproduce: {why}"
-            )
-        if attr.id not in REPLAYED:
-            label = f"{attr.name} " if attr.name and attr.name != "raw" else ""
-            raise NotAvailableError(
-                f"the recorded launch has the launch attribute {label}(id {attr.id}), which this mneme does not know "
-                "how to replay; upgrade mneme, or record the kernel launched without it"
-            )
         name, layout = REPLAYED[attr.id]
         value = _value_bytes(attr, layout, name)
         decoded = struct.unpack_from(layout, value)

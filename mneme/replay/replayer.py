@@ -119,10 +119,12 @@ class Replayer:
         time than leaving the L2 as the reset leaves it); ``timing`` is
         ``events`` (CUDA events around each launch) or ``cupti`` (CUPTI
         activity records of the kernel itself); ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
-        still running then makes the Replayer unhealthy); ``relocate`` forces
-        (True) or forbids (False) relocating heap buffers instead of restoring
-        them at their recorded addresses (default: relocate when the recording
-        is relocatable or the recorded window cannot be reserved here);
+        still running then makes the Replayer unhealthy); ``relocate``: None
+        (default) restores heap buffers at their recorded addresses and relocates
+        them, as a reported fallback (``relocation_reason``), where those cannot
+        be had in this process, or when the recording is relocatable; False
+        restores them there or raises RelocationRefusedError saying why; True
+        relocates them;
         ``reset`` is ``auto`` (reset the written memory before every launch,
         unless the instance is proven idempotent: then only before each
         configuration's first launch) or ``always`` (see ``uses_resets``).
@@ -194,10 +196,15 @@ class Replayer:
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
         mark("replayer", "snapshots")
-        if relocate is None:
-            relocate = recording.address_space.mode == "relocatable"
+        relocate_reason = "relocation was asked for (relocate=True)"
+        if relocate is None and recording.address_space.mode == "relocatable":
+            relocate, relocate_reason = True, (
+                "the recording is relocatable: the recorder could not serve every allocation from its fixed window"
+            )
         try:
-            self._state = DeviceState(self.ctx, recording.store, prologue, epilogue, relocate=relocate)
+            self._state = DeviceState(
+                self.ctx, recording.store, prologue, epilogue, relocate=relocate, relocate_reason=relocate_reason
+            )
         except Exception:
             self.close()
             raise
@@ -260,9 +267,9 @@ class Replayer:
         return self._proof_failure or (STATUS_RUNTIME_ERROR, "the CUDA context was lost")
 
     @property
-    def window_error(self) -> str:
-        """Why the recorded window could not be reserved ('' when it was, or was not tried)."""
-        return self._state.window_error if self._state else ""
+    def relocation_reason(self) -> str:
+        """Why heap buffers are not at their recorded addresses ('' when they are)."""
+        return self._state.relocation_reason if self._state else ""
 
     @property
     def device_bytes(self) -> int:
@@ -297,6 +304,7 @@ class Replayer:
             "start_time": start,
             "warmup": max(int(warmup), 0),
             "relocated": self.relocated_heap,
+            "relocation_reason": self.relocation_reason,
         }
         try:
             return self._run(config, int(iterations), int(warmup), compiled, base)

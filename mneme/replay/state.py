@@ -2,8 +2,9 @@
 
 For every recorded heap buffer and module global the replay keeps
 
-* the live memory the kernel works on (heap: at the recorded address when the
-  fixed window could be reserved, else relocated; globals: in the loaded module),
+* the live memory the kernel works on (heap: at the recorded addresses when this
+  process can reserve them, ``placement``; else relocated, with the reason, unless
+  relocation is refused; globals: in the loaded module),
 * the expected epilogue, on the device, which verification compares against,
 * a pristine prologue copy, only for regions the kernel writes (the prologue
   and epilogue chunk hashes differ); unwritten regions reset from the
@@ -21,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from mneme.errors import ArtifactError
+from mneme.errors import ArtifactError, RelocationRefusedError
 from mneme.format.snapshot import Region, Snapshot
-from mneme.replay.relocation import Move, RelocationMap, pages_covering, read_values
+from mneme.replay.placement import ProcessReservations, Unplaceable, process_reservations
+from mneme.replay.relocation import Move, RelocationMap, read_values
 
 ADDRESS_KINDS = ("heap", "global")
 
@@ -96,26 +98,51 @@ def pair_regions(prologue: Snapshot, epilogue: Snapshot) -> list[tuple[Region, R
 
 
 class DeviceState:
-    """Builds and owns the device copies of a recorded instance's memory."""
+    """Builds and owns the device copies of a recorded instance's memory.
 
-    def __init__(self, ctx: Any, store: Any, prologue: Snapshot, epilogue: Snapshot, *, relocate: bool):
+    ``relocate``: None places the heap at its recorded addresses and relocates it
+    when they cannot be had here (``relocation_reason`` says why); False places it
+    there or raises RelocationRefusedError with the reason; True relocates it
+    (``relocate_reason`` says why: a relocatable recording, or the caller asked).
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        store: Any,
+        prologue: Snapshot,
+        epilogue: Snapshot,
+        *,
+        relocate: bool | None,
+        relocate_reason: str = "relocation was asked for",
+        reservations: ProcessReservations | None = None,
+    ):
         self.ctx = ctx
         self.regions: list[RegionState] = []
-        self.reservation: Any = None
+        self.lease: Any = None  # placement.Lease of the heap's pages at their recorded addresses
         self.allocations: list[Any] = []  # live heap buffers when relocated
         self.relocated_heap = False
-        self.window_error = ""  # why the fixed window could not be reserved, when it could not
+        self.relocation_reason = ""  # why the heap is not at its recorded addresses, when it is not
         pairs = pair_regions(prologue, epilogue)
         heap = [(p, e) for p, e in pairs if p.kind == "heap"]
-        self._place_heap(heap, relocate)
+        self._uploaded_map: tuple | None = None
+        try:
+            self._place_heap(heap, relocate, relocate_reason, reservations or process_reservations())
+            self._restore(store, pairs, prologue.chunk_size)
+        except BaseException:
+            self.close()  # what was allocated, and the leased pages (back to the process's reservations)
+            raise
+
+    def _restore(self, store: Any, pairs: list[tuple[Region, Region]], chunk_size: int) -> None:
+        """The device copies of every region: expected epilogue, pristine prologue of written ones."""
+        ctx = self.ctx
         recorded_ranges = [Move(p.base, p.size, p.base) for p, _ in pairs]
         scan_map = RelocationMap(recorded_ranges)
         # Pointers need following when anything can move: globals always can, heap when relocated.
         scan = self.relocated_heap or any(p.kind == "global" for p, _ in pairs)
         for p, e in pairs:
-            state = RegionState(
-                p.kind, p.name, p.base, p.size, e.policy or p.policy, written_spans(p, e, prologue.chunk_size)
-            )
+            state = RegionState(p.kind, p.name, p.base, p.size, e.policy or p.policy, written_spans(p, e, chunk_size))
+            self.regions.append(state)
             if p.kind == "heap":
                 state.live = self._heap_home[p.base]
             pro = bytearray(p.read(store))
@@ -133,48 +160,36 @@ class DeviceState:
             if state.written:
                 state.pristine = ctx.alloc(p.size)
                 ctx.upload(state.pristine.ptr, pro)
-            self.regions.append(state)
-        self._uploaded_map: tuple | None = None
 
     # -- placement ------------------------------------------------------------------
-    def _place_heap(self, heap: list[tuple[Region, Region]], relocate: bool) -> None:
+    def _place_heap(
+        self, heap: list[tuple[Region, Region]], relocate: bool | None, relocate_reason: str,
+        reservations: ProcessReservations,
+    ) -> None:
         self._heap_home: dict[int, int] = {}
         if not heap:
             return
-        if not relocate:
+        if relocate:
+            self.relocation_reason = relocate_reason
+        else:
             try:
-                self._reserve_window([(p.base, p.size) for p, _ in heap])
+                self.lease = reservations.lease(self.ctx, [(p.base, p.size) for p, _ in heap], self.ctx.device)
                 self._heap_home = {p.base: p.base for p, _ in heap}
                 return
-            except Exception as exc:  # the range is taken in this process: fall back to relocation
-                if self.reservation is not None:
-                    self.reservation.release()
-                    self.reservation = None
-                self.window_error = str(exc)
+            except Unplaceable as exc:
+                if relocate is False:
+                    raise RelocationRefusedError(
+                        f"the recorded heap cannot be placed at its recorded addresses in this process ({exc}), "
+                        "and relocating it was refused (--no-relocate); replay in a fresh process, or allow "
+                        "relocation (pointers into the heap are then rewritten)"
+                    ) from None
+                self.relocation_reason = str(exc)
         self.relocated_heap = True
         for p, _ in heap:
             # Keep the low address bits, so alignment-sensitive code sees the same alignment.
             buf = self.ctx.alloc(p.size + 256)
             self.allocations.append(buf)
             self._heap_home[p.base] = buf.ptr + (p.base - buf.ptr) % 256
-
-    def _reserve_window(self, ranges: list[tuple[int, int]]) -> None:
-        """Map the pages the regions touch at their recorded addresses (in the shared window if it holds them)."""
-        from mneme.replay.engine import shared_window
-
-        granularity = self.ctx.allocation_granularity()
-        window = shared_window()
-        if window is not None:
-            lo, hi = min(b for b, _ in ranges), max(b + s for b, s in ranges)
-            if window.base <= lo and hi <= window.base + window.size:
-                self.reservation = window.lease(pages_covering(ranges, window.base, granularity), self.ctx.device)
-                return
-        lo = min(b for b, _ in ranges) // granularity * granularity
-        hi = -(-max(b + s for b, s in ranges) // granularity) * granularity
-        reservation = self.ctx.reserve(lo, hi - lo)
-        for offset, size in pages_covering(ranges, lo, granularity):
-            reservation.map(offset, size)
-        self.reservation = reservation
 
     # -- per module --------------------------------------------------------------------
     def relocation_map(self, global_homes: dict[int, int]) -> RelocationMap:
@@ -234,8 +249,8 @@ class DeviceState:
     @property
     def device_bytes(self) -> int:
         total = sum(r.size * (2 if r.pristine is not None else 1) for r in self.regions)
-        if self.reservation is not None:
-            total += self.reservation.mapped_bytes
+        if self.lease is not None:
+            total += self.lease.mapped_bytes
         total += sum(b.size for b in self.allocations)
         return total
 
@@ -248,6 +263,6 @@ class DeviceState:
         for b in self.allocations:
             b.free()
         self.allocations = []
-        if self.reservation is not None:
-            self.reservation.release()
-            self.reservation = None
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None

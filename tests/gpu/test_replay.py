@@ -73,7 +73,7 @@ def test_baseline_replays_the_recorded_cubin_bitwise(vecadd):
     assert result.reg_usage > 0 and result.local_mem_usage == 0
     assert result.gpu_id == 0 and result.start_time and result.end_time
     assert not result.mismatches
-    assert not replayer.relocated, replayer.window_error  # fixed window, no globals
+    assert not replayer.relocated, replayer.relocation_reason  # fixed window, no globals
     assert not result.relocated
 
 
@@ -253,7 +253,7 @@ def test_fixed_recording_replays_relocated_when_asked(vecadd_path):
         assert replayer.relocated
         result = replayer.run(replayer.baseline())
         assert result.status == "verified", result.error
-        assert result.relocated
+        assert result.relocated and result.relocation_reason == "relocation was asked for (relocate=True)"
 
 
 def test_idempotent_kernel_is_reset_only_before_each_configuration(vecadd_path):

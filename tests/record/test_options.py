@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from mneme.cli import build_parser
 from mneme.errors import ConfigurationError
-from record_agent.options import InstanceSlice, RecordOptions, parse_instances, parse_ranks
+from record_agent.options import DEFAULT_VA_BASE, FALLBACK_VA_BASES, InstanceSlice, RecordOptions, parse_instances, parse_ranks
 from record_agent.ranks import detect_rank, rank_selected
 
 
@@ -51,7 +54,7 @@ def test_recorder_environment():
     )
     env = opts.recorder_environment("/spool", 3)
     assert env["MNEME_SPOOL_DIR"] == "/spool" and env["MNEME_RANK"] == "3"
-    assert env["MNEME_VA_BASE"] == "0x7f0000000000"
+    assert env["MNEME_VA_BASE"] == "0x200000000000"
     assert int(env["MNEME_VA_SIZE"]) % (2 << 20) == 0 and int(env["MNEME_VA_SIZE"]) >= 1.001 * (1 << 30)
     assert env["MNEME_KERNEL_REGEX"] == "relax\n^_Z3foo" and env["MNEME_INSTANCES"] == "0:1:1,10::5"
     assert env["MNEME_DEVICES"] == "1" and env["MNEME_MAX"] == "0" and env["MNEME_SNAPSHOT_SCOPE"] == "reachable"
@@ -94,3 +97,14 @@ def test_module_loading_stays_lazy_unless_eager_loading_is_asked_for(monkeypatch
                                     None, base)
     assert eager["CUDA_MODULE_LOADING"] == "EAGER"
     assert build_parser().parse_args(["record", "-rdb", "o", "--eager-loading", "--", "x"]).eager_loading
+
+
+def test_the_native_recorder_defaults_to_the_same_window_bases():
+    """settings.hpp's default base and memory_window.cpp's fallbacks are the ones record_agent names
+    (mneme record always passes MNEME_VA_BASE, but the recorder preloaded by hand uses its own)."""
+    src = Path(__file__).resolve().parents[2] / "native" / "recorder" / "src"
+    default = re.search(r"uint64_t va_base = (0x[0-9a-f]+)ull;", (src / "settings.hpp").read_text())
+    fallbacks = re.search(r"kFallbackBases\[\] = \{([^}]*)\}", (src / "memory_window.cpp").read_text())
+    assert default and int(default.group(1), 16) == DEFAULT_VA_BASE
+    assert fallbacks and tuple(int(re.sub(r"ull$", "", v.strip()), 16) for v in fallbacks.group(1).split(",")) == FALLBACK_VA_BASES
+    assert DEFAULT_VA_BASE not in FALLBACK_VA_BASES

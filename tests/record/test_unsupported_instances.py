@@ -126,3 +126,30 @@ def test_supported_flag_must_agree_with_the_reasons(tmp_path):
     db.write_text(json.dumps(data))
     with pytest.raises(ArtifactError, match="supported"):
         RecordedExecution.from_json(db)
+
+
+RAW_ZEROS = bytes(64).hex()
+
+
+@pytest.mark.parametrize("attribute,named", [
+    ({"id": 7, "name": "raw", "value_hex": RAW_ZEROS}, "programmatic_event (id 7), which a replay cannot reproduce: "
+                                                       "it names a CUDA event of the application's process"),
+    ({"id": 1, "name": "raw", "value_hex": RAW_ZEROS}, "access_policy_window (id 1)"),
+    ({"id": 99, "name": "raw", "value_hex": RAW_ZEROS}, "(id 99), which this mneme does not know how to replay"),
+])  # fmt: skip
+def test_a_launch_attribute_the_replay_cannot_repeat_is_refused_at_record_time(tmp_path, capsys, attribute, named):
+    db, inst = convert(tmp_path, attributes=[attribute])
+    assert not inst.supported
+    (reason,) = inst.unsupported
+    assert named in reason
+    assert main(["replay", "-rdb", str(db)]) == 2  # the recorder's reason, before any GPU work
+    assert named in capsys.readouterr().err
+    assert main(["ls", str(db.parent)]) == 0
+    assert "1 (1 unsupported)" in capsys.readouterr().out
+
+
+def test_launch_attributes_the_replay_repeats_leave_the_instance_supported(tmp_path):
+    _, inst = convert(tmp_path, attributes=[{"id": 4, "name": "cluster_dim", "value": [1, 1, 1]},
+                                            {"id": 2, "name": "cooperative", "value": [1]},
+                                            {"id": 0, "name": "raw", "value_hex": RAW_ZEROS}])
+    assert inst.supported and inst.unsupported == () and len(inst.launch_attributes) == 3

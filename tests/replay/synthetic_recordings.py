@@ -3,8 +3,8 @@
 Each builder writes a complete recording (through ``mneme.format.writer``) into
 a directory and returns the path of its database. The code is real nvcc output
 (``mneme.format.vecadd_code`` and ``data/kernels.{ptx,sm_90.cubin}``), the
-regions sit in the recorder's fixed window at 0x7f0000000000 (or, for the
-relocatable variant, elsewhere), and the epilogue is what the kernel must
+regions sit in the recorder's fixed window at its default base, 0x200000000000
+(or, for the relocatable variant, at driver addresses in the mmap zone), and the epilogue is what the kernel must
 produce, computed here with numpy.
 """
 
@@ -22,9 +22,10 @@ from mneme.format.hashing import static_hash
 from mneme.format.policy import VerifyPolicy
 from mneme.format.writer import RecordingWriter, RegionSource, new_database
 from mneme.store import open_store
+from record_agent.options import DEFAULT_VA_BASE
 
 DATA = Path(__file__).parent / "data"
-WINDOW = 0x7F0000000000
+WINDOW = DEFAULT_VA_BASE
 WINDOW_SIZE = 1 << 30
 MIB2 = 2 << 20
 

@@ -1,4 +1,4 @@
-"""`ExperimentResult.relocated`: in the model, on the wire, in the CLI's output."""
+"""`ExperimentResult.relocated` and `relocation_reason`: in the model, on the wire, in the CLI's output."""
 
 from __future__ import annotations
 
@@ -9,16 +9,22 @@ from mneme.cli import replay as cli
 from mneme.mneme_types import ExperimentResult
 
 
+WHY = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: taken"
+
+
 def test_relocated_round_trips_through_dict_and_proto():
-    result = ExperimentResult(verified=True, executed=True, status="verified", exec_time=[5, 6], relocated=True)
-    assert ExperimentResult.from_dict(result.to_dict()).relocated
-    assert result_from_proto(result_to_proto(result)).relocated
-    assert not result_from_proto(result_to_proto(ExperimentResult())).relocated
+    result = ExperimentResult(verified=True, executed=True, status="verified", exec_time=[5, 6], relocated=True,
+                              relocation_reason=WHY)
+    for back in (ExperimentResult.from_dict(result.to_dict()), result_from_proto(result_to_proto(result))):
+        assert back.relocated and back.relocation_reason == WHY
+    fresh = result_from_proto(result_to_proto(ExperimentResult()))
+    assert not fresh.relocated and fresh.relocation_reason == ""
 
 
 def test_cli_output_reports_relocated():
-    result = ExperimentResult(verified=True, relocated=True).to_dict()
-    assert json.loads(cli.format_output({}, result, as_json=True))["Result"]["relocated"] is True
+    result = ExperimentResult(verified=True, relocated=True, relocation_reason=WHY).to_dict()
+    shown = json.loads(cli.format_output({}, result, as_json=True))["Result"]
+    assert shown["relocated"] is True and shown["relocation_reason"] == WHY
     assert '"relocated": true' in cli.format_output({}, result, as_json=False)
 
 

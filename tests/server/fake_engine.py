@@ -16,6 +16,9 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
 Every instance a worker opens appends its tolerance settings (``InstanceKey.tolerance``,
 ``tolerance_runs``, ``tolerance_overrides``) as a JSON line to ``log_dir``/instances.log.
+Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
+report ``relocated`` with the reason, and with ``no_relocate`` opening it fails as the real
+engine's does (RelocationRefusedError).
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -32,7 +35,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mneme.errors import RelocationRefusedError
 from mneme.mneme_types import ExperimentResult
+
+TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
 
 
 @dataclass
@@ -71,9 +77,11 @@ class FakePrepared:
         if mode == "raise":
             raise RuntimeError("simulated engine bug")
         n = warmup + iterations
+        relocated = self.record_id == "taken-addresses"
         return ExperimentResult(
             exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
             gpu_id=0, obj_size=len(compiled) if compiled else -1,
+            relocated=relocated, relocation_reason=TAKEN_REASON if relocated else "",
         )
 
     def close(self):
@@ -116,6 +124,8 @@ class FakeEngineSpec:
         with open(Path(self.log_dir) / "instances.log", "a") as log:
             log.write(json.dumps({"tolerance": instance.tolerance, "tolerance_runs": instance.tolerance_runs,
                                   "tolerance_overrides": instance.tolerance_overrides}) + "\n")
+        if instance.record_id == "taken-addresses" and instance.no_relocate:
+            raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
         return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):

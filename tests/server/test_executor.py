@@ -144,6 +144,23 @@ def test_bad_tolerance_settings_fail_in_the_executor_before_any_server():
         AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance_overrides={"acc": "f99:ulp:1"})
 
 
+def test_no_relocate_reaches_the_servers_and_their_refusal_is_an_error(store, tmp_path):
+    """The executor's no_relocate travels in InstanceRef: a worker that cannot have the recorded
+    addresses refuses the instance (FAILED_PRECONDITION, with the reason), instead of relocating."""
+    server, address = start_server(store, tmp_path / "log")
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address]) as executor:
+            result = executor.evaluate(config())
+            assert result.verified and result.relocated and "simulated" in result.relocation_reason
+        with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address],
+                                 no_relocate=True) as executor:
+            with pytest.raises(ReplayServerError, match="FAILED_PRECONDITION.*recorded addresses"):
+                executor.evaluate(config())
+    finally:
+        server.kill()
+        server.wait()
+
+
 def test_servers_none_without_gpus_says_what_to_do(store):
     with pytest.raises(Exception, match="servers="):
         AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])

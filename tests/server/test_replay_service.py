@@ -7,6 +7,7 @@ import urllib.request
 
 import grpc
 import pytest
+from fake_engine import TAKEN_REASON
 from server_helpers import RECORD_DB, RECORD_ID, free_port, make_server, request, runs, store, stub_for, wait_for  # noqa: F401
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -145,6 +146,18 @@ def test_unknown_objects_are_not_found(served):
         stub.Replay(request(record_id="missing"), timeout=10)
     assert err.value.code() == grpc.StatusCode.NOT_FOUND and "missing" in err.value.details()
     assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # and it keeps serving
+
+
+def test_relocation_is_reported_on_the_wire_and_no_relocate_refuses(served):
+    stub = served[0]
+    result = result_from_proto(stub.Replay(request(record_id="taken-addresses"), timeout=20).result)
+    assert result.verified and result.relocated and result.relocation_reason == TAKEN_REASON
+    refused = request(record_id="taken-addresses")
+    refused.instance.no_relocate = True
+    with pytest.raises(grpc.RpcError) as err:
+        stub.Replay(refused, timeout=20)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and TAKEN_REASON in err.value.details()
+    assert not result_from_proto(stub.Replay(request(), timeout=20).result).relocated  # and it keeps serving
 
 
 def test_prepare_restores_on_every_worker(served):

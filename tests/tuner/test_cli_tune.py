@@ -11,6 +11,7 @@ import tuner.report
 import tuner.run
 from tuner_fakes import FakeExecutor, NondeterministicExecutor
 from mneme.cli import main
+from tuner.options import resolve_options
 from tuner.recording import KernelIdentity
 
 
@@ -116,3 +117,21 @@ def test_report_counts_trials_verified_exactly_and_within_tolerance(tmp_path, ke
     assert f"({exact} exactly, {len(verified) - exact} within tolerance)" in (run / "report" / "index.html").read_text()
     summary = json.loads((run / "report" / "report.json").read_text())
     assert (summary["verified_exact"], summary["verified_within_tolerance"]) == (exact, len(verified) - exact)
+
+
+def test_no_relocate_is_a_tune_option(tmp_path, wired):
+    assert main(["tune", "--record-database", "rec/1.json", "--record-id", "163", "--space-preset", "launch",
+                 "--launch-dim", "x", "--sampler", "exhaustive", "--no-relocate", "--results-dir", str(tmp_path / "r")]) == 0
+    assert wired[0][0].no_relocate
+    assert not resolve_options({"record_database": "a.json", "record_id": "1"}).no_relocate
+
+
+def test_no_relocate_reaches_the_replay_servers(tmp_path, monkeypatch):
+    """The run's executor asks its servers to refuse, not relocate (InstanceRef.no_relocate)."""
+    import mneme.async_executor
+
+    seen = {}
+    monkeypatch.setattr(mneme.async_executor, "AsyncReplayExecutor", lambda **kwargs: seen.update(kwargs))
+    options = resolve_options({"record_database": "a.json", "record_id": "1", "no_relocate": True})
+    tuner.run.default_executor(options, tmp_path)
+    assert seen["no_relocate"] is True

@@ -20,10 +20,12 @@ int current_device() {
   return 0;
 }
 
-// Where to try when the configured base is taken: below the range where the
-// kernel places shared libraries and mmap (randomized near 0x7fxx...), above
-// the program and its brk heap.
-const uint64_t kFallbackBases[] = {0x200000000000ull, 0x300000000000ull, 0x100000000000ull};
+// Where to try when the configured base is taken: like the default base
+// (0x200000000000), away from the zones where the kernel places a process's own
+// mappings (the mmap zone near 0x7fxx..., 0x13..-0x15.. under an unlimited
+// stack, legacy bottom-up from 0x2aaa..., the program and its brk heap);
+// record_agent/options.py FALLBACK_VA_BASES lists the same.
+const uint64_t kFallbackBases[] = {0x300000000000ull, 0x100000000000ull};
 
 }  // namespace
 
@@ -59,6 +61,7 @@ bool MemoryWindow::reserve(Window& w) {
   bool ok = try_reserve_at(w, wanted, &first);
   for (uint64_t alt : kFallbackBases) {
     if (ok) break;
+    if (alt == settings().va_base) continue;  // MNEME_VA_BASE named a fallback: tried already
     ok = try_reserve_at(w, alt + static_cast<uint64_t>(w.info.device) * w.info.size, nullptr);
     if (ok)
       std::fprintf(stderr, "mneme record: note: the window at 0x%llx is not available on device %d (%s); recording at"

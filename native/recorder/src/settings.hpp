@@ -14,7 +14,11 @@ struct InstanceSlice {
 struct Settings {
   bool active = false;            // MNEME_SPOOL_DIR set: record; otherwise pass through
   std::string spool_dir;
-  uint64_t va_base = 0x7f0000000000ull;
+  // 32 TiB: far from every zone where Linux places a process's own mappings (the mmap zone
+  // near 0x7f..., where shared libraries and the driver's ranges go; 0x15... under an
+  // unlimited stack; legacy bottom-up from 0x2aaa...; executables and brk), so a fresh replay
+  // process can reserve the same addresses (record_agent/options.py DEFAULT_VA_BASE says more).
+  uint64_t va_base = 0x200000000000ull;
   uint64_t va_size = 4ull << 30;  // per device
   std::vector<std::string> kernel_regexes;   // MNEME_KERNEL_REGEX, newline-separated
   long skip = 0;                  // MNEME_SKIP: launches of each kernel skipped first
