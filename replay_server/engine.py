@@ -30,6 +30,9 @@ class InstanceKey:
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
     tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
+    # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
+    # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
+    revision: str = ""
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

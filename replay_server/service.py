@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent import futures
 from concurrent.futures import CancelledError, Future
 
@@ -26,7 +27,7 @@ from replay_server.engine import InstanceKey
 from replay_server.jobs import Job, JobOutcome, RequestError
 from replay_server.metrics import ServerMetrics
 from mneme.replay.tolerance import parse_tolerance_setting
-from replay_server.names import store_has, validate_record_id, validate_store_key
+from replay_server.names import is_local_store, local_revision, store_has, validate_record_id, validate_store_key
 from replay_server.worker_pool import WorkerPool
 
 MAX_ITERATIONS = 100_000
@@ -35,6 +36,7 @@ MAX_TIMEOUT_SECONDS = 24 * 3600
 COMPILER_WARM_SECONDS = 120.0  # Prepare waits this long at most for the compile processes to read the instance
 COMPILE_AHEAD_SECONDS = 120.0  # and this long at most for the compiles its request lists
 MAX_COMPILE_AHEAD = 4096  # configurations one Prepare may ask to compile (the compile cache's size)
+REVISION_CHECK_S = 1.0  # how often a local database file is looked at again (rewritten: a new revision)
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -53,7 +55,8 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         self.watchdog = watchdog
         self.engine_name = engine_name
         self.compile_cache = compile_cache
-        self._known_keys: set[str] = set()
+        self._local = is_local_store(store)
+        self._known_keys: dict[str, tuple[str, float]] = {}  # key -> (revision, when looked at)
 
     # -- request checking ------------------------------------------------------------
     def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
@@ -62,24 +65,34 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             record_id = validate_record_id(ref.record_id)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
-        if key not in self._known_keys:
-            try:
-                present = store_has(self.store, key)
-            except MnemeError as exc:
-                raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
-            except Exception as exc:  # the store itself failed (S3 down, ...)
-                raise RequestError("UNAVAILABLE", f"cannot reach the store {self.store}: {exc}") from exc
-            if not present:
-                raise RequestError(
-                    "NOT_FOUND",
-                    f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
-                )
-            self._known_keys.add(key)
+        revision = self._revision(key)
         try:
             parse_tolerance_setting(ref.tolerance)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
-        return InstanceKey(self.store, key, record_id, ref.tolerance)
+        return InstanceKey(self.store, key, record_id, ref.tolerance, revision)
+
+    def _revision(self, key: str) -> str:
+        """The database's revision (a local store's file: looked at again after REVISION_CHECK_S); NOT_FOUND
+        when the store does not hold it."""
+        now = time.monotonic()
+        known = self._known_keys.get(key)
+        if known is not None and (not self._local or now - known[1] < REVISION_CHECK_S):
+            return known[0]
+        try:
+            revision = local_revision(self.store, key) if self._local else ("" if store_has(self.store, key) else None)
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
+        except Exception as exc:  # the store itself failed (S3 down, ...)
+            raise RequestError("UNAVAILABLE", f"cannot reach the store {self.store}: {exc}") from exc
+        if revision is None:
+            self._known_keys.pop(key, None)
+            raise RequestError(
+                "NOT_FOUND",
+                f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
+            )
+        self._known_keys[key] = (revision, now)
+        return revision
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""

@@ -14,6 +14,7 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
+Opening an instance (restoring it on a worker) appends "<record_id> <pid>" to opens.log.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -111,6 +112,8 @@ class FakeEngineSpec:
     def open(self, instance, device):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
+        with open(Path(self.log_dir) / "opens.log", "a") as log:
+            log.write(f"{instance.record_id} {os.getpid()}\n")
         return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):

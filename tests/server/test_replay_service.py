@@ -291,3 +291,19 @@ def test_an_idle_worker_runs_ready_code_while_the_oldest_job_still_compiles(one_
     assert result_from_proto(compiling.result().result).verified
     assert [line.split()[:2] for line in runs(log)] == [
         ["default<O2>", "64"], ["default<O2>", "128"], ["compile:1.5", "64"]]
+
+
+def test_a_database_written_again_is_prepared_again(serve, store, tmp_path, monkeypatch):
+    """A server that runs long (kept for later tuners) serves the database file as it is now, not as it was."""
+    import replay_server.service
+
+    monkeypatch.setattr(replay_server.service, "REVISION_CHECK_S", 0.0)
+    _, stub = serve(workers=1)
+    prepare = replay_pb2.PrepareRequest(instance=request().instance)
+    stub.Prepare(prepare, timeout=20)
+    stub.Prepare(prepare, timeout=20)
+    opens = tmp_path / "log" / "opens.log"
+    assert len(opens.read_text().splitlines()) == 1, "the same database: restored once"
+    (store / RECORD_DB).write_text('{"recorded": "again"}')
+    stub.Prepare(prepare, timeout=20)
+    assert len(opens.read_text().splitlines()) == 2, "the rewritten database: restored again"
