@@ -21,7 +21,7 @@ import mneme
 from mneme._proto import replay_pb2, replay_pb2_grpc
 from mneme._proto.convert import config_from_proto, result_to_proto
 from mneme.errors import MnemeError
-from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentResult
+from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
 from replay_server.compile_cache import CompileCache
 from replay_server.engine import InstanceKey
 from replay_server.jobs import Job, JobOutcome, RequestError
@@ -241,21 +241,30 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
     def _compile_ahead(self, instance: InstanceKey, configs) -> list[Future | str]:
         """Every compile process reads the instance (a warm-up that fails is ignored: the same failure
         comes back with the compile that needs it); then the compiles of ``configs`` start, each behind
-        every replay's compile. Per configuration: the future of its product, or why there is none."""
+        every replay's compile. Per configuration: the future of its product, or why there is none ("" for
+        the recorded launch's code, which the workers hold).
+
+        The compile processes start and read the instance only where they pay: when ``configs`` names
+        code other than the recorded launch's, or names nothing (the client did not say what it will
+        need). A client that lists only the recorded code (a launch-shape space) starts none; a compile
+        asked for later starts its process then."""
         cache, arch = self.compile_cache, self.pool.arch
         if cache is None or not arch:
             why = "this server has no compile pool" if cache is None else "no worker has reported the GPU yet"
             return [f"{why}: the replay compiles its code" for _ in configs]
-        warming = cache.warm(instance, arch)
-        compiling: list[Future | str] = []
+        parsed: list[ExperimentConfiguration | str] = []  # a configuration, or why it cannot be compiled
         for message in configs:
             try:
                 config = config_from_proto(message)
             except MnemeError as exc:
-                compiling.append(f"unreadable configuration: {exc}")
+                parsed.append(f"unreadable configuration: {exc}")
                 continue
-            invalid = _why_invalid(config)
-            compiling.append(invalid or cache.request_counted(instance, config, arch, ahead=True)[0])
+            parsed.append(_why_invalid(config) or config)
+        new_code = [c for c in parsed if isinstance(c, ExperimentConfiguration) and not c.runs_recorded_code()]
+        warming = cache.warm(instance, arch) if new_code or not configs else []
+        compiling: list[Future | str] = [
+            c if isinstance(c, str) else "" if c.runs_recorded_code()
+            else cache.request_counted(instance, c, arch, ahead=True)[0] for c in parsed]
         futures.wait(warming, timeout=COMPILER_WARM_SECONDS)
         return compiling
 
