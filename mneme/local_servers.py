@@ -148,8 +148,9 @@ class LocalServers:
         self.token_file.chmod(0o600)
         self._access = ["--port", "0", "--host", "127.0.0.1", "--token-file", str(self.token_file),
                         "--parent-pid", str(os.getpid())]  # a client that dies (even by SIGKILL) leaves none
-        # Servers that are never stopped still stop when this object is collected or at exit.
-        weakref.finalize(self, _stop_all, self.servers)
+        # Servers that are never stopped still stop when this object is collected or at exit (told to stop,
+        # and, unless ``wait_on_stop`` is False, waited for: a command's exit does not wait for their teardown).
+        weakref.finalize(self, _stop_all, self.servers, wait_on_stop)
 
     @classmethod
     def start(
