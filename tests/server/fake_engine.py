@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mneme.mneme_types import ExperimentResult
+from mneme.startup_trace import mark
 
 
 @dataclass
@@ -88,7 +89,9 @@ def fake_compile(instance, config, arch, log_dir="", seconds=0.01):
         os._exit(1)
     if passes == "compile-error":
         raise RuntimeError("simulated compiler error: ptxas fatal")
-    time.sleep(float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds)
+    cost = float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds
+    time.sleep(cost)
+    mark("compile", "compiled", seconds=cost)  # as the real compile does (bench/tune_startup.py sums them)
     return f"code:{passes}:{arch}".encode()
 
 
