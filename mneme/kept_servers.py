@@ -199,6 +199,8 @@ def _candidates(directory: Path, record_db: str, engine_spec: str) -> list[tuple
         if (a.version, a.package_root, a.engine_spec, a.visible_devices) != \
                 (__version__, PACKAGE_ROOT, normal_engine(engine_spec), visible):
             continue
+        if not a.address.startswith("127.0.0.1:") or a.token_file != str(directory / TOKEN_FILE):
+            continue  # this user's token goes to loopback servers only, and is read from this directory only
         key = _record_key(a.store, record_db)
         if key is None:
             continue

@@ -179,7 +179,7 @@ def test_announcements_of_gone_or_expired_servers_are_ignored_and_removed(tmp_pa
 @pytest.mark.parametrize("field, value", [
     ("uid", os.getuid() + 1), ("version", "0.0.0-other"), ("package_root", "/elsewhere"),
     ("code_signature", "0" * 32), ("engine_spec", ""), ("visible_devices", "3"), ("host", "another-host"),
-    ("workers", 2), ("store", "/elsewhere"),
+    ("workers", 2), ("store", "/elsewhere"), ("address", "10.1.2.3:50051"), ("token_file", "/etc/hostname"),
 ])
 def test_a_server_that_does_not_match_is_not_used(tmp_path, env, database, processes, field, value):
     server, address = serve_local(processes, env, database.parent, "--keep-alive", "60", "--lease", "300")
