@@ -184,17 +184,27 @@ def _record_key(store: str, record_db: str) -> str | None:
 def _candidates(directory: Path, record_db: str, engine_spec: str) -> list[tuple[object, str]]:
     """(announcement, record key) of the live kept servers of this user that could serve ``record_db``;
     announcements of servers that are gone are deleted."""
+    files = list(directory.glob("server-*.json"))
+    if not files:  # (a plain run's usual case: nothing more to import or read)
+        return []
     from mneme import __version__
-    from mneme.discovery import read_announcements
+    from mneme.discovery import Announcement
 
     now, host, uid = time.time(), socket.gethostname(), os.getuid()
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     found, signature = [], None
-    for a in read_announcements(str(directory)):
+    for path in files:
+        try:
+            a = Announcement.from_json(path.read_bytes())
+        except (OSError, ValueError, TypeError, AttributeError) as exc:  # deleted meanwhile, or half-written
+            log.debug("skipping announcement %s: %s", path, exc)
+            continue
         if a.host != host or a.uid != uid:
             continue
-        if not a.live(now) or not _alive(a.pid):  # killed hard, or its lease ran out: its file goes
-            (directory / a.name).unlink(missing_ok=True)
+        if now >= a.refreshed + a.lease_s or not _alive(a.pid):  # its lease ran out, or killed hard: its file goes
+            path.unlink(missing_ok=True)
+            continue
+        if not a.live(now):  # NOT_SERVING (no worker can start)
             continue
         if (a.version, a.package_root, a.engine_spec, a.visible_devices) != \
                 (__version__, PACKAGE_ROOT, normal_engine(engine_spec), visible):
