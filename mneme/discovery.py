@@ -53,6 +53,16 @@ class Announcement:
     pid: int = field(default_factory=os.getpid)
     lease_s: float = DEFAULT_LEASE_S
     refreshed: float = 0.0  # time.time() of the last write
+    # What a tuner of the same user needs to reuse a local server left running (mneme.kept_servers);
+    # empty for servers announced with --announce.
+    store: str = ""  # the store it serves (a local directory, resolved)
+    engine_spec: str = ""  # its --engine argument ("" or "cuda": the CUDA engine)
+    package_root: str = ""  # the directory its mneme was imported from
+    code_signature: str = ""  # mneme.kept_servers.code_signature() of that code
+    uid: int = -1  # the user it runs as
+    visible_devices: str | None = None  # its CUDA_VISIBLE_DEVICES (None: not set)
+    token_file: str = ""  # the bearer token its clients present
+    keep_alive_s: float = 0.0  # it exits after this long without a call (0: runs until stopped)
 
     @property
     def name(self) -> str:

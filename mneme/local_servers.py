@@ -9,7 +9,11 @@ then overlap instead of running one after the other.
 
 Each server is reachable only with a random per-set token, stops when its
 parent process is gone (``--parent-pid``, even after a SIGKILL), and imports
-the same mneme as its parent (:mod:`mneme.child_process`).
+the same mneme as its parent (:mod:`mneme.child_process`). Servers started
+to stay (``keep_alive``: ``mneme tune --keep-servers``) are the exception:
+they are ``mneme serve --local --keep-alive S`` servers (this user's token,
+announced for later runs: :mod:`mneme.kept_servers`), outlive their parent,
+and ``stop()`` leaves them running.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Mapping, Sequence
 
 from mneme.child_process import child_env, mneme_command
 from mneme.errors import ConfigurationError, NotAvailableError
+from mneme.kept_servers import spread_workers
 from mneme.startup_trace import mark
 
 
@@ -60,18 +65,16 @@ class LocalServer:
 
     @classmethod
     def start(
-        cls, gpu: int, workers: int, store: str, token_file: str, log_dir: Path, extra_args: Sequence[str],
-        env: Mapping[str, str] | None, watchdog: float,
+        cls, gpu: int, workers: int, store: str, access_args: Sequence[str], log_dir: Path,
+        extra_args: Sequence[str], env: Mapping[str, str] | None, watchdog: float,
     ) -> "LocalServer":
         # The server imports the mneme this process did, installed or not, whatever the current directory.
         command = mneme_command(
-            "serve", "--gpu", str(gpu), "--port", "0", "--host", "127.0.0.1",
-            "--store", store, "--workers", str(workers), "--token-file", token_file, "--log-level", "WARNING",
-            "--parent-pid", str(os.getpid()),  # a client that dies (even by SIGKILL) leaves no server behind
-            *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
+            "serve", "--gpu", str(gpu), "--store", store, "--workers", str(workers), "--log-level", "WARNING",
+            *access_args, *(["--watchdog", str(watchdog)] if watchdog > 0 else []), *extra_args,
         )
         log_path = log_dir / f"server-gpu{gpu}.log"
-        with open(log_path, "wb") as log:
+        with open(log_path, "ab") as log:
             process = subprocess.Popen(
                 command, stdout=subprocess.PIPE, stderr=log, text=True, env=child_env(env), start_new_session=True,
             )
@@ -120,25 +123,40 @@ def _stop_all(servers: list[LocalServer], wait: bool = True) -> None:
 
 
 class LocalServers:
-    """The local servers of one executor: their token, processes and logs (a temporary directory)."""
+    """The local servers of one executor: their token, processes and logs (a temporary directory; for
+    servers kept for later runs, this user's servers directory)."""
 
-    def __init__(self, wait_on_stop: bool = True) -> None:
+    reused = False  # (mneme.kept_servers.ReusedServers: servers found running)
+
+    def __init__(self, wait_on_stop: bool = True, keep_alive: float = 0.0) -> None:
         self.wait_on_stop = wait_on_stop
-        self.token = secrets.token_urlsafe(32)
+        self.keep_alive = keep_alive
         self.servers: list[LocalServer] = []
+        if keep_alive:
+            from mneme.kept_servers import private_dir, token_file
+
+            self.token_file = token_file()
+            self.token = self.token_file.read_text().strip()
+            self.log_dir = private_dir(create=True)
+            self._access = ["--local", "--keep-alive", f"{keep_alive:g}"]
+            return
+        self.token = secrets.token_urlsafe(32)
         self._dir = tempfile.TemporaryDirectory(prefix="mneme-servers-")
         self.log_dir = Path(self._dir.name)
         self.token_file = self.log_dir / "token"
         self.token_file.write_text(self.token)
         self.token_file.chmod(0o600)
-        # Servers that are never stopped still stop when this object is collected or at exit.
-        weakref.finalize(self, _stop_all, self.servers)
+        self._access = ["--port", "0", "--host", "127.0.0.1", "--token-file", str(self.token_file),
+                        "--parent-pid", str(os.getpid())]  # a client that dies (even by SIGKILL) leaves none
+        # Servers that are never stopped still stop when this object is collected or at exit (told to stop,
+        # and, unless ``wait_on_stop`` is False, waited for: a command's exit does not wait for their teardown).
+        weakref.finalize(self, _stop_all, self.servers, wait_on_stop)
 
     @classmethod
     def start(
         cls, store: str, num_workers: int, local_gpus: Sequence[int] | None = None, *,
         server_args: Sequence[str] = (), server_env: Mapping[str, str] | None = None, watchdog: float = 0.0,
-        wait_on_stop: bool = True,
+        wait_on_stop: bool = True, keep_alive: float = 0.0,
     ) -> "LocalServers":
         """Start one server per GPU of ``local_gpus`` (default: every visible GPU), at most ``num_workers``
         of them, with ``num_workers`` worker processes spread over them; returns without waiting for them.
@@ -147,10 +165,11 @@ class LocalServers:
         initializes CUDA in this process: ~0.1 s); with none it is stopped again and the error says so.
         ``wait_on_stop=False``: ``stop()`` tells the servers to stop and returns (a command that exits
         right after, like ``mneme tune``, need not wait for their GPU teardown; they also stop when it
-        is gone)."""
+        is gone). ``keep_alive`` > 0: the servers stay after ``stop()`` and this process, for later runs, and
+        exit after that many seconds without a call (:mod:`mneme.kept_servers`)."""
         if num_workers < 1:
             raise ConfigurationError(f"num_workers={num_workers}: at least one worker is needed")
-        started = cls(wait_on_stop)
+        started = cls(wait_on_stop, keep_alive)
         mark("executor", "spawn")
         try:
             if local_gpus is None:  # GPU 0's server starts before the count (there is a GPU 0 if any)
@@ -160,7 +179,7 @@ class LocalServers:
                 gpus = list(local_gpus)[:num_workers]
             if not gpus:
                 raise NotAvailableError(NO_GPU)
-            shares = list(zip(gpus, _spread(num_workers, len(gpus))))
+            shares = list(zip(gpus, spread_workers(num_workers, len(gpus))))
             if started.servers and shares[0] != (0, num_workers):  # GPU 0 gets only its share: restart it
                 started.servers.pop().stop()
             for gpu, workers in shares[1 if started.servers else 0:]:
@@ -172,8 +191,7 @@ class LocalServers:
 
     def _start(self, gpu: int, workers: int, store: str, server_args: Sequence[str],
                server_env: Mapping[str, str] | None, watchdog: float) -> LocalServer:
-        server = LocalServer.start(gpu, workers, store, str(self.token_file), self.log_dir, server_args, server_env,
-                                   watchdog)
+        server = LocalServer.start(gpu, workers, store, self._access, self.log_dir, server_args, server_env, watchdog)
         self.servers.append(server)
         return server
 
@@ -183,13 +201,16 @@ class LocalServers:
         try:
             return [local.wait_address(timeout) for local in self.servers]
         except BaseException:
-            self.stop()
+            _stop_all(self.servers)  # (kept ones too: a set that did not start is no use to a later run)
             raise
 
     def stop(self) -> None:
-        _stop_all(self.servers, wait=self.wait_on_stop)
+        """Tell the servers to stop; servers kept for later runs (``keep_alive``) stay."""
+        if not self.keep_alive:
+            _stop_all(self.servers, wait=self.wait_on_stop)
 
+    def describe_kept(self) -> str:
+        """For the user: which servers stay, and for how long ("" when none)."""
+        from mneme.kept_servers import describe
 
-def _spread(workers: int, gpus: int) -> list[int]:
-    """Workers per GPU: ``workers`` spread over ``gpus`` as evenly as possible, the first ones first."""
-    return [workers // gpus + (1 if i < workers % gpus else 0) for i in range(gpus)]
+        return describe([(s.process.pid, s.gpu) for s in self.servers], self.keep_alive) if self.keep_alive else ""

@@ -217,6 +217,11 @@ class ExperimentConfiguration:
         """``code_knobs`` as canonical JSON: configurations with equal keys run the same compiled code."""
         return json.dumps(self.code_knobs(), sort_keys=True, separators=(",", ":"))
 
+    def runs_recorded_code(self) -> bool:
+        """Whether it runs the recorded launch's code (the default ``code_knobs``), which a replay worker
+        already holds once it has prepared the instance: no compile process is needed for it."""
+        return self.code_key() == _RECORDED_CODE_KEY
+
     def hash(self) -> str:
         """A stable identity: 16 hex digits of SHA-256 over the canonical JSON of ``to_dict``.
 
@@ -235,6 +240,7 @@ class ExperimentConfiguration:
 
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentConfiguration))
+_RECORDED_CODE_KEY = ExperimentConfiguration().code_key()
 _CONFIG_KEYS = frozenset(_CONFIG_FIELDS)
 
 

@@ -42,7 +42,7 @@ def compile_key(instance: InstanceKey, config: ExperimentConfiguration, arch: st
     """Content key of a compile: the instance, the arch and the configuration's ``code_knobs``."""
     canonical = json.dumps(
         {"store": instance.store, "db": instance.record_db, "id": instance.record_id, "arch": arch,
-         "knobs": config.code_knobs()},
+         "knobs": config.code_knobs(), "revision": instance.revision},
         sort_keys=True,
         separators=(",", ":"),
     )
@@ -152,7 +152,7 @@ class CompileCache:
         """
         default = ExperimentConfiguration()
         key = compile_key(instance, default, arch)
-        ident = (instance.store, instance.record_db, instance.record_id, arch)
+        ident = (instance.store, instance.record_db, instance.record_id, instance.revision, arch)
         works = []
         with self._lock:
             for i in range(len(self._processes)):

@@ -19,8 +19,8 @@ from replay_server.names import is_local_store, resolve_in_store
 
 
 @functools.lru_cache(maxsize=16)
-def _load_recording(store: str, record_db: str):
-    """The recording ``record_db`` of ``store``.
+def _load_recording(store: str, record_db: str, revision: str = ""):
+    """The recording ``record_db`` of ``store`` (at ``revision``: a database rewritten since is read again).
 
     A remote store is read through the local content-addressed chunk cache
     (``$MNEME_CACHE_DIR``), so the workers of a machine, and the workers that
@@ -75,7 +75,7 @@ def compile_in_pool(instance: InstanceKey, config: dict, arch: str) -> Any:
     from mneme.replay.compile import compile_for, needs_recompile, warm_up
 
     started = time.monotonic()
-    recording = _load_recording(instance.store, instance.record_db)
+    recording = _load_recording(instance.store, instance.record_db, instance.revision)
     wanted = ExperimentConfiguration.from_dict(config)
     if not needs_recompile(wanted) and recording.code.ptx is not None:
         warm_up(arch)
@@ -99,7 +99,7 @@ class CudaEngineSpec:
     def open(self, instance: InstanceKey, device: int) -> CudaPreparedInstance:
         from mneme.replay import Replayer
 
-        recording = _load_recording(instance.store, instance.record_db)
+        recording = _load_recording(instance.store, instance.record_db, instance.revision)
         mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)

@@ -33,6 +33,9 @@ class InstanceKey:
     tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
     tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
     no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
+    # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
+    # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
+    revision: str = ""
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

@@ -9,6 +9,7 @@ writes. Anything else is refused before it reaches a worker.
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 
 from mneme.errors import ConfigurationError
@@ -72,3 +73,13 @@ def store_has(store: str, key: str) -> bool:
     from mneme.store import open_store  # the S3 backend lives there
 
     return open_store(store).exists(key)
+
+
+def local_revision(store: str, key: str) -> str | None:
+    """Which version of a local store's file ``key`` is there now (its modification time, size and inode:
+    a database written again, by a new recording into it, is another revision); None when it is not a file."""
+    try:
+        info = Path(resolve_in_store(store, key)).stat()
+    except OSError:
+        return None
+    return f"{info.st_mtime_ns}-{info.st_size}-{info.st_ino}" if stat.S_ISREG(info.st_mode) else None

@@ -19,6 +19,7 @@ from replay_server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.compile_cache import CompileCache
 from replay_server.engines import load_engine_spec
 from replay_server.health import HealthService
+from replay_server.idle import Activity, ActivityInterceptor, exit_when_idle
 from replay_server.metrics import ServerMetrics
 from replay_server.names import is_local_store, local_store_root
 from replay_server.parent import when_parent_gone
@@ -55,6 +56,8 @@ class ServerOptions:
     announce: str | None = None  # a directory or s3://bucket/prefix to announce this server in (mneme.discovery)
     announce_address: str | None = None  # HOST:PORT clients should use (default: this host's name and the port)
     lease: float = 30.0  # seconds an announcement stays live without a refresh
+    keep_alive: float = 0.0  # exit after this many seconds without a call (0: run until stopped)
+    local: bool = False  # a kept local server (mneme.kept_servers): its announcement says what a tuner matches
 
     def validate(self) -> None:
         if self.gpu < 0:
@@ -69,6 +72,11 @@ class ServerOptions:
             raise ConfigurationError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
         if self.lease <= 0:
             raise ConfigurationError(f"--lease {self.lease}: give a positive number of seconds")
+        from mneme.kept_servers import MIN_KEEP_ALIVE_S
+
+        if self.keep_alive and self.keep_alive < MIN_KEEP_ALIVE_S:
+            raise ConfigurationError(f"--keep-alive {self.keep_alive:g}: give at least {MIN_KEEP_ALIVE_S:g} seconds "
+                                     "(or 0: run until stopped)")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
 
@@ -104,6 +112,7 @@ class ReplayServer:
         self.service = ReplayService(
             self.pool, options.store, self.metrics, options.watchdog, self.spec.name, self.compile_cache
         )
+        self.activity = Activity()  # replay-service calls, for --keep-alive
         self.port = 0
         self._grpc: grpc.Server | None = None
         self._stopped = threading.Event()
@@ -122,6 +131,8 @@ class ReplayServer:
     def start(self) -> int:
         o = self.options
         interceptors = [BearerTokenInterceptor(read_token_file(o.token_file))] if o.token_file else []
+        if o.keep_alive:  # (after the token check: a refused call is no use)
+            interceptors.append(ActivityInterceptor(self.activity))
         credentials = self._credentials()
         self.pool.start()  # now: the workers' start-up (CUDA context, self-test) overlaps the rest
         mark("server", "workers_spawned")
@@ -209,14 +220,30 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
         f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
         f"engine {server.spec.name}, store {options.store}"
         + (f", metrics on :{options.metrics_port}/metrics" if options.metrics_port is not None else "")
+        + (f", exits after {options.keep_alive:g} s without a call" if options.keep_alive else "")
         + ")"
     )
-    announcer = start_announcer(server, port) if options.announce else None
+    announcers = [start_announcer(server, port)] if options.announce else []
+
+    def stop_when_idle() -> bool:
+        # The announcement goes first, so that no tuner finds a server about to stop; one that found it
+        # just before has called it (GetServerInfo): then the server stays, announced again.
+        while announcers:
+            announcers.pop().stop()
+        if server.activity.idle_for() < options.keep_alive:
+            if options.announce:
+                announcers.append(start_announcer(server, port))
+            return False
+        server.stop()
+        return True
+
+    if options.keep_alive:
+        exit_when_idle(server.activity, options.keep_alive, stop_when_idle)
     try:
         server.wait()
     finally:
-        if announcer is not None:
-            announcer.stop()
+        while announcers:
+            announcers.pop().stop()
     return 0
 
 
@@ -232,10 +259,16 @@ def start_announcer(server: ReplayServer, port: int):
     host = o.host if o.host not in ("[::]", "0.0.0.0", "::") else socket.getfqdn()
     address = o.announce_address or f"{host}:{port}"
 
+    local = {}
+    if o.local:  # what a tuner of the same user matches before it reuses this server (mneme.kept_servers)
+        from mneme.kept_servers import identity
+
+        local = identity(o.store, o.engine if isinstance(o.engine, str) else None, Path(o.token_file), o.keep_alive)
+
     def describe() -> Announcement:
         return Announcement(address=address, gpu=o.gpu, gpu_name=str(server.pool.device.get("name", "")),
                             version=__version__, health=_Status.Name(server.health.status("") or 0),
-                            workers=o.workers, engine=server.spec.name, lease_s=o.lease)
+                            workers=o.workers, engine=server.spec.name, lease_s=o.lease, **local)
 
     announcer = Announcer(o.announce, describe)
     first = announcer.start()

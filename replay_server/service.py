@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent import futures
 from concurrent.futures import CancelledError, Future
 
@@ -20,13 +21,13 @@ import mneme
 from mneme._proto import replay_pb2, replay_pb2_grpc
 from mneme._proto.convert import config_from_proto, result_to_proto
 from mneme.errors import MnemeError
-from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentResult
+from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
 from replay_server.compile_cache import CompileCache
 from replay_server.engine import InstanceKey
 from replay_server.jobs import Job, JobOutcome, RequestError
 from replay_server.metrics import ServerMetrics
 from mneme.replay.tolerance import instance_tolerance
-from replay_server.names import store_has, validate_record_id, validate_store_key
+from replay_server.names import is_local_store, local_revision, store_has, validate_record_id, validate_store_key
 from replay_server.worker_pool import WorkerPool
 
 MAX_ITERATIONS = 100_000
@@ -35,6 +36,7 @@ MAX_TIMEOUT_SECONDS = 24 * 3600
 COMPILER_WARM_SECONDS = 120.0  # Prepare waits this long at most for the compile processes to read the instance
 COMPILE_AHEAD_SECONDS = 120.0  # and this long at most for the compiles its request lists
 MAX_COMPILE_AHEAD = 4096  # configurations one Prepare may ask to compile (the compile cache's size)
+REVISION_CHECK_S = 1.0  # how often a local database file is looked at again (rewritten: a new revision)
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -53,7 +55,8 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         self.watchdog = watchdog
         self.engine_name = engine_name
         self.compile_cache = compile_cache
-        self._known_keys: set[str] = set()
+        self._local = is_local_store(store)
+        self._known_keys: dict[str, tuple[str, float]] = {}  # key -> (revision, when looked at)
 
     # -- request checking ------------------------------------------------------------
     def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
@@ -62,25 +65,35 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             record_id = validate_record_id(ref.record_id)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
-        if key not in self._known_keys:
-            try:
-                present = store_has(self.store, key)
-            except MnemeError as exc:
-                raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
-            except Exception as exc:  # the store itself failed (S3 down, ...)
-                raise RequestError("UNAVAILABLE", f"cannot reach the store {self.store}: {exc}") from exc
-            if not present:
-                raise RequestError(
-                    "NOT_FOUND",
-                    f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
-                )
-            self._known_keys.add(key)
+        revision = self._revision(key)
         try:
             instance_tolerance(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
         return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides,
-                           ref.no_relocate)
+                           ref.no_relocate, revision)
+
+    def _revision(self, key: str) -> str:
+        """The database's revision (a local store's file: looked at again after REVISION_CHECK_S); NOT_FOUND
+        when the store does not hold it."""
+        now = time.monotonic()
+        known = self._known_keys.get(key)
+        if known is not None and (not self._local or now - known[1] < REVISION_CHECK_S):
+            return known[0]
+        try:
+            revision = local_revision(self.store, key) if self._local else ("" if store_has(self.store, key) else None)
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
+        except Exception as exc:  # the store itself failed (S3 down, ...)
+            raise RequestError("UNAVAILABLE", f"cannot reach the store {self.store}: {exc}") from exc
+        if revision is None:
+            self._known_keys.pop(key, None)
+            raise RequestError(
+                "NOT_FOUND",
+                f"the store {self.store} has no recording database {key!r}; push it there first (mneme push)",
+            )
+        self._known_keys[key] = (revision, now)
+        return revision
 
     def _job(self, request: replay_pb2.ReplayRequest) -> Job | ExperimentResult:
         """A queued job, or the immediate result of a configuration that cannot launch."""
@@ -229,21 +242,30 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
     def _compile_ahead(self, instance: InstanceKey, configs) -> list[Future | str]:
         """Every compile process reads the instance (a warm-up that fails is ignored: the same failure
         comes back with the compile that needs it); then the compiles of ``configs`` start, each behind
-        every replay's compile. Per configuration: the future of its product, or why there is none."""
+        every replay's compile. Per configuration: the future of its product, or why there is none ("" for
+        the recorded launch's code, which the workers hold).
+
+        The compile processes start and read the instance only where they pay: when ``configs`` names
+        code other than the recorded launch's, or names nothing (the client did not say what it will
+        need). A client that lists only the recorded code (a launch-shape space) starts none; a compile
+        asked for later starts its process then."""
         cache, arch = self.compile_cache, self.pool.arch
         if cache is None or not arch:
             why = "this server has no compile pool" if cache is None else "no worker has reported the GPU yet"
             return [f"{why}: the replay compiles its code" for _ in configs]
-        warming = cache.warm(instance, arch)
-        compiling: list[Future | str] = []
+        parsed: list[ExperimentConfiguration | str] = []  # a configuration, or why it cannot be compiled
         for message in configs:
             try:
                 config = config_from_proto(message)
             except MnemeError as exc:
-                compiling.append(f"unreadable configuration: {exc}")
+                parsed.append(f"unreadable configuration: {exc}")
                 continue
-            invalid = _why_invalid(config)
-            compiling.append(invalid or cache.request_counted(instance, config, arch, ahead=True)[0])
+            parsed.append(_why_invalid(config) or config)
+        new_code = [c for c in parsed if isinstance(c, ExperimentConfiguration) and not c.runs_recorded_code()]
+        warming = cache.warm(instance, arch) if new_code or not configs else []
+        compiling: list[Future | str] = [
+            c if isinstance(c, str) else "" if c.runs_recorded_code()
+            else cache.request_counted(instance, c, arch, ahead=True)[0] for c in parsed]
         futures.wait(warming, timeout=COMPILER_WARM_SECONDS)
         return compiling
 

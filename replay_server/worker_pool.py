@@ -447,9 +447,10 @@ class WorkerPool:
 
     def request_compile(self, job: Job, arch: str = "") -> None:
         """Start the job's compile in the CPU pool (once; needs the GPU arch a worker reported). Its end
-        wakes the idle workers. Never called with the queue's lock held (compile-pool callbacks take it)."""
+        wakes the idle workers. Never called with the queue's lock held (compile-pool callbacks take it).
+        The recorded launch's code is not compiled there: the worker has it from preparing the instance."""
         arch = arch or self.arch
-        if self.compile_cache is None or job.kind != "run" or not arch:
+        if self.compile_cache is None or job.kind != "run" or not arch or job.config.runs_recorded_code():
             return
         with self._compile_lock:  # the first worker's start and a worker's dispatch may both ask
             if job.compiled is not None:

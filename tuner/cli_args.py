@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.kept_servers import DEFAULT_KEEP_ALIVE_S
 from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
@@ -87,6 +88,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--servers-from", metavar="DIR_OR_S3_PREFIX", default=S,
                    help="replay on every live server announced there (`mneme serve --announce`), including "
                    "ones that join later")
+    g.add_argument("--keep-servers", nargs="?", type=float, const=DEFAULT_KEEP_ALIVE_S, metavar="SECONDS",
+                   default=S, help="leave the local replay servers this run starts running for your next runs, "
+                   "which use them instead of starting their own (a faster start); each exits after SECONDS "
+                   f"without work (default {DEFAULT_KEEP_ALIVE_S:g}). Servers left running (by this or `mneme "
+                   "serve --local`) are used in any case")
+    g.add_argument("--server-engine", metavar="MODULE:FACTORY", default=S, help=S)  # tests, benchmarks
     g.add_argument("--token-file", metavar="FILE", default=S,
                    help="bearer token the replay servers want (their --token-file)")
     g.add_argument("--tls-ca", metavar="FILE", default=S,

@@ -81,6 +81,10 @@ class TuneOptions:
     token_file: str | None = None  # the remote servers' bearer token
     tls_ca: str | None = None  # TLS to the remote servers, verified with this CA bundle
     tls_server_name: str | None = None  # the name in their certificates (servers dialed by IP)
+    # local servers: leave the ones this run starts running for later runs, exiting after this many idle
+    # seconds (0: stop them at the end); live kept servers that match are used in any case (mneme.kept_servers)
+    keep_servers: float = 0.0
+    server_engine: str | None = None  # the local servers' --engine (tests and benchmarks: module:factory)
     # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
     # "exact" keeps every region bitwise (or as the recording annotates it)
     tolerance: str = "auto"
@@ -256,7 +260,7 @@ def _normalize(key: str, value: Any) -> Any:
         return [str(s) for s in value]
     if key in ("record_id", "record_database", "space_module", "results_dir", "pipeline_file",
                "fixed_passes", "study_name", "optuna_storage", "dump_config", "servers_from", "token_file",
-               "tls_ca", "tls_server_name"):
+               "tls_ca", "tls_server_name", "server_engine"):
         return str(value)
     if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
                "fixed_min_blocks_per_sm", "tolerance_runs"):
@@ -266,6 +270,11 @@ def _normalize(key: str, value: Any) -> Any:
             return int(value)
         except ValueError:
             raise ConfigurationError(f"{key} must be an integer, got {value!r}") from None
+    if key == "keep_servers":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"keep_servers must be a number of seconds, got {value!r}") from None
     if key == "timeout":
         try:
             return float(value)
@@ -333,6 +342,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
     ToleranceOverrides.from_mapping(o.tolerance_policies, "--tolerance policies")
     if o.servers and o.servers_from:
         raise ConfigurationError("--servers and --servers-from both name the replay servers; give one of them")
+    _validate_keep_servers(o)
     if o.rerun_baseline and not o.resume:
         raise ConfigurationError("--rerun-baseline only makes sense with --resume")
     if o.optuna_storage and o.sampler in ("exhaustive",):
@@ -343,3 +353,14 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
                 "--record-database is required (the recording database JSON; `mneme ls` lists them); "
                 "--record-id may be left out when the database holds one instance"
             )
+
+
+def _validate_keep_servers(o: TuneOptions) -> None:
+    from mneme.kept_servers import MIN_KEEP_ALIVE_S
+
+    if o.keep_servers and o.keep_servers < MIN_KEEP_ALIVE_S:
+        raise ConfigurationError(f"--keep-servers {o.keep_servers:g}: give at least {MIN_KEEP_ALIVE_S:g} seconds "
+                                 "(how long the servers left running wait for the next run)")
+    if o.keep_servers and (o.servers or o.servers_from):
+        raise ConfigurationError("--keep-servers keeps the local servers a run starts; with --servers or "
+                                 "--servers-from it starts none: drop one of them")

@@ -66,6 +66,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         tolerance_runs=options.tolerance_runs,
         tolerance_overrides=options.tolerance_policies,
         no_relocate=options.no_relocate,
+        record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -79,7 +80,11 @@ class PrestartedServers:
     """The local replay servers of a real run, started (in a thread: finding the GPUs initializes CUDA)
     before the run reads the recording and builds its space, so that the servers' and workers' start-up
     overlaps that work. ``take()`` hands them to the executor; ``discard()``, at the end of the run, tells
-    them to stop in any case (the executor did already, unless it failed to start)."""
+    them to stop in any case (the executor did already, unless it failed to start).
+
+    Local servers left running by an earlier run or by ``mneme serve --local`` that match are used
+    instead (:mod:`mneme.kept_servers`); those, and the ones started with ``--keep-servers``, are never
+    told to stop."""
 
     def __init__(self, options: TuneOptions) -> None:
         self._servers: Any = None
@@ -89,13 +94,28 @@ class PrestartedServers:
 
     def _start(self, options: TuneOptions) -> None:
         try:
+            self._servers = _reusable_servers(options)
+            if self._servers is not None:
+                mark("executor", "reused")
+                return
             from mneme.local_servers import LocalServers, split_database
 
             # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
-            self._servers = LocalServers.start(split_database(options.record_database)[0], options.workers,
-                                               wait_on_stop=False)
+            self._servers = LocalServers.start(
+                split_database(options.record_database)[0], options.workers, wait_on_stop=False,
+                server_args=["--engine", options.server_engine] if options.server_engine else (),
+                local_gpus=[0] if options.server_engine else None,  # a test engine: no GPU to count
+                keep_alive=options.keep_servers)
         except BaseException as exc:  # raised where the executor is made, as it would have been there
             self._error = exc
+
+    def describe(self) -> str:
+        """For the user: servers reused or left running ("" for servers that stop with the run)."""
+        servers = self._servers
+        if getattr(servers, "reused", False):
+            pids = ", ".join(str(pid) for pid in servers.pids)
+            return f"using the local replay server(s) left running (pid {pids}): no start-up to wait for"
+        return servers.describe_kept() if servers is not None else ""
 
     def take(self) -> Any:
         self._thread.join()
@@ -107,6 +127,18 @@ class PrestartedServers:
         self._thread.join()
         if self._servers is not None:
             self._servers.stop()
+
+
+def _reusable_servers(options: TuneOptions) -> Any:
+    """Kept local servers this run can use (mneme.kept_servers), or None; a failure to look is no reason to
+    fail the run: it starts its own servers."""
+    from mneme.kept_servers import find_reusable
+
+    try:
+        return find_reusable(options.record_database, options.workers, options.server_engine)
+    except Exception as exc:  # noqa: BLE001 - an unreadable announcement directory, a broken token file
+        logging.getLogger("mneme.tune").warning("not reusing kept replay servers: %s", exc)
+        return None
 
 
 def dump_options(options: TuneOptions, path: str) -> None:
@@ -230,6 +262,8 @@ class TuneRun:
             ahead = [] if o.baseline_only else code_variants(space)
             if self._prestarted is not None:
                 executor = self.executor_factory(o, results.path, ahead, local_servers=self._prestarted.take())
+                if self._prestarted.describe():
+                    reporter.message(self._prestarted.describe())
             else:
                 executor = self.executor_factory(o, results.path, ahead)
             mark("tune", "executor")

@@ -41,6 +41,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="the address tuners should use (default: this host's name and the bound port)")
     parser.add_argument("--lease", type=float, default=30.0,
                         help="seconds an announcement stays live without a refresh (default 30; refreshed every third)")
+    parser.add_argument("--local", action="store_true",
+                        help="serve your own `mneme tune` runs on this machine, which use it instead of starting "
+                             "servers of their own: listen on 127.0.0.1 (a free port unless --port), require your "
+                             "token and announce this server in your cache directory ($MNEME_CACHE_DIR or "
+                             "~/.cache/mneme, servers/); --store is the directory holding the recordings")
+    parser.add_argument("--keep-alive", type=float, default=0.0, metavar="SECONDS",
+                        help="exit after SECONDS without a call (default 0: run until stopped)")
     parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
 
@@ -48,6 +55,8 @@ def run(args: argparse.Namespace) -> int:
     from replay_server.server import ServerOptions, serve_forever
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.local:
+        _as_local(args)
     options = ServerOptions(
         gpu=args.gpu,
         port=50051 + args.gpu if args.port is None else args.port,
@@ -66,8 +75,33 @@ def run(args: argparse.Namespace) -> int:
         announce=args.announce,
         announce_address=args.announce_address,
         lease=args.lease,
+        keep_alive=args.keep_alive,
+        local=args.local,
     )
     return serve_forever(options, announce=lambda line: print(line, flush=True), parent_pid=args.parent_pid)
+
+
+def _as_local(args: argparse.Namespace) -> None:
+    """``--local``: loopback, this user's token, announced in this user's servers directory
+    (mneme.kept_servers); the settings it decides cannot be given as well."""
+    from pathlib import Path
+
+    from mneme.errors import ConfigurationError
+    from mneme.kept_servers import private_dir, token_file
+
+    given = [flag for flag, value in (("--host", args.host != "[::]"), ("--token-file", args.token_file),
+                                      ("--announce", args.announce), ("--tls-cert", args.tls_cert))
+             if value]
+    if given:
+        raise ConfigurationError(f"--local decides {', '.join(given)} itself (loopback, your token, your cache "
+                                 "directory); drop them, or drop --local")
+    if "://" in args.store:
+        raise ConfigurationError(f"--local serves recordings in a local directory; --store {args.store} is not one")
+    args.host = "127.0.0.1"
+    args.port = 0 if args.port is None else args.port
+    args.store = str(Path(args.store).resolve())
+    args.token_file = str(token_file())
+    args.announce = str(private_dir(create=True))
 
 
 COMMANDS = [Command("serve", "run a per-GPU gRPC replay server", configure, run)]

@@ -131,7 +131,9 @@ def test_code_compiled_ahead_by_prepare_is_what_the_replays_run(faulty, tmp_path
         results = [f.result(timeout=300) for f in
                    [executor.submit(_config(path, block, codegen_opt=level)) for level in range(5) for block in (64, 256)]]
     assert all(r.verified for r in results), [r.error for r in results if not r.verified]
-    assert all(r.compile_cached for r in results), "a replay compiled code that Prepare had compiled"
+    # codegen_opt 3 is the recorded launch's code: the worker runs the cubin it holds, nothing is compiled
+    recompiled = [r for level, r in zip([level for level in range(5) for _ in (64, 256)], results) if level != 3]
+    assert all(r.compile_cached for r in recompiled), "a replay compiled code that Prepare had compiled"
 
 
 def test_two_gpus_each_get_a_server_and_share_the_work(tmp_path):

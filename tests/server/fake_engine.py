@@ -19,6 +19,7 @@ Every instance a worker opens appends its tolerance settings (``InstanceKey.tole
 Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
 report ``relocated`` with the reason, and with ``no_relocate`` opening it fails as the real
 engine's does (RelocationRefusedError).
+Opening an instance (restoring it on a worker) appends "<record_id> <pid>" to opens.log.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -37,6 +38,7 @@ from pathlib import Path
 
 from mneme.errors import RelocationRefusedError
 from mneme.mneme_types import ExperimentResult
+from mneme.startup_trace import mark
 
 TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
 
@@ -97,7 +99,9 @@ def fake_compile(instance, config, arch, log_dir="", seconds=0.01):
         os._exit(1)
     if passes == "compile-error":
         raise RuntimeError("simulated compiler error: ptxas fatal")
-    time.sleep(float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds)
+    cost = float(passes.split(":", 1)[1]) if passes.startswith("compile:") else seconds
+    time.sleep(cost)
+    mark("compile", "compiled", seconds=cost)  # as the real compile does (bench/tune_startup.py sums them)
     return f"code:{passes}:{arch}".encode()
 
 
@@ -126,6 +130,8 @@ class FakeEngineSpec:
                                   "tolerance_overrides": instance.tolerance_overrides}) + "\n")
         if instance.record_id == "taken-addresses" and instance.no_relocate:
             raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
+        with open(Path(self.log_dir) / "opens.log", "a") as log:
+            log.write(f"{instance.record_id} {os.getpid()}\n")
         return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
 
     def compiler(self):

@@ -40,3 +40,17 @@ def test_no_gpu_stops_the_server_started_ahead(store, tmp_path, monkeypatch):
     with pytest.raises(NotAvailableError, match="servers="):
         LocalServers.start(str(store), 1, server_args=ENGINE_ARGS, server_env=subprocess_env(tmp_path / "log"))
     assert len(spawned) == 1 and spawned[0].process.poll() is not None
+
+
+@pytest.mark.parametrize("wait_on_stop", [True, False])
+def test_servers_never_stopped_are_stopped_at_exit_without_waiting_unless_asked(monkeypatch, wait_on_stop):
+    """`mneme tune` (wait_on_stop=False) exits without waiting for its servers' teardown, also when the
+    servers are stopped by the object's finalizer at interpreter exit rather than by stop()."""
+    import gc
+
+    calls = []
+    monkeypatch.setattr(mneme.local_servers, "_stop_all", lambda servers, wait=True: calls.append(wait))
+    servers = LocalServers(wait_on_stop=wait_on_stop)
+    del servers
+    gc.collect()
+    assert calls == [wait_on_stop]

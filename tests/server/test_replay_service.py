@@ -232,7 +232,9 @@ def test_innocent_work_queued_behind_a_crash_is_not_lost(serve, tmp_path):
 
 def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
     server, stub = serve(workers=1, depth=1)
-    call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("default<O3>", i, str(i)) for i in (2, 3, 4)]))
+    # All of the same code, so that they are ready together and run in their order (the recorded code's
+    # would need no compile and go ahead of the first while its compile process starts).
+    call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("slow:0.5", i, str(i)) for i in (2, 3, 4)]))
     wait_for(lambda: runs(tmp_path / "log"), "the slow configuration started")
     call.cancel()
     time.sleep(0.8)
@@ -275,6 +277,25 @@ def test_prepare_has_every_compile_process_read_the_instance(serve, tmp_path):
     assert len({line.split()[1] for line in compiles}) == 3, "each compile process read the instance"
 
 
+def test_compile_processes_start_only_for_code_other_than_the_recorded(serve, tmp_path):
+    """A client whose list names only the recorded launch's code (a launch-shape space) starts no compile
+    process: the worker has that code; the first other code starts one."""
+    import multiprocessing
+
+    _, stub = serve(workers=1, compile_processes=2)
+    prepared = stub.Prepare(replay_pb2.PrepareRequest(
+        instance=request().instance, compile=[request("default<O3>", 64).config]), timeout=30)
+    assert list(prepared.compile_errors) == [""], "the recorded code counts as compiled"
+    recorded = result_from_proto(stub.Replay(request("default<O3>", 128), timeout=30).result)
+    assert recorded.verified and recorded.obj_size == -1, "the worker ran the code it holds"
+    compiles = tmp_path / "log" / "compiles.log"
+    worker = {int(line.split()[2]) for line in runs(tmp_path / "log")}
+    assert not compiles.exists() and {p.pid for p in multiprocessing.active_children()} == worker
+    other = result_from_proto(stub.Replay(request("default<O2>", 64), timeout=30).result)
+    assert other.verified and other.obj_size == len(b"code:default<O2>:sm_test")
+    assert [line.split()[0] for line in compiles.read_text().splitlines()] == ["default<O2>"]
+
+
 @pytest.fixture
 def one_worker_o2_compiled(serve, tmp_path):
     """One worker, two compile processes, and the code of default<O2> compiled (one replay of it done)."""
@@ -307,3 +328,19 @@ def test_an_idle_worker_runs_ready_code_while_the_oldest_job_still_compiles(one_
     assert result_from_proto(compiling.result().result).verified
     assert [line.split()[:2] for line in runs(log)] == [
         ["default<O2>", "64"], ["default<O2>", "128"], ["compile:1.5", "64"]]
+
+
+def test_a_database_written_again_is_prepared_again(serve, store, tmp_path, monkeypatch):
+    """A server that runs long (kept for later tuners) serves the database file as it is now, not as it was."""
+    import replay_server.service
+
+    monkeypatch.setattr(replay_server.service, "REVISION_CHECK_S", 0.0)
+    _, stub = serve(workers=1)
+    prepare = replay_pb2.PrepareRequest(instance=request().instance)
+    stub.Prepare(prepare, timeout=20)
+    stub.Prepare(prepare, timeout=20)
+    opens = tmp_path / "log" / "opens.log"
+    assert len(opens.read_text().splitlines()) == 1, "the same database: restored once"
+    (store / RECORD_DB).write_text('{"recorded": "again"}')
+    stub.Prepare(prepare, timeout=20)
+    assert len(opens.read_text().splitlines()) == 2, "the rewritten database: restored again"
