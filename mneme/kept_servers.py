@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from mneme.cache_dir import cache_root
 from mneme.child_process import PACKAGE_ROOT
 from mneme.errors import ConfigurationError
 
@@ -56,11 +57,6 @@ PROBE_TIMEOUT_S = 1.0
 TOKEN_FILE = "token"
 # Store keys a server accepts (replay_server.names): checked here without importing the server.
 _KEY_COMPONENT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
-
-
-def cache_root() -> Path:
-    """mneme's per-user cache directory: ``$MNEME_CACHE_DIR``, else ``~/.cache/mneme``."""
-    return Path(os.environ.get("MNEME_CACHE_DIR") or Path.home() / ".cache" / "mneme").expanduser()
 
 
 def servers_dir() -> Path:

@@ -44,6 +44,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
+from mneme.cache_dir import cache_root
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
 from mneme.mneme_types import DEFAULT_PASSES, ExperimentConfiguration
 from mneme.replay import ptx as ptxrw
@@ -415,7 +416,7 @@ def _ptxas_version(ptxas: str, mtime: int) -> str:
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("MNEME_CACHE_DIR") or Path.home() / ".cache" / "mneme") / "compile"
+    return cache_root() / "compile"
 
 
 class CompileCache:

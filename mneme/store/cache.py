@@ -24,18 +24,17 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from mneme.cache_dir import cache_root
 from mneme.errors import ArtifactError
 from mneme.store import LocalStore, Store, open_store
 from mneme.store.base import validate_name
 from mneme.store.contents import check_chunk_blob
 
-#: Where caches live unless told otherwise (``MNEME_CACHE_DIR`` overrides).
-DEFAULT_CACHE_DIR = Path("~/.cache/mneme/store").expanduser()
 _CHUNK = re.compile(r"chunks/[0-9a-f]{2}/([0-9a-f]{64})")
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("MNEME_CACHE_DIR") or DEFAULT_CACHE_DIR).expanduser()
+    return cache_root() / "store"
 
 
 class CachedStore(Store):

@@ -28,6 +28,7 @@ tests can tell what ran and where.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import json
 import os
@@ -116,8 +117,14 @@ class FakeEngineSpec:
 
     def self_test(self, device):
         counter = Path(self.log_dir) / "starts"
-        starts = int(counter.read_text()) if counter.exists() else 0
-        counter.write_text(str(starts + 1))
+        # Workers of several servers count here at once, and tests read the count while they do:
+        # increment under a lock, and replace the file whole so a reader never sees it empty.
+        with open(Path(self.log_dir) / "starts.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            starts = int(counter.read_text()) if counter.exists() else 0
+            partial = counter.with_suffix(f".{os.getpid()}")
+            partial.write_text(str(starts + 1))
+            os.replace(partial, counter)
         if starts < self.fail_starts:
             raise RuntimeError(f"simulated self-test failure {starts + 1}")
         return {"arch": "sm_test", "name": "fake GPU"}
