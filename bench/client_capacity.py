@@ -10,7 +10,16 @@ is measured. Two levels, each over the same servers:
   space, scoring, ``trials.jsonl``, the executor as above).
 
 Rates are taken over the steady part (after ``--settle`` seconds); "client CPU" is this process's CPU
-time over that wall time (100% = one core), and "us/result" the client CPU per result.
+time over that wall time (100% = one core), and "us/result" the client CPU per result (at the tuner
+level over the same steady part, sampled every 20 ms: the run's start-up, baseline and summary left
+out). The client runs this checkout's code, as the servers do.
+
+``--hold-responses SECONDS`` sets how long the servers may hold a ready result to send it with others
+(``ReplayBatch.hold_responses_seconds``; default the executor's ``HOLD_RESPONSES_SECONDS``); 0 sends
+each as soon as it is ready, as servers did before the field existed.
+
+``--mode loop``: the tuner loop alone, against an executor that answers at once in this process (no
+servers, no gRPC): what the loop itself costs per trial, without servers competing for the cores.
 
 ``--mode shared-study``: tuner processes (``--tuners``, default 1 then 2) share one Optuna study
 (``journal:`` file by default, ``--storage`` for another) and the same servers; their trial rate
@@ -19,6 +28,8 @@ together against one process's, where the servers are not saturated.
     python bench/client_capacity.py                         # the curve, executor and tuner levels
     python bench/client_capacity.py --servers 16 --seconds 5
     python bench/client_capacity.py --mode shared-study --servers 8
+    python bench/client_capacity.py --servers 1,4 --hold-responses 0   # what holding results saves
+    python bench/client_capacity.py --mode loop                        # the tuning loop's own CPU per trial
 
 Targets: >= 10,000 results/s from 16 servers in one process; >= 1.8x one process's trial rate with
 two processes sharing a study.
@@ -41,8 +52,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 FAKE = REPO / "tests" / "server"
-sys.path.append(str(REPO))
+# The checkout first: the client runs the code of the servers it starts (PYTHONPATH=REPO), not an older
+# installed mneme (the test engine and the client are pure Python: no native parts needed).
+sys.path.insert(0, str(REPO))
 
+import mneme.async_executor  # noqa: E402
 from mneme.async_executor import AsyncReplayExecutor, server_capacity  # noqa: E402
 from mneme.format.synthetic import write_vecadd_recording  # noqa: E402
 from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
@@ -78,6 +92,34 @@ class LaunchGrid(SearchSpace):
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+class CpuSampler:
+    """This process's CPU time every ``period`` seconds (wall-clock stamped), so that the CPU of a window
+    known only afterwards (the tuner's steady part, from its trials' timestamps) can be read off."""
+
+    def __init__(self, period: float = 0.02) -> None:
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), name="cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _run(self, period: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), cpu_seconds()))
+            self._stop.wait(period)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.samples.append((time.time(), cpu_seconds()))
+
+    def between(self, start: float, end: float) -> tuple[float, float, float]:
+        """(from, to, CPU seconds): the window ``start``..``end`` widened to the samples around it (from the
+        last sample at or before ``start`` to the first at or after ``end``), and the CPU time in it."""
+        before = max((s for s in self.samples if s[0] <= start), default=self.samples[0])
+        after = min((s for s in self.samples if s[0] >= end), default=self.samples[-1])
+        return before[0], after[0], after[1] - before[1]
 
 
 class Servers:
@@ -166,16 +208,77 @@ def tuner_rate(db: str, rid: str, servers: list[str], workers: int, seconds: flo
         "workers": max(1, server_capacity(workers) * len(servers) // 2),  # in flight: 2 x workers
         "tolerance": "exact", "proteus_output": False,
     })
-    cpu0 = cpu_seconds()
-    run_tune(options, out=io.StringIO(), is_tty=False)
-    cpu = cpu_seconds() - cpu0
-    times = trial_times(results)
-    start = times[0] + settle
-    steady = [t for t in times if t >= start]
+    sampler = CpuSampler()
+    try:
+        run_tune(options, out=io.StringIO(), is_tty=False)
+    finally:
+        sampler.stop()
+    return steady_rate(trial_times(results), sampler, settle)
+
+
+def steady_rate(times: list[float], sampler: CpuSampler, settle: float) -> dict:
+    """Trials/s from the trials' timestamps after ``settle`` seconds, and the CPU per trial over that part
+    only (not the run's start-up, baseline and summary)."""
+    steady = [t for t in times if t >= times[0] + settle]
     wall = (steady[-1] - steady[0]) if len(steady) > 1 else float("nan")
-    total_wall = times[-1] - times[0]
-    return {"results": len(steady), "rate": (len(steady) - 1) / wall, "cpu": cpu / total_wall,
-            "us_per_result": 1e6 * cpu / max(len(times), 1)}
+    first, last, cpu = sampler.between(steady[0], steady[-1])
+    in_window = sum(1 for t in times if first <= t <= last)
+    return {"results": len(steady), "rate": (len(steady) - 1) / wall, "cpu": cpu / (last - first),
+            "us_per_result": 1e6 * cpu / max(in_window, 1)}
+
+
+class InstantExecutor:
+    """Answers every configuration at once, in the caller's thread, with one verified result: what is
+    left to measure is the tuning loop's own cost per trial (``--mode loop``). Its futures carry the
+    result's dict and JSON text as ``AsyncReplayExecutor``'s do (in a checkout that has them)."""
+
+    def __init__(self) -> None:
+        from mneme.mneme_types import ExperimentResult
+
+        self.result = ExperimentResult(exec_time=[1000], verified=True, executed=True, status="verified",
+                                       warmup=0, gpu_id=0)
+        self.record = self.result.to_dict()
+        self.text = json.dumps(self.record)
+        try:
+            from mneme.async_executor import ReplayFuture as future_class
+        except ImportError:  # a checkout before ReplayFuture
+            from concurrent.futures import Future as future_class
+        self.future_class = future_class
+
+    def submit(self, config):
+        future = self.future_class()
+        future.set_running_or_notify_cancel()
+        future.result_dict, future.result_json = self.record, self.text
+        future.set_result(self.result)
+        return future
+
+    def evaluate(self, config):
+        return self.result
+
+    def shutdown(self) -> None:
+        pass
+
+
+def loop_rate(db: str, rid: str, seconds: float, settle: float, work: Path) -> dict:
+    """The ``mneme tune`` loop against ``InstantExecutor`` for ``settle + seconds``: its CPU per trial."""
+    from tuner.options import resolve_options
+    from tuner.run import run_tune
+
+    space = work / "launch_grid.py"
+    space.write_text(SPACE)
+    results = work / "tune-loop"
+    options = resolve_options({
+        "record_database": db, "record_id": rid, "servers": ["127.0.0.1:1"], "space_module": f"{space}:LaunchGrid",
+        "results_dir": str(results), "timeout": settle + seconds, "quiet": True, "iterations": 1, "warmup": 0,
+        "workers": 24, "tolerance": "exact", "proteus_output": False,
+    })
+    executor = InstantExecutor()
+    sampler = CpuSampler()
+    try:
+        run_tune(options, out=io.StringIO(), is_tty=False, executor_factory=lambda *_, **__: executor)
+    finally:
+        sampler.stop()
+    return steady_rate(trial_times(results), sampler, settle)
 
 
 def print_curve(rows: list[tuple[str, int, dict]]) -> None:
@@ -228,13 +331,16 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--mode", choices=("curve", "shared-study", "all"), default="curve")
+    p.add_argument("--mode", choices=("curve", "shared-study", "all", "loop"), default="curve")
     p.add_argument("--servers", default="1,2,4,8,16", help="server counts of the curve (default 1,2,4,8,16)")
     p.add_argument("--levels", default="executor,tuner", help="executor, tuner or both (default both)")
     p.add_argument("--workers", type=int, default=2, help="worker processes per server (default 2)")
     p.add_argument("--replay-us", type=float, default=0.0, help="what one replay costs a server (sleep, us)")
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per point (default 3)")
     p.add_argument("--settle", type=float, default=1.0, help="seconds before timing starts (default 1)")
+    p.add_argument("--hold-responses", type=float, default=None,
+                   help="how long servers may hold a result to send it with others (the executor's "
+                        "HOLD_RESPONSES_SECONDS; 0: each at once, as before the hold existed)")
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare")
     p.add_argument("--storage", default=None, help="--mode shared-study: Optuna storage (default a journal file)")
@@ -243,13 +349,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.tuner_process:
         return tuner_process(json.loads(args.tuner_process))
     counts = [int(n) for n in args.servers.split(",")]
+    if args.hold_responses is not None:  # both levels (the tuner makes its executor with the default)
+        mneme.async_executor.HOLD_RESPONSES_SECONDS = args.hold_responses
+    hold = getattr(mneme.async_executor, "HOLD_RESPONSES_SECONDS", 0.0)  # (a checkout before the hold: 0)
     with tempfile.TemporaryDirectory(prefix="mneme-capacity-") as tmp:
         work = Path(tmp)
         recording = write_vecadd_recording(work / "store", n=40000 * 256 // 1000, block=256)
         db, rid = str(work / "store" / recording.database), recording.dynamic_hash
+        if args.mode == "loop":
+            r = loop_rate(db, rid, args.seconds, args.settle, work)
+            print("the tuning loop alone (an executor that answers at once, in this process):")
+            print("| level | trials/s | trials timed | CPU | CPU per trial |")
+            print("|---|---|---|---|---|")
+            print(f"| loop | {r['rate']:.0f} | {r['results']} | {100 * r['cpu']:.0f}% | {r['us_per_result']:.0f} us |")
+            return 0
         servers = Servers(max(counts), work / "store", args.workers, args.replay_us, work / "log")
-        print(f"{max(counts)} test-engine servers, {args.workers} workers each, replay {args.replay_us:g} us; "
-              f"client: one process, {os.cpu_count()} CPUs on the machine")
+        print(f"{max(counts)} test-engine servers, {args.workers} workers each, replay {args.replay_us:g} us, "
+              f"responses held {1e3 * hold:g} ms at most; client: one process, {os.cpu_count()} CPUs on the machine")
         try:
             if args.mode in ("curve", "all"):
                 rows = []

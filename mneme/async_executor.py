@@ -26,7 +26,7 @@ delivered because no server is reachable. A request the server refuses
 from __future__ import annotations
 
 import collections
-import functools
+import heapq
 import itertools
 import json
 import os
@@ -36,6 +36,7 @@ import threading
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring_ascii as _string
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -43,6 +44,7 @@ import grpc
 
 from mneme.errors import ConfigurationError, MnemeError
 from mneme.local_servers import LocalServers, split_database
+from mneme.model_json import json_encoder
 from mneme.startup_trace import mark
 from mneme.mneme_types import (
     STATUS_INTERNAL_ERROR,
@@ -109,22 +111,43 @@ FIRST_MESSAGE = 8
 #: How long the dispatcher waits for events after a round that left requests for the next one: it lets
 #: the streams' threads send what the round prepared.
 FIRST_MESSAGE_PAUSE = 0.0005
+#: How long a server may hold a ready response back to send it with the next ones (``ReplayBatch.
+#: hold_responses_seconds``), by default. It holds them only while more of the client's requests wait in
+#: its queue, so no worker waits for them; a client taking thousands of results a second then handles a
+#: message per several results instead of per one or two (docs/serving.md, "Scale").
+HOLD_RESPONSES_SECONDS = 0.005
+_strict_json = json_encoder(allow_nan=False)  # a result's text, which the tuner may write again as it is
 
 
-@dataclass
+class ReplayFuture(Future):
+    """The future of one configuration's ExperimentResult. When the executor writes ``results.jsonl``,
+    it also carries the result as written there: ``result_dict`` (``result.to_dict()``) and
+    ``result_json`` (its JSON text; None when it needed more than strict JSON, e.g. an infinity). A
+    caller that records the result again (the tuner's ``trials.jsonl``) reuses them instead of
+    converting and encoding it a second time."""
+
+    result_dict: "dict[str, Any] | None" = None
+    result_json: str | None = None
+
+
+@dataclass(slots=True)  # one per configuration submitted: slots make it cheaper to create
 class _Task:
     config: ExperimentConfiguration
-    future: "Future[ExperimentResult]"
+    future: ReplayFuture
     request_id: str
     attempts: int = 0
     stranded_since: float | None = None  # since when no server could take it
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] | None = None  # why attempts failed (made with the first)
+    finished: bool = False  # its result is taken (delivered at the end of the dispatcher's round)
+    _code: tuple | None = None
 
-    @functools.cached_property
-    def code(self) -> str:
-        """The configuration's ``code_knobs``, canonical: tasks with equal ``code`` share a compile.
+    @property
+    def code(self) -> tuple:
+        """The configuration's ``code_identity``: tasks with equal ``code`` share a compile.
         (Computed by the dispatcher when it first needs it, not in ``submit``.)"""
-        return self.config.code_key()
+        if self._code is None:
+            self._code = self.config.code_identity()
+        return self._code
 
 
 @dataclass
@@ -137,8 +160,8 @@ class _Server:
     down_until: float = 0.0
     failures: int = 0
     preparing: Any = None  # the Prepare call made on connecting
-    compiled: set[str] = field(default_factory=set)  # codes this server answered a configuration of
-    compiling: dict[str, int] = field(default_factory=dict)  # codes sent, not answered yet: how many tasks
+    compiled: set[tuple] = field(default_factory=set)  # codes this server answered a configuration of
+    compiling: dict[tuple, int] = field(default_factory=dict)  # codes sent, not answered yet: how many tasks
     stream: "_Stream | None" = None  # the ReplayBatchStream call its requests go over (transport "stream")
     outbox: list = field(default_factory=list)  # requests of this dispatch round, not handed to the stream yet
     retired: bool = False  # gets no new work (its announcement expired: mneme.discovery)
@@ -147,7 +170,7 @@ class _Server:
         return now >= self.down_until and self.outstanding < self.capacity and not self.retired
 
 
-_RECORDED_CODE = ExperimentConfiguration().code_key()  # the code of the recorded launch's knobs
+_RECORDED_CODE = ExperimentConfiguration().code_identity()  # the code of the recorded launch's knobs
 
 
 class _Stream:
@@ -157,8 +180,10 @@ class _Stream:
     events, and the call's end as one ``("stream_end", ...)`` event. ``pending`` maps the request ids
     sent and not answered to their tasks; only the dispatcher thread touches it."""
 
-    def __init__(self, server: _Server, metadata: tuple, events: "queue.Queue[tuple]") -> None:
+    def __init__(self, server: _Server, metadata: tuple, events: "queue.SimpleQueue[tuple]",
+                 hold_responses: float) -> None:
         self.pending: dict[str, _Task] = {}
+        self._hold = hold_responses
         self._requests: "queue.SimpleQueue[list | None]" = queue.SimpleQueue()
         self._call = server.stub.ReplayBatchStream(self._outgoing(), metadata=metadata)
         self._reader = threading.Thread(
@@ -190,9 +215,9 @@ class _Stream:
                     closing = True
                     break
                 batch += more
-            yield replay_pb2.ReplayBatch(requests=batch)
+            yield replay_pb2.ReplayBatch(requests=batch, hold_responses_seconds=self._hold)
 
-    def _read(self, server: _Server, events: "queue.Queue[tuple]") -> None:
+    def _read(self, server: _Server, events: "queue.SimpleQueue[tuple]") -> None:
         code, details = grpc.StatusCode.OK, ""
         try:
             for batch in self._call:
@@ -221,7 +246,10 @@ class AsyncReplayExecutor:
     configuration). ``tolerance`` (``""``/``exact``, ``auto``, or JSON policies: ``set_tolerance``),
     ``tolerance_runs`` (baseline runs that derive the ``auto`` bounds; 0 = the servers' default of 8)
     and ``tolerance_overrides`` (``{region selector: policy}`` that win over everything else, as
-    ``mneme replay --tolerance SEL=dtype:mode:threshold[:norm]``) say how the servers verify.
+    ``mneme replay --tolerance SEL=dtype:mode:threshold[:norm]``) say how the servers verify;
+    configuration), ``hold_responses`` (stream: how long a server may hold a ready response back to send
+    it with others, while more requests wait in its queue; 0 sends each at once; default
+    ``HOLD_RESPONSES_SECONDS``).
     """
 
     def __init__(
@@ -255,6 +283,7 @@ class AsyncReplayExecutor:
         tolerance_runs: int = 0,
         tolerance_overrides: Mapping[str, Any] | None = None,
         no_relocate: bool = False,
+        hold_responses: float | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
             raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
@@ -264,6 +293,11 @@ class AsyncReplayExecutor:
             raise ConfigurationError(f"warmup={warmup} must not be negative")
         if num_workers < 1:
             raise ConfigurationError(f"num_workers={num_workers}: at least one worker is needed")
+        from mneme._proto.convert import MAX_HOLD_RESPONSES_SECONDS
+
+        if hold_responses is not None and not 0 <= hold_responses <= MAX_HOLD_RESPONSES_SECONDS:
+            raise ConfigurationError(f"hold_responses={hold_responses}: give 0..{MAX_HOLD_RESPONSES_SECONDS:g} "
+                                     "seconds (0: each result as soon as it is ready)")
         self.record_db = os.fspath(record_db)
         self.record_id = str(record_id)
         self.iterations = iterations
@@ -275,6 +309,7 @@ class AsyncReplayExecutor:
         self.transport = transport
         self.tolerance_runs = int(tolerance_runs)  # 0: the servers' default
         self.tolerance_overrides = json.dumps(dict(tolerance_overrides)) if tolerance_overrides else ""
+        self.hold_responses = HOLD_RESPONSES_SECONDS if hold_responses is None else hold_responses
         self.set_tolerance(tolerance)
         self.no_relocate = bool(no_relocate)  # servers refuse, not relocate, an instance whose addresses are taken
         self._ahead = _code_variants(compile_ahead)
@@ -287,9 +322,11 @@ class AsyncReplayExecutor:
             self._results_path = directory / RESULTS_FILE
         self._results_lock = threading.Lock()
         self._results_file: Any = None
+        self._results_head = json.dumps({"record_db": self.record_db, "record_id": self.record_id})[:-1]
+        self._finished_now: list[tuple[ReplayFuture, ExperimentResult, str]] = []  # this round's results
         self._local_servers: LocalServers | None = None
         self._finished = 0
-        self._events: "queue.Queue[tuple]" = queue.Queue()
+        self._events: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
         self._backlog: "collections.deque[_Task]" = collections.deque()
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"  # request ids: unique to this executor
@@ -327,7 +364,7 @@ class AsyncReplayExecutor:
             raise MnemeError("this AsyncReplayExecutor was shut down; create a new one")
         if not isinstance(config, ExperimentConfiguration):
             config = ExperimentConfiguration.from_dict(config)
-        task = _Task(config, Future(), f"{self._id_prefix}-{next(self._ids)}")
+        task = _Task(config, ReplayFuture(), f"{self._id_prefix}-{next(self._ids)}")
         task.future.set_running_or_notify_cancel()
         self._events.put(("submit", task))
         return task.future
@@ -438,13 +475,19 @@ class AsyncReplayExecutor:
 
         instance_tolerance(tolerance, self.tolerance_overrides, self.tolerance_runs)  # fails here, not on every server
         self.tolerance = tolerance
+        self._instance = None  # made again with the new setting
 
     def _instance_ref(self) -> Any:
+        """The ``InstanceRef`` every request carries (made once per tolerance setting)."""
         from mneme._proto import replay_pb2
 
-        return replay_pb2.InstanceRef(record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
-                                      tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides,
-                                      no_relocate=self.no_relocate)
+        instance = self._instance
+        if instance is None:
+            instance = self._instance = replay_pb2.InstanceRef(
+                record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
+                tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides,
+                no_relocate=self.no_relocate)
+        return instance
 
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()
@@ -468,6 +511,7 @@ class AsyncReplayExecutor:
                 stopping = self._handle(event) or stopping
             more_now = self._pump()
             self._flush()
+            self._deliver()
             if stopping and not self._backlog and all(s.outstanding == 0 for s in self._servers) \
                     and self._events.empty():
                 for server in self._servers:
@@ -529,33 +573,29 @@ class AsyncReplayExecutor:
                 task.stranded_since = task.stranded_since or now
                 if now - task.stranded_since > self.retry_window:
                     self._give_up(task, f"no replay server reachable for {self.retry_window:g}s")
-            self._backlog = collections.deque(t for t in self._backlog if not t.future.done())
+            self._backlog = collections.deque(t for t in self._backlog if not t.finished)
             return False
         # An idle server's first requests go out before the rest of its places are filled (streams only:
         # a unary call leaves at once).
         idle = {id(s) for s in self._servers if s.outstanding == 0 and self.transport == "stream"}
-        held: list[_Server] = []  # servers with room, and nothing they could start now or in this round
+        # Servers with room, least loaded first (index: the earlier one of equally loaded servers). A server
+        # that has nothing it could start now, or has had its first message's worth, leaves the heap.
+        room = [(s.outstanding / s.capacity, i, s) for i, s in enumerate(self._servers) if s.available(now)]
+        heapq.heapify(room)
         more_now = False
-        while self._backlog:
-            server = self._pick(now, held)
-            if server is None:  # all busy: the rest waits for a result to make room
-                return more_now
+        while self._backlog and room:
+            _, index, server = heapq.heappop(room)
             if id(server) in idle and server.outstanding >= FIRST_MESSAGE:
-                held.append(server)
                 more_now = True
                 continue
             task = self._take_for(server)
             if task is None:
-                held.append(server)
-            elif not task.future.done():
+                continue
+            if not task.finished:
                 self._send(task, server)
+            if server.available(now):
+                heapq.heappush(room, (server.outstanding / server.capacity, index, server))
         return more_now
-
-    def _pick(self, now: float, exclude: list[_Server]) -> _Server | None:
-        candidates = [s for s in self._servers if s.available(now) and all(s is not e for e in exclude)]
-        if not candidates:
-            return None
-        return min(candidates, key=lambda s: s.outstanding / s.capacity)
 
     def _take_for(self, server: _Server) -> _Task | None:
         """The first waiting task ``server`` can start without waiting for a compile it is already doing.
@@ -574,12 +614,12 @@ class AsyncReplayExecutor:
 
     def _send(self, task: _Task, server: _Server) -> None:
         from mneme._proto import replay_pb2
-        from mneme._proto.convert import config_to_proto
+        from mneme._proto.convert import config_fields
 
         request = replay_pb2.ReplayRequest(
             request_id=task.request_id,
             instance=self._instance_ref(),
-            config=config_to_proto(task.config),
+            config=config_fields(task.config),
             iterations=self.iterations,
             warmup=self.warmup,
             timeout_seconds=self.timeout_seconds,
@@ -594,7 +634,7 @@ class AsyncReplayExecutor:
             call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
             return
         if server.stream is None:
-            server.stream = _Stream(server, self._metadata(), self._events)
+            server.stream = _Stream(server, self._metadata(), self._events, self.hold_responses)
         server.stream.pending[task.request_id] = task
         server.outbox.append(request)
 
@@ -649,14 +689,14 @@ class AsyncReplayExecutor:
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.UNKNOWN):
             server.failures += 1
             server.down_until = time.monotonic() + min(0.5 * 2 ** (server.failures - 1), 10.0)
-        task.errors.append(f"{server.address}: {code.name}: {details}")
+        task.errors = (task.errors or []) + [f"{server.address}: {code.name}: {details}"]
         if task.attempts >= self.max_attempts:
             self._give_up(task, f"{task.attempts} attempts failed")
         else:
             self._backlog.appendleft(task)
 
     def _give_up(self, task: _Task, why: str) -> None:
-        detail = "; ".join(task.errors[-3:]) or "no server answered"
+        detail = "; ".join((task.errors or [])[-3:]) or "no server answered"
         self._finish(task, ExperimentResult.failure(
             STATUS_INTERNAL_ERROR,
             f"replay server lost: {why} ({detail}); check that the servers are running (mneme serve)",
@@ -664,33 +704,51 @@ class AsyncReplayExecutor:
         ))
 
     def _finish(self, task: _Task, result: ExperimentResult, server: str = "", worker: str = "") -> None:
-        if task.future.done():  # a late duplicate: a result is counted once
+        """``task``'s result. Its ``results.jsonl`` line and its future's result wait for the end of the
+        round (``_deliver``): a round's results reach the file in one write, before their futures."""
+        if task.finished or task.future.done():  # a late duplicate: a result is counted once
             return
+        task.finished = True
+        line = ""
         if self._results_path is not None:
-            config = task.config.to_dict()
-            line = json.dumps({
-                "record_db": self.record_db, "record_id": self.record_id, "config_hash": task.config.hash(),
-                "config": config, "result": result.to_dict(), "server": server, "worker": worker,
-                "attempts": task.attempts, "time": time.time(),
-            })
-            with self._results_lock:
-                if self._results_file is None:  # line-buffered: each record is on disk as it is written
-                    self._results_file = open(self._results_path, "a", buffering=1)
-                self._results_file.write(line + "\n")
+            future = task.future
+            future.result_dict = record = result.to_dict()
+            try:
+                future.result_json = text = _strict_json(record)
+            except ValueError:  # an infinity or NaN: written as json.dumps writes it, not shared as strict JSON
+                text = json.dumps(record)
+            # json.dumps of the record (its keys in this order), from the parts' texts
+            line = (f'{self._results_head}, "config_hash": "{task.config.hash()}", "config": {task.config.to_json()}, '
+                    f'"result": {text}, "server": {_string(server)}, "worker": {_string(worker)}, '
+                    f'"attempts": {task.attempts}, "time": {time.time()!r}}}\n')
+        self._finished_now.append((task.future, result, line))
         self._finished += 1
         if self._finished <= 2:  # the first results: the start-up trace's end points (a tuner's baseline, first trial)
             mark("executor", "result", index=self._finished, verified=result.verified)
-        task.future.set_result(result)
+
+    def _deliver(self) -> None:
+        """The round's results: their lines in one write, then their futures (a waiter finds its line written)."""
+        if not self._finished_now:
+            return
+        finished, self._finished_now = self._finished_now, []
+        if self._results_path is not None:
+            with self._results_lock:
+                if self._results_file is None:
+                    self._results_file = open(self._results_path, "a")
+                self._results_file.write("".join(line for _, _, line in finished))
+                self._results_file.flush()
+        for future, result, _ in finished:
+            future.set_result(result)
 
 
 def _code_variants(configs: Sequence[ExperimentConfiguration | Mapping[str, Any]]) \
-        -> list[tuple[str, ExperimentConfiguration]]:
+        -> list[tuple[tuple, ExperimentConfiguration]]:
     """One (code, configuration) per distinct ``code_knobs`` of ``configs``, in their order."""
-    variants: dict[str, ExperimentConfiguration] = {}
+    variants: dict[tuple, ExperimentConfiguration] = {}
     for config in configs:
         if not isinstance(config, ExperimentConfiguration):
             config = ExperimentConfiguration.from_dict(config)
-        variants.setdefault(config.code_key(), config)
+        variants.setdefault(config.code_identity(), config)
     if len(variants) > MAX_COMPILE_AHEAD:
         raise ConfigurationError(f"compile_ahead names {len(variants)} code variants; at most {MAX_COMPILE_AHEAD} "
                                  "(compile the likeliest ones ahead, the others compile when first replayed)")

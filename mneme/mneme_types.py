@@ -9,13 +9,14 @@ what one replay reports, with the reference's ``Result`` keys first.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
+from collections.abc import Mapping  # (typing.Mapping's isinstance costs ~1 us: _plain runs per result)
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from mneme.errors import ConfigurationError
+from mneme.model_json import canonical_configuration_json, configuration_json
 
 # CUDA launch limits (all compute capabilities mneme supports, 7.0 and newer).
 MAX_THREADS_PER_BLOCK = 1024
@@ -50,15 +51,21 @@ class Dim3:
         """Accept a Dim3, a ``{"x":..,"y":..,"z":..}`` dict (missing axes are 1), or a sequence."""
         if isinstance(value, Dim3):
             return value
-        if isinstance(value, Mapping):
-            unknown = set(value) - {"x", "y", "z"}
-            if unknown:
+        if type(value) is dict or isinstance(value, Mapping):  # (the ABC check only for other mappings)
+            if not value.keys() <= _AXES:
+                unknown = set(value) - _AXES
                 raise ConfigurationError(f"dim3 has unknown axes {sorted(unknown)}; use x, y and z")
-            return cls(*(_as_int(value.get(a, 1), f"dim3.{a}") for a in "xyz"))
+            x, y, z = value.get("x", 1), value.get("y", 1), value.get("z", 1)
+            if type(x) is int and type(y) is int and type(z) is int:  # the common case: no conversion
+                return cls(x, y, z)
+            return cls(_as_int(x, "dim3.x"), _as_int(y, "dim3.y"), _as_int(z, "dim3.z"))
         if isinstance(value, (list, tuple)) and 1 <= len(value) <= 3:
             padded = list(value) + [1] * (3 - len(value))
             return cls(*(_as_int(v, "dim3") for v in padded))
         raise ConfigurationError(f"cannot read a dim3 from {value!r}; give {{'x':..,'y':..,'z':..}}")
+
+
+_AXES = frozenset("xyz")
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -108,10 +115,10 @@ class ExperimentConfiguration:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ExperimentConfiguration":
         """Build from a (possibly partial) dict; missing keys take the defaults."""
-        if not isinstance(data, Mapping):
+        if type(data) is not dict and not isinstance(data, Mapping):
             raise ConfigurationError(f"a configuration is a dict, got {type(data).__name__}")
-        unknown = set(data) - _CONFIG_KEYS
-        if unknown:
+        if not data.keys() <= _CONFIG_KEYS:
+            unknown = set(data) - _CONFIG_KEYS
             raise ConfigurationError(
                 f"unknown configuration keys {sorted(unknown)}; valid keys are {sorted(_CONFIG_KEYS)}"
             )
@@ -220,7 +227,16 @@ class ExperimentConfiguration:
     def runs_recorded_code(self) -> bool:
         """Whether it runs the recorded launch's code (the default ``code_knobs``), which a replay worker
         already holds once it has prepared the instance: no compile process is needed for it."""
-        return self.code_key() == _RECORDED_CODE_KEY
+        return self.code_identity() == _RECORDED_CODE_IDENTITY
+
+    def code_identity(self) -> tuple:
+        """``code_knobs`` as a tuple: equal exactly when ``code_key`` is, at a tenth of its cost (the replay
+        client keys its per-server compile bookkeeping by it, once per configuration it sends)."""
+        ground = self.ground()
+        dims = (ground.grid.as_tuple(), ground.block.as_tuple()) if self.specialize_dims else ()
+        return (ground.specialize, ground.set_launch_bounds, ground.max_threads, ground.min_blocks_per_sm,
+                ground.specialize_dims, ground.passes, ground.codegen_opt, ground.codegen_method, ground.prune,
+                ground.internalize, dims)
 
     def hash(self) -> str:
         """A stable identity: 16 hex digits of SHA-256 over the canonical JSON of ``to_dict``.
@@ -228,19 +244,30 @@ class ExperimentConfiguration:
         The same across processes, machines and Python versions (no ``hash()``
         randomization, sorted keys, fixed separators).
         """
-        return self._identity
+        # Made once per (immutable) configuration, kept in the instance's __dict__ (a frozen dataclass's
+        # setattr refuses; functools.cached_property's lock costs more than the text): the tuner and the
+        # replay client ask for it several times per trial.
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            canonical = canonical_configuration_json(self)
+            cached = self.__dict__["_hash"] = (
+                configuration_hash(self.to_dict()) if canonical is None  # a field of an unexpected type
+                else hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16])
+        return cached
 
-    @functools.cached_property
-    def _identity(self) -> str:
-        # Computed once per (immutable) configuration: the tuner asks for it several times per trial.
-        return configuration_hash(self.to_dict())
+    def to_json(self) -> str:
+        """``json.dumps(self.to_dict())``, made once (as ``hash``): the results files write it per replay."""
+        cached = self.__dict__.get("_json")
+        if cached is None:
+            cached = self.__dict__["_json"] = configuration_json(self) or json.dumps(self.to_dict())
+        return cached
 
     def __str__(self) -> str:
         return json.dumps(self.to_dict())
 
 
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(ExperimentConfiguration))
-_RECORDED_CODE_KEY = ExperimentConfiguration().code_key()
+_RECORDED_CODE_IDENTITY = ExperimentConfiguration().code_identity()
 _CONFIG_KEYS = frozenset(_CONFIG_FIELDS)
 
 
@@ -329,7 +356,13 @@ class ExperimentResult:
         return self.exec_time[self.warmup :]
 
     def to_dict(self) -> dict[str, Any]:
-        return {name: _plain(getattr(self, name)) for name in _RESULT_FIELDS}
+        out = self.__dict__.copy()  # the fields in their order, as __init__ set them (3x cheaper than getattr each)
+        if tuple(out) != _RESULT_FIELDS:  # attributes beyond the fields, or set in another order
+            return {name: _plain(getattr(self, name)) for name in _RESULT_FIELDS}
+        for name, value in out.items():
+            if type(value) not in _SCALARS:
+                out[name] = _plain(value)
+        return out
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ExperimentResult":
@@ -364,7 +397,7 @@ def _plain(value: Any) -> Any:
     if type(value) in _SCALARS:  # most fields: no ABC check (to_dict runs for every result a client takes)
         return value
     if isinstance(value, list):
-        return [dict(v) if isinstance(v, Mapping) else v for v in value]
+        return [v if type(v) in _SCALARS else dict(v) if isinstance(v, Mapping) else v for v in value]
     if isinstance(value, Mapping):
         return {k: dict(v) if isinstance(v, Mapping) else v for k, v in value.items()}
     return value

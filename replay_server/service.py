@@ -19,7 +19,7 @@ import grpc
 
 import mneme
 from mneme._proto import replay_pb2, replay_pb2_grpc
-from mneme._proto.convert import config_from_proto, result_to_proto
+from mneme._proto.convert import MAX_HOLD_RESPONSES_SECONDS, config_from_proto, result_to_proto
 from mneme.errors import MnemeError
 from mneme.mneme_types import STATUS_INVALID_CONFIG, STATUS_INTERNAL_ERROR, ExperimentConfiguration, ExperimentResult
 from replay_server.compile_cache import CompileCache
@@ -37,6 +37,7 @@ COMPILER_WARM_SECONDS = 120.0  # Prepare waits this long at most for the compile
 COMPILE_AHEAD_SECONDS = 120.0  # and this long at most for the compiles its request lists
 MAX_COMPILE_AHEAD = 4096  # configurations one Prepare may ask to compile (the compile cache's size)
 REVISION_CHECK_S = 1.0  # how often a local database file is looked at again (rewritten: a new revision)
+MAX_RESPONSES_PER_MESSAGE = 1024  # a held message goes out once it carries this many
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -142,21 +143,25 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         return _response(request.request_id, outcome)
 
     def ReplayStream(self, request_iterator, context):
-        for responses in self._serve_stream(((request,) for request in request_iterator), context):
+        for responses in self._serve_stream((((request,), 0.0) for request in request_iterator), context):
             yield from responses
 
     def ReplayBatchStream(self, batch_iterator, context):
-        for responses in self._serve_stream((batch.requests for batch in batch_iterator), context):
+        batches = ((batch.requests, batch.hold_responses_seconds) for batch in batch_iterator)
+        for responses in self._serve_stream(batches, context):
             yield replay_pb2.ReplayResponseBatch(responses=responses)
 
     def _serve_stream(self, batches, context):
-        """The work of a stream: requests come in groups (``batches``), and the responses ready at the same
-        time are yielded together, as they complete. A request that cannot be served gets an error
-        response and does not end the others; the caller hanging up drops the requests still queued."""
+        """The work of a stream: requests come in groups (``batches`` of (requests, hold seconds)), and the
+        responses ready at the same time are yielded together, as they complete; the client's hold
+        (``ReplayBatch.hold_responses_seconds``) lets more join them while the stream has requests
+        waiting in the queue. A request that cannot be served gets an error response and does not end
+        the others; the caller hanging up drops the requests still queued."""
         responses: "queue.Queue[replay_pb2.ReplayResponse]" = queue.Queue()
-        pending: dict[int, Future] = {}
+        pending: dict[int, Job] = {}
         lock = threading.Lock()
         reading_done = threading.Event()
+        hold = [0.0]  # the client's latest hold_responses_seconds
 
         def finished(request_id: str, job: Job, future: Future) -> None:
             with lock:
@@ -179,12 +184,13 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
                 responses.put(replay_pb2.ReplayResponse(request_id=request.request_id, result=result_to_proto(job)))
                 return
             with lock:
-                pending[job.id] = job.future
+                pending[job.id] = job
             job.future.add_done_callback(lambda f, rid=request.request_id, j=job: finished(rid, j, f))
 
         def read_requests() -> None:
             try:
-                for batch in batches:
+                for batch, hold_seconds in batches:
+                    hold[0] = min(max(hold_seconds, 0.0), MAX_HOLD_RESPONSES_SECONDS)
                     for request in batch:
                         take(request)
             except Exception:  # the caller went away mid-stream
@@ -194,9 +200,15 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
 
         def cancel_all() -> None:
             with lock:
-                futures = list(pending.values())
-            for future in futures:
-                future.cancel()
+                jobs = list(pending.values())
+            for job in jobs:
+                job.future.cancel()
+
+        def some_queued() -> bool:
+            """A request of this stream still waits in the queue: the workers have work while responses wait
+            (and each has its next job in hand while the client answers the ones sent then)."""
+            with lock:
+                return any(not job.started for job in pending.values())
 
         context.add_callback(cancel_all)
         reader = threading.Thread(target=read_requests, name="stream-reader", daemon=True)
@@ -210,11 +222,18 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
                 if reading_done.is_set() and idle and responses.empty():
                     return
                 continue
-            while True:  # and whatever else is ready now
-                try:
-                    ready.append(responses.get_nowait())
-                except queue.Empty:
-                    break
+            _take_ready(responses, ready)  # and whatever else is ready now
+            if hold[0]:  # and what comes while the queue keeps the workers busy, for the client's hold at most
+                deadline = time.monotonic() + hold[0]
+                while len(ready) < MAX_RESPONSES_PER_MESSAGE and some_queued():
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        ready.append(responses.get(timeout=left))
+                    except queue.Empty:
+                        break
+                    _take_ready(responses, ready)
             yield ready
 
     def Prepare(self, request, context):
@@ -295,6 +314,15 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             arch=str(self.pool.device.get("arch", "")),
             gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
+
+
+def _take_ready(responses: "queue.Queue", ready: list) -> None:
+    """Move the responses already waiting in ``responses`` to ``ready``."""
+    while True:
+        try:
+            ready.append(responses.get_nowait())
+        except queue.Empty:
+            return
 
 
 def _why_invalid(config) -> str:

@@ -15,7 +15,7 @@ import _signal
 import signal
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from mneme.errors import Terminated
 
@@ -44,17 +44,34 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-@contextmanager
-def interrupts_held() -> Iterator[None]:
+class _Unguarded:
+    """The block of a nested (or other thread's) ``interrupts_held``: nothing to do."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNGUARDED = _Unguarded()
+
+
+def interrupts_held() -> AbstractContextManager[None]:
     """Run the block with SIGINT and SIGTERM held; those that came meanwhile are delivered at its end.
 
-    Outside the main thread the block runs unguarded; inside a held block, a nested one costs nothing
-    (the tuning loop holds them once around a batch of results).
+    Outside the main thread the block runs unguarded; inside a held block, a nested one costs next to
+    nothing (the tuning loop holds them once around a batch of results, and again around each trial's
+    write: a generator-based context manager there would cost more than the write).
     """
-    global _holding
     if _holding or not _in_main_thread():
-        yield
-        return
+        return _UNGUARDED
+    return _held()
+
+
+@contextmanager
+def _held() -> Iterator[None]:
+    global _holding
     _holding = True
     held: list[int] = []
     # _signal: the C functions under `signal`, without its enum conversions (a third of this block's cost,

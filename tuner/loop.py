@@ -6,19 +6,25 @@ strategy as soon as it arrives. A failed candidate is recorded with its
 reason and the run goes on (unless ``fail_fast``). The executor is anything
 with ``submit(config) -> Future[ExperimentResult]``, ``evaluate(config)`` and
 ``shutdown()``: :class:`mneme.async_executor.AsyncReplayExecutor` in real
-runs.
+runs (its futures also carry the result as it wrote it to ``results.jsonl``,
+which ``trials.jsonl`` reuses).
+
+A trial costs the loop tens of microseconds, so it writes no log line per
+trial (``trials.jsonl`` has them all): ``tune.log`` gets a progress line every
+``PROGRESS_SECONDS`` and one when the loop ends.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
 import logging
+import math
 import queue
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from mneme.mneme_types import (
     STATUS_INVALID_CONFIG,
@@ -38,6 +44,8 @@ from tuner.results_dir import ResultsDirectory
 # Executor calls that raise (rather than return a failed result) this many times in a
 # row mean the executor itself is broken (servers gone): stop instead of burning the space.
 MAX_CONSECUTIVE_EXECUTOR_ERRORS = 5
+#: Seconds between the progress lines of ``tune.log``.
+PROGRESS_SECONDS = 10.0
 
 
 class Executor(Protocol):
@@ -50,8 +58,30 @@ class Executor(Protocol):
     def shutdown(self) -> None: ...
 
 
+_second_text: tuple[int, str] = (-1, "")  # the last whole second's text (UTC), reused within that second
+
+
+class EncodedResult(NamedTuple):
+    """A result as the executor already wrote it (``results.jsonl``): its ``to_dict()`` and, by record
+    key, the JSON texts of the trial record's values it gives (the result's, the configuration's)."""
+
+    record: dict[str, Any]
+    texts: dict[str, str]
+
+
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+    """``datetime.now(timezone.utc).isoformat(timespec="milliseconds")``, a trial record's timestamp: the
+    date and time of day are made once per second (a third of the cost, and there is one per trial)."""
+    global _second_text
+    fraction, whole = math.modf(time.time())
+    second, micros = int(whole), round(fraction * 1e6)  # as datetime.fromtimestamp rounds the clock
+    if micros == 1_000_000:
+        second, micros = second + 1, 0
+    cached_second, text = _second_text
+    if second != cached_second:
+        text = datetime.fromtimestamp(second, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (second, text)
+    return f"{text}.{micros // 1000:03d}+00:00"
 
 
 @dataclass
@@ -105,6 +135,8 @@ class TuningLoop:
         self.adaptive_invalid_ban = adaptive_invalid_ban
         self._consecutive_executor_errors = 0
         self._earlier = {r["hash"]: r for r in state.records if r.get("hash")}
+        self._statuses: Counter = Counter()  # this run's trials by status (the progress lines)
+        self._best_text = "-"
         for record in state.records:  # an earlier run's (--resume): its best and its bans hold
             self._update_best(record)
             if record.get("status") == STATUS_INVALID_LAUNCH and adaptive_invalid_ban:
@@ -114,7 +146,8 @@ class TuningLoop:
     # -- the loop -------------------------------------------------------------------
     def run(self) -> LoopState:
         """Run until the space, the budget or the time is used up; Ctrl-C propagates after cleanup."""
-        start = time.monotonic()
+        start = self._start = time.monotonic()
+        self._next_progress = start + PROGRESS_SECONDS
         pending: dict[cf.Future, tuple[Candidate, float]] = {}
         # Futures put themselves here when done: waiting costs the same with 2 or 500 in flight.
         self._done: "queue.SimpleQueue[cf.Future]" = queue.SimpleQueue()
@@ -144,15 +177,31 @@ class TuningLoop:
                 with interrupts_held():  # once for the batch (each trial's write is held anyway)
                     for future in finished:
                         candidate, started = pending.pop(future)
-                        self._finish(candidate, self._result_of(future), time.monotonic() - started)
+                        self._finish(candidate, self._result_of(future), time.monotonic() - started,
+                                     _encoded(future, candidate))
+                    self.results.flush()  # the batch's records in one write, before a signal stops the run
+                if time.monotonic() >= self._next_progress:
+                    self._log_progress()
         except KeyboardInterrupt:
             for future in pending:
                 future.cancel()
             self.state.stopped = "interrupted"
             raise
+        finally:
+            self._log_progress()
         if not self.state.stopped:
             self.state.stopped = "exhausted"
         return self.state
+
+    def _log_progress(self) -> None:
+        """``tune.log``'s progress line: this run's trials so far, by outcome, their rate and the best."""
+        now = time.monotonic()
+        self._next_progress = now + PROGRESS_SECONDS
+        done = sum(self._statuses.values())
+        elapsed = max(now - self._start, 1e-9)
+        by_status = ", ".join(f"{n} {status}" for status, n in self._statuses.most_common())
+        self.log.info("progress: %d trials in %.1f s (%.0f/s)%s; best %s", done, elapsed, done / elapsed,
+                      f": {by_status}" if by_status else "", self._best_text)
 
     def _dispatch(self, candidate: Candidate, pending: dict) -> None:
         """Submit a candidate, or settle it at once when no replay is needed."""
@@ -175,6 +224,7 @@ class TuningLoop:
         if errors:
             result = ExperimentResult.failure(STATUS_INVALID_CONFIG, "; ".join(errors))
             self._finish(candidate, result, 0.0)
+            self.results.flush()
             return
         try:
             future = self.executor.submit(config)
@@ -212,7 +262,9 @@ class TuningLoop:
                 f"then continue with --resume --results-dir {self.results.path}"
             )
 
-    def _finish(self, candidate: Candidate, result: ExperimentResult | Exception, elapsed: float) -> None:
+    def _finish(self, candidate: Candidate, result: ExperimentResult | Exception, elapsed: float,
+                encoded: EncodedResult | None = None) -> None:
+        """Score, tell and record one result (``encoded``: what the executor already made of it)."""
         if isinstance(result, Exception):
             self._executor_failed(candidate, result)
             return
@@ -220,16 +272,15 @@ class TuningLoop:
         outcome = self.objective.evaluate(result)
         self.strategy.annotate(candidate, outcome)
         pruned = self.strategy.tell(candidate, outcome.values, outcome.running)
-        record = self._record(candidate, result, outcome, pruned, elapsed)
+        record = self._record(candidate, result, outcome, pruned, elapsed, encoded)
         with interrupts_held():  # the file and the count agree, whenever Ctrl-C comes
-            self.results.append_trial(record)
+            self.results.append_trial(record, encoded.texts if encoded else None)
             self.state.records.append(record)
             self.state.done_hashes.add(record["hash"])
             self.state.evaluated_now += 1
+        self._statuses[outcome.status] += 1
         self._update_best(record)
-        self.log.info("trial %d %s %s metric=%s speedup=%s %s", record["trial"], record["status"],
-                      record["params"], record["metric"], record["speedup"], record["error"])
-        self.reporter.trial(record, self.best_text())
+        self.reporter.trial(record, self._best_text)
         if outcome.status == STATUS_INVALID_LAUNCH and self.adaptive_invalid_ban:
             block = candidate.configuration.block.as_tuple()
             self.state.banned_blocks.setdefault(block, record["trial"])
@@ -241,7 +292,7 @@ class TuningLoop:
             )
 
     def _record(self, candidate: Candidate, result: ExperimentResult, outcome: Outcome,
-                pruned: bool, elapsed: float) -> dict[str, Any]:
+                pruned: bool, elapsed: float, encoded: EncodedResult | None = None) -> dict[str, Any]:
         return {
             "trial": len(self.state.records),
             "sampler_trial": candidate.number,
@@ -255,7 +306,7 @@ class TuningLoop:
             "objective_values": list(outcome.values) if outcome.values is not None else None,
             "pruned": pruned,
             "error": outcome.reason,
-            "result": result.to_dict(),
+            "result": encoded.record if encoded else result.to_dict(),
             "elapsed_s": round(elapsed, 6),
             "timestamp": now_iso(),
         }
@@ -267,6 +318,7 @@ class TuningLoop:
         best = self.state.best
         if best is None or record["metric"] < best["metric"]:
             self.state.best = record
+            self._best_text = self.best_text()
 
     def best_text(self) -> str:
         best = self.state.best
@@ -274,4 +326,16 @@ class TuningLoop:
             return "-"
         speed = f" (x{best['speedup']:.3f})" if best.get("speedup") else ""
         return f"{format_ns(best['metric'])}{speed}"
+
+
+def _encoded(future: cf.Future, candidate: Candidate) -> EncodedResult | None:
+    """What an executor that writes ``results.jsonl`` already made of a result (its ``ReplayFuture``
+    carries the result's dict and JSON text), with the configuration's JSON text (made once per
+    configuration): the trial record reuses them instead of converting and encoding both again.
+    None from other executors (or for a result that needed more than strict JSON)."""
+    result_json = getattr(future, "result_json", None)
+    if result_json is None:
+        return None
+    return EncodedResult(future.result_dict,
+                         {"configuration": candidate.configuration.to_json(), "result": result_json})
 

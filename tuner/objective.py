@@ -89,7 +89,8 @@ class Objective:
                 return Outcome(STATUS_INTERNAL_ERROR, metric, speedup, None,
                                f"the replay did not report {self.secondary} for the secondary objective")
             values = (primary, float(secondary))
-        running = tuple(metric_value(times[: i + 1], self.metric) for i in range(len(times)))
+        # the metric after each measured launch (the last is ``metric``, not computed again)
+        running = tuple(metric_value(times[: i + 1], self.metric) for i in range(len(times) - 1)) + (metric,)
         if self.objective == "speedup" and self.baseline_metric:
             running = tuple(self.baseline_metric / r for r in running)
         return Outcome(status, metric, speedup, values, "", running)

@@ -2,10 +2,14 @@
 
 Layout (the reference's): ``config.json``, ``search_space.json``,
 ``baseline.json``, ``trials.jsonl`` (one JSON record per evaluated candidate,
-appended and flushed as each result arrives, so an interrupted run loses
-nothing it finished), ``best.json``, ``summary.json``, ``logs/tune.log``, and
-the tuned-kernels export. JSON files other than ``trials.jsonl`` are replaced
-atomically (write a temporary file, then rename).
+appended as each result arrives and flushed after each batch of results that
+came together, so a run stopped by Ctrl-C or SIGTERM loses nothing it
+finished, and one killed outright at most the batch it was writing),
+``best.json``, ``summary.json``, ``logs/tune.log`` (the run's events and a
+progress line every ``tuner.loop.PROGRESS_SECONDS``, not a line per trial:
+``trials.jsonl`` has those), and the tuned-kernels export. JSON files other
+than ``trials.jsonl`` are replaced atomically (write a temporary file, then
+rename).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import logging
 import math
 import os
 from datetime import datetime, timezone
+from json.encoder import encode_basestring_ascii as _string
 from pathlib import Path
 from typing import Any, Iterable
 
 from mneme.errors import ConfigurationError
+from mneme.model_json import json_encoder
 
 TRIALS = "trials.jsonl"
 LOG = "logs/tune.log"
@@ -48,11 +54,54 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+_encode = json_encoder(allow_nan=False, default=str)  # dumps's settings, made once
+_KEY_TEXT: dict[str, str] = {}  # a record key's text and separator, made once per key (trial records: ~15)
+
+
 def dumps(value: Any, indent: int | None = None) -> str:
     try:  # the common case, without a walk of the whole value first
+        if indent is None:
+            return _encode(value)
         return json.dumps(value, indent=indent, allow_nan=False, default=str)
     except ValueError:  # an infinity or NaN somewhere
         return json.dumps(_json_safe(value), indent=indent, allow_nan=False, default=str)
+
+
+def dumps_record(record: dict[str, Any], known: dict[str, str]) -> str:
+    """``dumps(record)`` when the text of its large values is known (``known``: key -> that value's
+    ``dumps`` text, e.g. the result the executor encoded for ``results.jsonl``): scalar values are
+    written here, and json encodes the rest one by one. Half the cost of ``dumps`` for a trial record
+    (written for every result). The caller vouches that each given text is what ``dumps`` makes of
+    the value (strict JSON)."""
+    parts: list[str] = []
+    for key, value in record.items():
+        head = _KEY_TEXT.get(key)
+        if head is None:
+            if type(key) is not str:  # json's own rules for other keys
+                return dumps(record)
+            head = _string(key) + ": "
+            if len(_KEY_TEXT) < 256:
+                _KEY_TEXT[key] = head
+        text = known.get(key)
+        if text is None:
+            kind = type(value)
+            if kind is str:
+                text = _string(value)
+            elif kind is int:
+                text = int.__repr__(value)
+            elif kind is bool:
+                text = "true" if value else "false"
+            elif value is None:
+                text = "null"
+            elif kind is float and math.isfinite(value):
+                text = float.__repr__(value)
+            else:
+                try:
+                    text = _encode(value)
+                except ValueError:  # an infinity or NaN: dumps makes them null
+                    return dumps(record)
+        parts.append(head + text)
+    return "{" + ", ".join(parts) + "}"
 
 
 class ResultsDirectory:
@@ -138,11 +187,16 @@ class ResultsDirectory:
                 fh.truncate(good_end)
         return records
 
-    def append_trial(self, record: dict[str, Any]) -> None:
+    def append_trial(self, record: dict[str, Any], known: dict[str, str] | None = None) -> None:
+        """One record (``known``: see :func:`dumps_record`); on disk at the next ``flush``."""
         if self._trials_file is None:
             self._trials_file = open(self.path / TRIALS, "a", encoding="utf-8")
-        self._trials_file.write(dumps(record) + "\n")
-        self._trials_file.flush()
+        self._trials_file.write((dumps_record(record, known) if known else dumps(record)) + "\n")
+
+    def flush(self) -> None:
+        """The records appended so far go to the OS (after each batch of results: one write for all)."""
+        if self._trials_file is not None:
+            self._trials_file.flush()
 
     def close(self) -> None:
         if self._trials_file is not None:

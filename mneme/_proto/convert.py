@@ -6,37 +6,42 @@ Kept beside the stubs so the client (mneme.async_executor) and the servers
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
 from mneme._proto import replay_pb2
-from mneme.mneme_types import Dim3, ExperimentConfiguration, ExperimentResult
+from mneme.mneme_types import ExperimentConfiguration, ExperimentResult
+
+#: The most a client may ask a server to hold ready responses (``ReplayBatch.hold_responses_seconds``).
+MAX_HOLD_RESPONSES_SECONDS = 1.0
 
 
-def dim3_to_proto(d: Dim3) -> replay_pb2.Dim3:
-    return replay_pb2.Dim3(x=d.x, y=d.y, z=d.z)
+def config_fields(config: ExperimentConfiguration) -> dict[str, Any]:
+    """The ``Configuration`` message's fields as keyword arguments: a message built from them in one call
+    (or a request given them as its ``config``) costs a third less than one filled field by field.
+    An unset launch bound (None) leaves the optional field unset."""
+    g, b = config.grid, config.block
+    return {
+        "grid": {"x": g.x, "y": g.y, "z": g.z},
+        "block": {"x": b.x, "y": b.y, "z": b.z},
+        "shared_mem": config.shared_mem,
+        "specialize": config.specialize,
+        "set_launch_bounds": config.set_launch_bounds,
+        "max_threads": config.max_threads,
+        "min_blocks_per_sm": config.min_blocks_per_sm,
+        "specialize_dims": config.specialize_dims,
+        "passes": config.passes,
+        "codegen_opt": config.codegen_opt,
+        "codegen_method": config.codegen_method,
+        "prune": config.prune,
+        "internalize": config.internalize,
+    }
 
 
 def config_to_proto(config: ExperimentConfiguration) -> replay_pb2.Configuration:
-    msg = replay_pb2.Configuration(
-        grid=dim3_to_proto(config.grid),
-        block=dim3_to_proto(config.block),
-        shared_mem=config.shared_mem,
-        specialize=config.specialize,
-        set_launch_bounds=config.set_launch_bounds,
-        specialize_dims=config.specialize_dims,
-        passes=config.passes,
-        codegen_opt=config.codegen_opt,
-        codegen_method=config.codegen_method,
-        prune=config.prune,
-        internalize=config.internalize,
-    )
-    if config.max_threads is not None:
-        msg.max_threads = config.max_threads
-    if config.min_blocks_per_sm is not None:
-        msg.min_blocks_per_sm = config.min_blocks_per_sm
-    return msg
+    return replay_pb2.Configuration(**config_fields(config))
 
 
 def config_from_proto(msg: replay_pb2.Configuration) -> ExperimentConfiguration:
@@ -83,8 +88,11 @@ def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
     return msg
 
 
+_scalar_result_values = operator.attrgetter(*_SCALAR_RESULT_FIELDS)  # one C call for them all (per result)
+
+
 def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
-    fields = {name: getattr(msg, name) for name in _SCALAR_RESULT_FIELDS}
+    fields = dict(zip(_SCALAR_RESULT_FIELDS, _scalar_result_values(msg)))
     return ExperimentResult(exec_time=list(msg.exec_time),
                             mismatches=[json_format.MessageToDict(m) for m in msg.mismatches],
                             # (MessageToDict costs ~10 us even for the empty Struct most results carry)

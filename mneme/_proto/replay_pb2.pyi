@@ -132,10 +132,12 @@ class ReplayRequest(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., instance: _Optional[_Union[InstanceRef, _Mapping]] = ..., config: _Optional[_Union[Configuration, _Mapping]] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplayBatch(_message.Message):
-    __slots__ = ("requests",)
+    __slots__ = ("requests", "hold_responses_seconds")
     REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    HOLD_RESPONSES_SECONDS_FIELD_NUMBER: _ClassVar[int]
     requests: _containers.RepeatedCompositeFieldContainer[ReplayRequest]
-    def __init__(self, requests: _Optional[_Iterable[_Union[ReplayRequest, _Mapping]]] = ...) -> None: ...
+    hold_responses_seconds: float
+    def __init__(self, requests: _Optional[_Iterable[_Union[ReplayRequest, _Mapping]]] = ..., hold_responses_seconds: _Optional[float] = ...) -> None: ...
 
 class ReplayResponseBatch(_message.Message):
     __slots__ = ("responses",)

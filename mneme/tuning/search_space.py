@@ -11,7 +11,6 @@ themselves (``search_space.json``).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
@@ -406,6 +405,11 @@ class Candidate:
     number: int = -1  # the sampler's trial number (Optuna), or the enumeration index
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
-    @functools.cached_property
-    def hash(self) -> str:  # computed once: the loop and the strategy ask several times per trial
-        return self.configuration.ground().hash()
+    @property
+    def hash(self) -> str:
+        """The grounded configuration's hash, made once (kept in the instance's __dict__: the loop and the
+        strategy ask several times per trial, and functools.cached_property's lock costs more)."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = self.configuration.ground().hash()
+        return cached

@@ -21,3 +21,14 @@ def test_bench_prints_the_curve_and_the_shared_study():
     assert all(float(row.split("|")[3]) > 0 for row in rows)
     assert "target >= 10000/s at 2 servers, executor" in done.stdout
     assert "| 1 |" in done.stdout and "| 2 |" in done.stdout and "2 processes / 1:" in done.stdout
+
+
+def test_bench_measures_the_tuning_loop_alone():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "client_capacity.py"), "--mode", "loop", "--seconds", "0.5",
+         "--settle", "0.2"],
+        capture_output=True, text=True, timeout=240, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = [line for line in done.stdout.splitlines() if line.startswith("| loop |")]
+    assert float(row.split("|")[2]) > 0 and row.split("|")[5].strip().endswith("us")

@@ -271,6 +271,38 @@ def test_code_compiled_ahead_is_compiled_once_and_its_configurations_go_out_at_o
         server.wait()
 
 
+def test_results_file_lines_are_json_dumps_and_futures_carry_them(store, tmp_path):
+    """A round's results are written together, before their futures; each line is json.dumps of its record
+    (key order included), and each future carries its result's dict and text for the tuner to reuse."""
+    server, address = start_server(store, tmp_path / "log", "--workers", "2")
+    try:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=2, warmup=1, servers=[address],
+                                 results_db_dir=str(tmp_path / "results")) as executor:
+            futures = [executor.submit(config(block_x=16 * i)) for i in range(1, 41)]
+            for future in futures:
+                result = future.result(timeout=30)
+                assert future.result_dict == result.to_dict() and future.result_json == json.dumps(result.to_dict())
+            written = (tmp_path / "results" / "results.jsonl").read_text().splitlines()
+            assert len(written) == 40  # on disk once the futures are done
+        records = [json.loads(line) for line in written]
+        assert all(line == json.dumps(record) for line, record in zip(written, records))
+        assert [list(r) for r in records[:1]] == [["record_db", "record_id", "config_hash", "config", "result",
+                                                  "server", "worker", "attempts", "time"]]
+        by_block = {r["config"]["block"]["x"]: r for r in records}
+        for i in range(1, 41):
+            record = by_block[16 * i]
+            assert record["config_hash"] == config(block_x=16 * i).hash()
+            assert record["result"]["exec_time"] == [16 * i] * 3
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_a_hold_beyond_what_servers_grant_is_refused():
+    with pytest.raises(ConfigurationError, match="hold_responses=2"):
+        AsyncReplayExecutor("db.json", RECORD_ID, servers=["127.0.0.1:1"], hold_responses=2)
+
+
 def test_compile_ahead_is_bounded():
     variants = [{"passes": f"instcombine,p{i}"} for i in range(4097)]
     with pytest.raises(ConfigurationError, match="at most 4096"):

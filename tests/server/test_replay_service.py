@@ -243,6 +243,33 @@ def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
     assert result_from_proto(stub.Replay(request(), timeout=10).result).verified  # the worker is free again
 
 
+def _messages(stub, requests, hold: float) -> list[tuple[float, list[str]]]:
+    """One ReplayBatchStream call sending ``requests`` in one message with ``hold_responses_seconds=hold``:
+    per response message, when it came (seconds after the call) and the request ids it answered."""
+    start = time.monotonic()
+    batch = replay_pb2.ReplayBatch(requests=requests, hold_responses_seconds=hold)
+    return [(time.monotonic() - start, [r.request_id for r in message.responses])
+            for message in stub.ReplayBatchStream(iter([batch]), timeout=60)]
+
+
+def test_a_batch_stream_holds_responses_while_its_requests_wait_in_the_queue(serve):
+    _, stub = serve(workers=1, depth=2)
+    requests = [request("slow:0.02", 64, f"held{i}") for i in range(12)]
+    held = _messages(stub, requests, hold=5.0)
+    assert sorted(i for _, ids in held for i in ids) == sorted(r.request_id for r in requests)
+    # Held while some waited in the queue (the worker has two in hand): the first ten or so in one message,
+    # sent when the queue ran dry (well before the 5 s hold), the last ones as they came.
+    assert len(held[0][1]) >= 8 and len(held) <= 4 and held[-1][0] < 4.0, held
+    at_once = _messages(stub, [request("slow:0.02", 64, f"now{i}") for i in range(12)], hold=0.0)
+    assert len(at_once) >= 6, at_once  # no hold (a client that predates the field): each as it is ready
+
+
+def test_a_lone_request_is_answered_at_once_whatever_the_hold(serve):
+    _, stub = serve(workers=2)
+    ((when, ids),) = _messages(stub, [request("slow:0.05", 64, "only")], hold=5.0)
+    assert ids == ["only"] and when < 3.0  # nothing of its call waits in the queue: nothing to hold it for
+
+
 def test_prepare_compiles_the_listed_code_ahead_and_says_what_it_could_not(serve, tmp_path):
     _, stub = serve(workers=1, compile_processes=2)
     listed = [request(passes, block_x).config for passes, block_x in

@@ -75,7 +75,10 @@ def test_builtin_launch_preset_writes_every_output(tmp_path, loader):
     assert kernel["configuration"] == best["configuration"]
     assert kernel["knobs"]["launch"]["block"] == best["configuration"]["block"]
     assert "BEST:" in out.getvalue() and "[1/" in out.getvalue()
-    assert "trial 0" in (run / "logs/tune.log").read_text()
+    # tune.log: the run's events and its progress, not a line per trial (trials.jsonl has those).
+    log = (run / "logs/tune.log").read_text()
+    assert f"progress: {len(records)} trials in " in log and f"{len(verified)} verified" in log
+    assert "trial 0 " not in log and "stopped: exhausted" in log
     # The five pipelines' code compiles ahead, one configuration each (the block size is not in the code).
     assert sorted(c.passes for c in ex.compile_ahead) == sorted(config["passes"])
     assert {c.code_knobs()["passes"] for c in ex.submitted} == {c.passes for c in ex.compile_ahead}
@@ -149,15 +152,16 @@ def test_a_signal_while_a_trial_is_written_still_counts_it(tmp_path, loader, spa
     from tuner.results_dir import ResultsDirectory
     write = ResultsDirectory.append_trial
 
-    def write_then_ctrl_c(self, record):
-        write(self, record)
+    def write_then_ctrl_c(self, record, *known):
+        write(self, record, *known)
         if record["trial"] == 3:
             os.kill(os.getpid(), signum)
 
     monkeypatch.setattr(ResultsDirectory, "append_trial", write_then_ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         tune(tmp_path, loader, space_module=space_module, workers=1)
-    assert len(trials(tmp_path)) == read(tmp_path, "summary.json")["trials"] == 4
+    # The signal waits for the batch of results being written: trial 3's, and at most one more (2 in flight).
+    assert len(trials(tmp_path)) == read(tmp_path, "summary.json")["trials"] in (4, 5)
 
 
 def test_rerun_baseline_replays_it_again(tmp_path, loader, space_module):
@@ -220,13 +224,14 @@ def test_unverified_baseline_stops_the_run_with_a_reason(tmp_path, loader, kerne
 
 
 def test_a_broken_executor_ends_the_run_resumably(tmp_path, loader, space_module):
-    ex = FakeExecutor(raise_on=lambda c: 128 <= c.block.x != 256)
+    # One replay thread: results come back in submission order (with two, a success could finish after
+    # any number of later failures and end their streak).
+    ex = FakeExecutor(raise_on=lambda c: 128 <= c.block.x != 256, workers=1)
     with pytest.raises(TuningError, match="5 times in a row"):
         tune(tmp_path, loader, ex, space_module=space_module, workers=1)
     records = trials(tmp_path)
     assert records and all(r["configuration"]["block"]["x"] < 128 for r in records)
-    # Five in a row end the run; one more may come first, when a success finishes after it and ends that streak.
-    assert read(tmp_path, "summary.json")["executor_errors"] in (5, 6)
+    assert read(tmp_path, "summary.json")["executor_errors"] == 5
 
 
 def test_invalid_derived_configurations_are_not_replayed(tmp_path, loader, space_module):

@@ -188,6 +188,22 @@ def test_result_round_trips_the_reference_result():
     assert ExperimentResult.from_dict(out) == result
 
 
+def test_result_to_dict_is_a_copy_in_field_order_whatever_the_instance_holds():
+    import dataclasses
+
+    result = ExperimentResult(exec_time=[3, 4], mismatches=[{"region": "a"}], verified_within={"a": {"exact": True}})
+    names = [f.name for f in dataclasses.fields(ExperimentResult)]
+    out = result.to_dict()
+    assert list(out) == names and out == {n: getattr(result, n) for n in names}
+    out["exec_time"].append(5)
+    out["mismatches"][0]["region"] = "b"
+    out["verified_within"]["a"]["exact"] = False
+    assert result.exec_time == [3, 4] and result.mismatches == [{"region": "a"}]
+    assert result.verified_within == {"a": {"exact": True}}
+    result.note = "not a field"  # an attribute beyond the fields: still only the fields, in their order
+    assert list(result.to_dict()) == names
+
+
 def test_result_measured_times_skip_warmups():
     result = ExperimentResult(exec_time=[9, 8, 1, 2, 3], warmup=2)
     assert result.measured_times == [1, 2, 3]
