@@ -24,6 +24,7 @@ from typing import Any
 
 from mneme.cli.command import Command
 from mneme.errors import ConfigurationError
+from mneme.replay.nondeterminism import DEFAULT_RUNS
 
 _DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
 
@@ -58,8 +59,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "or acc=f32:ulp:16; repeatable. 'auto': regions the recorded launch's own runs show to be "
                         "nondeterministic get a bound derived from their spread (stored beside the recording); "
                         "'exact' (default): recorded annotations, else bitwise")
-    parser.add_argument("--tolerance-runs", type=int, default=8, metavar="N",
-                        help="runs of the recorded launch that detect nondeterminism and derive 'auto' bounds (default 8)")
+    parser.add_argument("--tolerance-runs", type=int, default=DEFAULT_RUNS, metavar="N",
+                        help="runs of the recorded launch that detect nondeterminism and derive 'auto' bounds "
+                        f"(default {DEFAULT_RUNS})")
     parser.add_argument("--tolerance-file", action="append", default=[], metavar="FILE.json",
                         help="verification policies as JSON {selector: {dtype, mode, threshold, norm}}")
     parser.add_argument("--device", type=int, default=0, metavar="N", help="CUDA device ordinal (default 0)")

@@ -14,36 +14,34 @@ Submodules, each with one job:
 * ``verify``: whole-recording integrity check
 """
 
-from mneme.format.chunks import (
-    DEFAULT_CHUNK_SIZE,
-    ChunkRef,
-    FileSlice,
-    put_chunks,
-    put_chunks_from_file,
-    put_many,
-    read_chunks,
-    read_chunks_into,
-)
-from mneme.format.database import (
-    DATABASE_VERSION,
-    AddressSpace,
-    CodeArtifact,
-    DeviceInfo,
-    InstanceRecord,
-    KernelCode,
-    KernelParam,
-    KernelSignature,
-    RecorderInfo,
-    RecordingDatabase,
-    load_database,
-    merge_databases,
-    save_database,
-)
-from mneme.format.hashing import dynamic_hash, static_hash
-from mneme.format.objects import ObjectRef
-from mneme.format.policy import VerifyPolicy
-from mneme.format.snapshot import SNAPSHOT_VERSION, Region, Snapshot, read_snapshot, write_snapshot
-from mneme.format.writer import RecordingWriter, RegionSource, new_database
+from importlib import import_module
+
+# The names below come from their submodules when first used (PEP 562): importing one submodule
+# (``mneme.format.policy``, say, for a command's option defaults) does not load them all, and with
+# them the compression and S3 libraries the chunk store needs.
+_EXPORTS = {
+    "chunks": ("DEFAULT_CHUNK_SIZE", "ChunkRef", "FileSlice", "put_chunks", "put_chunks_from_file", "put_many",
+               "read_chunks", "read_chunks_into"),
+    "database": ("DATABASE_VERSION", "AddressSpace", "CodeArtifact", "DeviceInfo", "InstanceRecord", "KernelCode",
+                 "KernelParam", "KernelSignature", "RecorderInfo", "RecordingDatabase", "load_database",
+                 "merge_databases", "save_database"),
+    "hashing": ("dynamic_hash", "static_hash"),
+    "objects": ("ObjectRef",),
+    "policy": ("VerifyPolicy",),
+    "snapshot": ("SNAPSHOT_VERSION", "Region", "Snapshot", "read_snapshot", "write_snapshot"),
+    "writer": ("RecordingWriter", "RegionSource", "new_database"),
+}
+_HOME = {name: module for module, names in _EXPORTS.items() for name in names}
+
+
+def __getattr__(name: str):
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mneme.format' has no attribute {name!r}")
+    value = getattr(import_module(f"mneme.format.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DATABASE_VERSION", "DEFAULT_CHUNK_SIZE", "SNAPSHOT_VERSION",
