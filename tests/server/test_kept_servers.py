@@ -14,10 +14,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-from server_helpers import ENGINE_ARGS, subprocess_env, wait_for
+from server_helpers import ENGINE_ARGS, HERE, subprocess_env, wait_for
 
 from mneme import kept_servers
 from mneme._proto import replay_pb2, replay_pb2_grpc
+from mneme.child_process import child_env
 from mneme.format.synthetic import write_vecadd_recording
 
 ENGINE = ENGINE_ARGS[1]
@@ -29,7 +30,12 @@ def env(tmp_path, monkeypatch):
     """The environment of every process of a test: its own cache directory (so its own servers
     directory), the test engine logging to tmp_path/log."""
     monkeypatch.setenv("MNEME_CACHE_DIR", str(tmp_path / "cache"))
-    return {**os.environ, **subprocess_env(tmp_path / "log"), "MNEME_CACHE_DIR": str(tmp_path / "cache")}
+    engine = subprocess_env(tmp_path / "log")
+    # The servers and tuners must run the mneme this test imports (an installed one, or the source tree):
+    # a kept server is reused only by the same code. child_env leads PYTHONPATH with it where needed;
+    # the test engine's module comes from this folder.
+    engine["PYTHONPATH"] = str(HERE)
+    return child_env({**engine, "MNEME_CACHE_DIR": str(tmp_path / "cache")})
 
 
 @pytest.fixture
