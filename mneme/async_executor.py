@@ -247,8 +247,9 @@ class AsyncReplayExecutor:
     ``tolerance_runs`` (baseline runs that derive the ``auto`` bounds; 0 = the servers' default of 8)
     and ``tolerance_overrides`` (``{region selector: policy}`` that win over everything else, as
     ``mneme replay --tolerance SEL=dtype:mode:threshold[:norm]``) say how the servers verify;
-    configuration), ``hold_responses`` (stream: how long a server may hold a ready response back to send
-    it with others, while more requests wait in its queue; 0 sends each at once; default
+    ``no_relocate`` has them restore the heap at its recorded addresses or fail to prepare the instance,
+    never relocate it; ``hold_responses`` (stream: how long a server may hold a ready response back to
+    send it with others, while more requests wait in its queue; 0 sends each at once; default
     ``HOLD_RESPONSES_SECONDS``).
     """
 

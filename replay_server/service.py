@@ -272,19 +272,20 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         if cache is None or not arch:
             why = "this server has no compile pool" if cache is None else "no worker has reported the GPU yet"
             return [f"{why}: the replay compiles its code" for _ in configs]
-        parsed: list[ExperimentConfiguration | str] = []  # a configuration, or why it cannot be compiled
+        # per configuration: one to compile, why it cannot be, or "" for the recorded code (nothing to compile)
+        parsed: list[ExperimentConfiguration | str] = []
         for message in configs:
             try:
                 config = config_from_proto(message)
             except MnemeError as exc:
                 parsed.append(f"unreadable configuration: {exc}")
                 continue
-            parsed.append(_why_invalid(config) or config)
-        new_code = [c for c in parsed if isinstance(c, ExperimentConfiguration) and not c.runs_recorded_code()]
+            invalid = _why_invalid(config)
+            parsed.append(invalid or ("" if config.runs_recorded_code() else config))
+        new_code = any(isinstance(c, ExperimentConfiguration) for c in parsed)
         warming = cache.warm(instance, arch) if new_code or not configs else []
         compiling: list[Future | str] = [
-            c if isinstance(c, str) else "" if c.runs_recorded_code()
-            else cache.request_counted(instance, c, arch, ahead=True)[0] for c in parsed]
+            c if isinstance(c, str) else cache.request_counted(instance, c, arch, ahead=True)[0] for c in parsed]
         futures.wait(warming, timeout=COMPILER_WARM_SECONDS)
         return compiling
 

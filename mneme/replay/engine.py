@@ -82,11 +82,17 @@ def cuda_error_code(exc: BaseException) -> int | None:
 
 def open_context(device: int = 0) -> Any:
     """An engine Context on ``device``. The recorded heap's addresses are reserved by each replay,
-    where its recording has them (``mneme.replay.placement``), before it allocates anything."""
+    where its recording has them (``mneme.replay.placement``); the first context of a process also
+    reserves the recorder's default windows at once, before the driver allocates anything for itself."""
     global _first_context
     native = require_driver()
     ctx = native.Context(device)
     if _first_context:
         _first_context = False
         mark("engine", "context")
+        from mneme.replay.placement import process_reservations
+        from record_agent.options import DEFAULT_VA_BASE
+
+        process_reservations().guard(ctx, DEFAULT_VA_BASE)  # before the driver's own first allocations
+        mark("engine", "window")
     return ctx

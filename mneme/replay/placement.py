@@ -40,6 +40,11 @@ CLUSTER_GAP = 64 * MIB
 RESERVATION_ALIGN = 64 * MIB
 
 
+#: What a process reserves at the recorder's default base when it opens its first context: the
+#: default windows of the first 16 devices (4 GiB each), else fewer.
+GUARD_SIZES = tuple(gib << 30 for gib in (64, 16, 4))
+
+
 class Unplaceable(Exception):
     """The recorded addresses cannot be had in this process; ``str()`` says why."""
 
@@ -140,6 +145,25 @@ class ProcessReservations:
             Lease(done).release()
             raise Unplaceable(f"mapping device memory at the recorded addresses failed: {_message(exc)}") from exc
         return Lease(done)
+
+    def guard(self, ctx: Any, base: int, sizes: Iterable[int] = GUARD_SIZES) -> int:
+        """Reserve ``[base, base + size)`` for the first of ``sizes`` the driver grants at ``base``, held for
+        replays to lease from; the size held (0: none, and replays reserve what they need when they need it).
+
+        A process does this when it opens its first context: the driver takes address ranges for itself at
+        its first allocations (a server worker's self-test, staging buffers), and one of those could take
+        the range recordings are made at before any replay asks for it.
+        """
+        for size in sizes:
+            if any(h.start < base + size and base < h.end for h in self.held):
+                continue
+            try:
+                reservation = ctx.reserve(base, size)
+            except Exception:  # taken (partly): try a smaller one
+                continue
+            bisect.insort(self.held, HeldRange(reservation), key=lambda h: h.start)
+            return size
+        return 0
 
     # -- internals -----------------------------------------------------------------------
     def _split(self, pages: list[tuple[int, int]]) -> tuple[list[tuple[HeldRange, int, int]], list[tuple[int, int]]]:

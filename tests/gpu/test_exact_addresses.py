@@ -88,11 +88,12 @@ def test_one_process_holds_recordings_at_several_bases_and_reports_a_busy_range(
 
 
 def test_the_driver_maps_nothing_in_the_recorder_windows_of_a_fresh_replay_process():
-    """After the CUDA context and a first allocation (the driver's own early ranges), the windows are free."""
+    """After the CUDA context and a first allocation (the driver's own early ranges), the windows are free.
+    (A raw engine context: open_context would hold the default windows itself, which is the point of it.)"""
     code = textwrap.dedent(f"""
         from mneme.replay.address_map import mappings_in, read_maps
-        from mneme.replay.engine import open_context
-        ctx = open_context(0)
+        from mneme.replay.engine import require_driver
+        ctx = require_driver().Context(0)
         buffers = [ctx.alloc(n) for n in (1 << 20, 64 << 20, 1 << 30)]
         maps = read_maps()
         for base in {[DEFAULT_VA_BASE, *FALLBACK_VA_BASES]}:

@@ -209,3 +209,24 @@ def test_mneme_replay_reports_relocation_and_no_relocate_exits_2(space, vecadd_d
     result = json.loads(out)["Result"]
     assert result["relocated"] is True and f"{base:#x}" in result["relocation_reason"]
     assert "mneme replay: note: the heap was relocated (pointers to it rewritten): reserving" in err
+
+
+# -- the first context's guard -------------------------------------------------------------
+def test_the_first_context_reserves_the_default_windows_before_anything_else(space, monkeypatch):
+    """open_context holds the recorder's default windows from the process's first context on, so the
+    driver's own first allocations cannot take them; replays of recordings there lease from it."""
+    monkeypatch.setattr(eng, "_first_context", True)
+    ctx = eng.open_context(0)
+    assert space.reserve_calls == [(NEW_BASE, placement.GUARD_SIZES[0])]
+    eng.open_context(1)  # later contexts reserve nothing more
+    assert len(space.reserve_calls) == 1
+    lease = placement.process_reservations().lease(ctx, [(NEW_BASE + 4 * (1 << 30), 4096)], 0)  # device 1's window
+    assert len(space.reserve_calls) == 1 and lease.mapped_bytes == G
+
+
+def test_the_guard_takes_a_smaller_range_where_the_large_one_is_taken(space):
+    space.host_mappings.append((NEW_BASE + 20 * (1 << 30), NEW_BASE + 21 * (1 << 30)))
+    held = ProcessReservations()
+    assert held.guard(FakeContext(space, 0), NEW_BASE) == 16 << 30
+    at_base = AddressSpace(host_mappings=[(NEW_BASE, NEW_BASE + G)])
+    assert ProcessReservations().guard(FakeContext(at_base, 0), NEW_BASE) == 0  # replays reserve what they need later
