@@ -57,9 +57,13 @@ def run_variant(app: App, name: str, options: list[str] | None, env: dict[str, s
 def measure(app: App, kernel: str, repeats: int, lib: str | None, timeout: float) -> list[list[Run]]:
     table: list[list[Run]] = [[] for _ in variants(kernel)]
     _run(app.command, None, timeout)  # warm the file cache (and Triton's kernel cache)
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for i, (name, options, env) in enumerate(variants(kernel)):
-            table[i].append(run_variant(app, name, options, env, lib, timeout))
+            run = run_variant(app, name, options, env, lib, timeout)
+            table[i].append(run)
+            # A line per run: a run cut short (a device call's time limit) still leaves its numbers.
+            print(f"{app.name} repeat {repeat + 1}/{repeats}: {name}: {run.command_s:.2f} s "
+                  f"(application {run.app_s:.2f} s)", flush=True)
     return table
 
 

@@ -91,7 +91,7 @@ def open_context(device: int = 0) -> Any:
         _first_context = False
         mark("engine", "context")
         from mneme.replay.placement import process_reservations
-        from record_agent.options import DEFAULT_VA_BASE
+        from mneme.recording_window import DEFAULT_VA_BASE
 
         process_reservations().guard(ctx, DEFAULT_VA_BASE)  # before the driver's own first allocations
         mark("engine", "window")

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from mneme.replay.address_map import describe_taken, zones_overlapping
-from mneme.replay.relocation import pages_covering
 
 MIB = 1 << 20
 #: Touched pages closer than this share one reservation (the gap costs address space only).
@@ -234,3 +233,22 @@ _process = ProcessReservations()
 def process_reservations() -> ProcessReservations:
     """The reservations of this process (one registry: replays of every recording share it)."""
     return _process
+
+
+def pages_covering(ranges: Iterable[tuple[int, int]], base: int, granularity: int) -> list[tuple[int, int]]:
+    """Granularity-aligned (offset, size) spans relative to ``base`` that cover every (address, size) range, merged."""
+    spans = []
+    for address, size in ranges:
+        if size <= 0:
+            continue
+        lo = (address - base) // granularity * granularity
+        hi = -(-(address + size - base) // granularity) * granularity
+        spans.append((lo, hi))
+    spans.sort()
+    merged: list[list[int]] = []
+    for lo, hi in spans:
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi - lo) for lo, hi in merged]

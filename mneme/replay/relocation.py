@@ -108,22 +108,3 @@ def read_values(data: bytes | bytearray | memoryview, sites: np.ndarray) -> np.n
         return np.empty(0, dtype="<u8")
     idx = sites[:, None] + np.arange(POINTER_SIZE)[None, :]
     return raw[idx].copy().view("<u8").reshape(-1)
-
-
-def pages_covering(ranges: Iterable[tuple[int, int]], base: int, granularity: int) -> list[tuple[int, int]]:
-    """Granularity-aligned (offset, size) spans relative to ``base`` that cover every (address, size) range, merged."""
-    spans = []
-    for address, size in ranges:
-        if size <= 0:
-            continue
-        lo = (address - base) // granularity * granularity
-        hi = -(-(address + size - base) // granularity) * granularity
-        spans.append((lo, hi))
-    spans.sort()
-    merged: list[list[int]] = []
-    for lo, hi in spans:
-        if merged and lo <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], hi)
-        else:
-            merged.append([lo, hi])
-    return [(lo, hi - lo) for lo, hi in merged]

@@ -7,7 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from mneme.replay.relocation import Move, RelocationMap, pages_covering, read_values
+from mneme.replay.placement import pages_covering
+from mneme.replay.relocation import Move, RelocationMap, read_values
 
 A, B = 0x7F0000000000, 0x7F0000200000
 

@@ -51,15 +51,30 @@ def test_the_cycle_check_finds_a_cycle():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
-def test_a_worker_on_a_local_store_does_not_import_the_s3_client():
-    """The S3 client (minio and urllib3: ~0.3 s) is imported only by those who talk to S3; a worker
-    restoring a recording from a directory reaches its first replay without it."""
+def _loaded_after(modules: str, watched: tuple[str, ...]) -> str:
+    """Which of ``watched`` a fresh interpreter has loaded after importing ``modules`` (as printed)."""
     import subprocess
     import sys
 
-    probe = ("import sys; import replay_server.worker, replay_server.cuda_engine, mneme.replay.replayer, "
-             "mneme.store.cache, mneme.store.transfer, mneme.store.uploader, mneme.recorded_execution; "
-             "print(sorted(m for m in ('minio', 'urllib3') if m in sys.modules))")
+    probe = f"import sys; import {modules}; print(sorted(m for m in {watched!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           cwd=PACKAGE.parent)
-    assert done.stdout.strip() == "[]", done.stdout + done.stderr
+    return done.stdout.strip() + done.stderr
+
+
+def test_a_worker_on_a_local_store_does_not_import_the_s3_client():
+    """The S3 client (minio and urllib3: ~0.3 s) is imported only by those who talk to S3; a worker
+    restoring a recording from a directory reaches its first replay without it."""
+    modules = ("replay_server.worker, replay_server.cuda_engine, mneme.replay.replayer, mneme.store.cache, "
+               "mneme.store.transfer, mneme.store.uploader, mneme.recorded_execution")
+    assert _loaded_after(modules, ("minio", "urllib3")) == "[]"
+
+
+def test_a_worker_reaches_its_self_test_without_the_record_agent_or_numpy():
+    """What a worker imports between its CUDA context and its self-test (the process's first context
+    reserves the recorder's default window: mneme.replay.placement, mneme.recording_window) is on the
+    critical path of `mneme tune`'s first result: the record agent's modules and numpy (~0.4 s on the
+    GPU host) are not part of it."""
+    modules = ("replay_server.worker, replay_server.cuda_engine, mneme.replay.engine, mneme.replay.selftest, "
+               "mneme.replay.placement, mneme.recording_window, replay_server.device_info")
+    assert _loaded_after(modules, ("record_agent", "numpy")) == "[]"
