@@ -68,11 +68,12 @@ class SpoolAllocation:
     base: int
     size: int
     in_window: bool
+    managed: bool = False  # cudaMallocManaged: captured like device memory, at the driver's address
 
 
 @dataclass(frozen=True)
 class ForeignRange:
-    """Memory the recorder saw but does not capture: ``kind`` is managed, host (mapped pinned) or ipc."""
+    """Memory the recorder saw but does not capture: ``kind`` is host (mapped pinned) or ipc."""
 
     kind: str
     base: int
@@ -199,7 +200,7 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             param_sizes=tuple(int(v) for v in data["param_sizes"]),
             args=args,
             regions=regions,
-            allocations=tuple(SpoolAllocation(int(a["base"]), int(a["size"]), bool(a["in_window"])) for a in data["allocations"]),
+            allocations=tuple(SpoolAllocation(int(a["base"]), int(a["size"]), bool(a["in_window"]), bool(a.get("managed", False))) for a in data["allocations"]),
             windows=tuple(SpoolWindow(int(w["device"]), int(w["base"]), int(w["size"]), bool(w["reserved"])) for w in data["windows"]),
             snapshot_scope=data.get("snapshot_scope", "all"),
             pool_allocator=str(data.get("pool_allocator", "")),

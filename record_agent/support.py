@@ -24,7 +24,6 @@ from record_agent.spool import ForeignRange, SpoolEntry
 
 #: What each kind of uncaptured memory is, in the words of the CUDA runtime API.
 FOREIGN_KINDS = {
-    "managed": "managed memory (cudaMallocManaged)",
     "host": "pinned host memory mapped into the device (cudaHostAlloc/cudaMallocHost/cudaHostRegister)",
     "ipc": "memory of another process (cudaIpcOpenMemHandle)",
 }

@@ -30,12 +30,12 @@ def convert(tmp_path, **entry):
     return path, RecordedExecution.from_json(path).single_instance()
 
 
-def test_an_argument_into_managed_memory_makes_the_instance_unsupported_and_replay_refuses_it(tmp_path, capsys):
-    managed = {"kind": "managed", "base": C_BASE, "size": 1024}
-    db, inst = convert(tmp_path, extra={"foreign_memory": [managed]})
+def test_an_argument_into_mapped_host_memory_makes_the_instance_unsupported_and_replay_refuses_it(tmp_path, capsys):
+    mapped = {"kind": "host", "base": C_BASE, "size": 1024}
+    db, inst = convert(tmp_path, extra={"foreign_memory": [mapped]})
     assert not inst.supported
     (reason,) = inst.unsupported
-    assert reason.startswith(f"argument 2 points into managed memory (cudaMallocManaged), 1024 bytes at {C_BASE:#x}")
+    assert reason.startswith(f"argument 2 points into pinned host memory mapped into the device (cudaHostAlloc/cudaMallocHost/cudaHostRegister), 1024 bytes at {C_BASE:#x}")
     with pytest.raises(UnsupportedInstanceError, match="cannot be replayed"):
         inst.require_supported()
     stored = json.loads(db.read_text())["instances"][inst.record_id]
@@ -43,17 +43,17 @@ def test_an_argument_into_managed_memory_makes_the_instance_unsupported_and_repl
 
     # Both commands say why, with exit status 2, before any GPU work (this machine has none).
     assert main(["replay", "-rdb", str(db)]) == 2
-    assert "argument 2 points into managed memory" in capsys.readouterr().err
+    assert "argument 2 points into pinned host memory" in capsys.readouterr().err
     assert main(["tune", "-rdb", str(db), "-rid", inst.record_id, "--space-preset", "launch",
                  "--results-dir", str(tmp_path / "results")]) == 2
-    assert "argument 2 points into managed memory" in capsys.readouterr().err
+    assert "argument 2 points into pinned host memory" in capsys.readouterr().err
     assert not (tmp_path / "results" / "trials.jsonl").exists()
 
     assert main(["ls", str(db.parent)]) == 0
     out = capsys.readouterr().out
     assert "1 (1 unsupported)" in out and "1 unsupported" in out
     assert main(["ls", "--long", str(db.parent)]) == 0
-    assert "unsupported: argument 2 points into managed memory" in " ".join(capsys.readouterr().out.split())
+    assert "unsupported: argument 2 points into pinned host memory" in " ".join(capsys.readouterr().out.split())
 
 
 def test_uncaptured_memory_the_kernel_does_not_reach_leaves_the_instance_supported(tmp_path):
@@ -119,8 +119,8 @@ def test_without_ptx_an_argument_equal_to_a_live_texture_object_is_a_reason(tmp_
 
 
 def test_supported_flag_must_agree_with_the_reasons(tmp_path):
-    managed = {"kind": "managed", "base": C_BASE, "size": 1024}
-    db, inst = convert(tmp_path, extra={"foreign_memory": [managed]})
+    mapped = {"kind": "host", "base": C_BASE, "size": 1024}
+    db, inst = convert(tmp_path, extra={"foreign_memory": [mapped]})
     data = json.loads(db.read_text())
     data["instances"][inst.record_id]["supported"] = True
     db.write_text(json.dumps(data))

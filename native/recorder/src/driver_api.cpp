@@ -81,6 +81,7 @@ DriverApi& driver() {
     MNEME_BIND(cuModuleGetGlobal_v2);
     MNEME_BIND(cuGetErrorString);
     MNEME_BIND(cuStreamIsCapturing);
+    MNEME_BIND(cuMemPrefetchAsync_v2);
     MNEME_BIND(cuModuleLoadData);
     MNEME_BIND(cuModuleGetFunction);
     MNEME_BIND(cuLaunchKernel);

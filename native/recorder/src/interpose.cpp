@@ -98,7 +98,7 @@ __attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr,
 static CUresult mneme_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
   AllocManagedFn real = g_real_alloc_managed.load();
   CUresult r = real ? real(dptr, bytesize, flags) : CUDA_ERROR_NOT_INITIALIZED;
-  if (r == CUDA_SUCCESS && dptr) note_foreign_range("managed", *dptr, bytesize);
+  if (r == CUDA_SUCCESS && dptr) MemoryWindow::instance().track_managed(*dptr, bytesize);
   return r;
 }
 

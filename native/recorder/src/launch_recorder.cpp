@@ -307,6 +307,27 @@ void wait_for_spool_room() {
   }
 }
 
+// Managed pages may sit in host memory: the captured ones move to the device
+// first, in one bulk migration, rather than a page fault at a time under the
+// digest kernel (copies would fetch them either way). Best effort: without
+// prefetch support the snapshot reads them where they are.
+void prefetch_managed(const std::vector<DeviceRegion>& regions, const std::vector<Allocation>& allocations,
+                      CUdevice device) {
+  auto& d = driver();
+  std::set<uint64_t> managed;
+  for (const auto& a : allocations)
+    if (a.managed) managed.insert(a.base);
+  if (managed.empty() || !d.cuMemPrefetchAsync_v2) return;
+  CUmemLocation to{};
+  to.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  to.id = int(device);
+  bool queued = false;
+  for (const auto& r : regions)
+    if (r.kind == "heap" && managed.count(r.base))
+      queued |= d.cuMemPrefetchAsync_v2(r.base, r.size, to, 0, nullptr) == CUDA_SUCCESS;
+  if (queued) d.cuCtxSynchronize();
+}
+
 void add_region_once(std::vector<DeviceRegion>& regions, std::set<uint64_t>& bases, const Allocation& a) {
   if (a.size == 0 || !bases.insert(a.base).second) return;
   regions.push_back(DeviceRegion{a.base, a.size, "heap", "", {}});
@@ -517,6 +538,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
     }
   };
   auto t0 = std::chrono::steady_clock::now();
+  prefetch_managed(p->regions, allocations, device);
   std::string error;
   std::function<void(const DeviceRegion&, const unsigned char*, size_t)> scanner;
   if (reachable || foreign) scanner = scan;
@@ -573,7 +595,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
   os << "], \"allocations\": [";
   for (size_t i = 0; i < allocations.size(); ++i)
     os << (i ? ", " : "") << "{\"base\": " << allocations[i].base << ", \"size\": " << allocations[i].size
-       << ", \"in_window\": " << (allocations[i].in_window ? "true" : "false") << "}";
+       << ", \"in_window\": " << (allocations[i].in_window ? "true" : "false")
+       << ", \"managed\": " << (allocations[i].managed ? "true" : "false") << "}";
   os << "], \"windows\": [";
   auto windows = MemoryWindow::instance().windows();
   bool first = true;
@@ -931,7 +954,7 @@ void note_uncaptured(CUpti_CallbackId cbid, const void* params) {
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
       auto* p = static_cast<const cuMemAllocManaged_params*>(params);
-      note_foreign_range("managed", *p->dptr, p->bytesize);
+      MemoryWindow::instance().track_managed(*p->dptr, p->bytesize);
       break;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc: {  // with unified addressing the host pointer is the device's
@@ -966,7 +989,7 @@ void note_uncaptured(CUpti_CallbackId cbid, const void* params) {
       forget_foreign_range(static_cast<const cuIpcCloseMemHandle_params*>(params)->dptr);
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:  // frees managed memory too
-      forget_foreign_range(static_cast<const cuMemFree_v2_params*>(params)->dptr);
+      MemoryWindow::instance().forget_managed(static_cast<const cuMemFree_v2_params*>(params)->dptr);
       break;
     default:
       break;

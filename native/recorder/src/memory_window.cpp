@@ -194,6 +194,20 @@ void MemoryWindow::forget(CUdeviceptr ptr) {
   live_.erase(ptr);
 }
 
+void MemoryWindow::track_managed(CUdeviceptr base, size_t size) {
+  int device = current_device();
+  std::lock_guard<std::mutex> lock(mu_);
+  Allocation a{base, size, device, false};
+  a.managed = true;
+  live_[base] = a;
+}
+
+void MemoryWindow::forget_managed(CUdeviceptr ptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(ptr);
+  if (it != live_.end() && it->second.managed) live_.erase(it);
+}
+
 std::vector<Allocation> MemoryWindow::live_allocations(int device) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Allocation> out;

@@ -19,6 +19,7 @@ struct Allocation {
   uint64_t size = 0;    // bytes the application asked for
   int device = 0;
   bool in_window = false;
+  bool managed = false;  // cudaMallocManaged: the driver's address, captured like device memory
 };
 
 struct WindowInfo {
@@ -41,6 +42,12 @@ class MemoryWindow {
   // (the caller forwards to the driver); foreign allocations are untracked here.
   bool release(CUdeviceptr ptr);
   void forget(CUdeviceptr ptr);  // a fallback allocation was freed by the driver
+  // Managed memory keeps the driver's address (no API places it); it is tracked
+  // so that snapshots capture it like device memory and replay maps device
+  // memory at the same addresses. Idempotent (the interposed allocation and the
+  // CUPTI callback both report it).
+  void track_managed(CUdeviceptr base, size_t size);
+  void forget_managed(CUdeviceptr ptr);  // no-op unless `ptr` is a tracked managed allocation's base
 
   std::vector<Allocation> live_allocations(int device) const;
   bool find(uint64_t addr, Allocation* out) const;  // allocation containing addr

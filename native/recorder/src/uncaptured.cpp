@@ -48,13 +48,6 @@ std::vector<ForeignRange> foreign_ranges() {
   return out;
 }
 
-size_t foreign_range_count(const char* kind) {
-  std::lock_guard<std::mutex> lock(g_mu);
-  size_t n = 0;
-  for (const auto& kv : g_ranges) n += std::strcmp(kv.second.kind, kind) == 0;
-  return n;
-}
-
 void note_object(ObjectKind kind, uint64_t handle, bool alive) {
   std::lock_guard<std::mutex> lock(g_mu);
   auto& set = g_objects[static_cast<int>(kind)];

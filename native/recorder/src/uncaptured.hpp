@@ -1,5 +1,5 @@
-// What the recorder sees but does not capture: managed memory, pinned host
-// memory the device can address, memory opened from another process over
+// What the recorder sees but does not capture: pinned host memory the device
+// can address, memory opened from another process over
 // IPC, and texture/surface objects. Each recorded launch lists them (the spool
 // entry's "foreign_memory", "texture_objects", "surface_objects"), so that the
 // agent can mark a launch that reaches any of them unsupported instead of
@@ -12,7 +12,7 @@
 namespace mneme::rec {
 
 struct ForeignRange {
-  const char* kind = "";  // "managed" | "host" | "ipc"
+  const char* kind = "";  // "host" | "ipc" (managed memory is captured: memory_window.hpp)
   uint64_t base = 0;
   uint64_t size = 0;
 };
@@ -23,7 +23,6 @@ void note_foreign_range(const char* kind, uint64_t base, uint64_t size);
 void forget_foreign_range(uint64_t base);  // no-op for an address that is not a foreign range's base
 bool find_foreign(uint64_t addr, ForeignRange* out);
 std::vector<ForeignRange> foreign_ranges();
-size_t foreign_range_count(const char* kind);
 
 void note_object(ObjectKind kind, uint64_t handle, bool alive);
 std::vector<uint64_t> live_objects(ObjectKind kind);

@@ -20,9 +20,6 @@ long graph_launches() { return g_graphs.load(); }
 
 std::vector<std::string> active_usage_warnings() {
   std::vector<std::string> out;
-  if (foreign_range_count("managed") > 0)
-    out.push_back("managed memory (cudaMallocManaged) is in use; managed buffers are not captured, a kernel that reads"
-                  " them will not replay faithfully");
   if (!live_objects(ObjectKind::texture).empty()) out.push_back("texture objects exist; texture state is not captured");
   if (!live_objects(ObjectKind::surface).empty()) out.push_back("surface objects exist; surface state is not captured");
   return out;

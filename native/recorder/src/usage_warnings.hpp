@@ -1,5 +1,5 @@
-// Warnings about features a recording cannot reproduce faithfully (managed
-// memory, texture/surface objects: see uncaptured.hpp; graph launches). Each
+// Warnings about features a recording cannot reproduce faithfully (texture/
+// surface objects: see uncaptured.hpp; graph launches). Each
 // recorded launch lists the ones in use, and stderr says so, instead of
 // recording something that would replay differently without a word.
 #pragma once

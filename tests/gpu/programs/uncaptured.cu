@@ -1,8 +1,7 @@
-// Kernels that reach memory the recorder does not capture (managed memory,
-// mapped pinned host memory, a texture object, a pointer to managed memory
-// kept in device memory) beside one that uses device memory only. The
-// recording marks the first ones unsupported, with the reason; the last one
-// replays.
+// Kernels that reach memory the recorder does not capture (mapped pinned host
+// memory, a texture object), marked unsupported with the reason, beside kernels
+// on memory it captures: device memory, managed memory, and a pointer to
+// managed memory kept in device memory, which replay.
 #include <cstdio>
 
 struct Holder {

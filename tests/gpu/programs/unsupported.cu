@@ -15,7 +15,7 @@ int main() {
   int* plain;
   cudaMalloc(&plain, n * sizeof(int));
   cudaMemset(plain, 0, n * sizeof(int));
-  bump<<<1, n>>>(plain, n);  // recorded, with a managed-memory warning
+  bump<<<1, n>>>(plain, n);  // recorded (managed memory is captured: no warning)
 
   cudaStream_t s;
   cudaStreamCreate(&s);

@@ -1,6 +1,6 @@
 // Managed memory alone (cudaMallocManaged, touched by the host before and after):
-// the recorder does not capture managed memory, so the launch is recorded
-// `supported: false` with the reason and replay refuses it.
+// the recorder captures the managed buffers (written by the host before the
+// launch) and the replay maps device memory at their addresses.
 #include "corpus.h"
 
 __global__ void saxpy_managed(float a, const float* x, float* y, int n) {

@@ -1,6 +1,5 @@
-// Managed and device memory in one program: the kernel on device memory only is
-// captured and replays; the kernels that read or write managed memory are refused
-// with the reason (the managed buffers are not captured).
+// Managed and device memory in one program, the host changing managed memory
+// between launches: every kernel replays bit-exact, each from the state it saw.
 #include "corpus.h"
 
 __global__ void scale_device(float* d, float s, int n) {
