@@ -73,6 +73,11 @@ class EngineSpec(Protocol):
 
     name: str
 
+    def warm_up(self) -> None:
+        """Import what ``open`` will need. A worker runs it on a thread of its own while the driver
+        starts (``self_test``), so the imports leave the critical path of its first instance."""
+        ...
+
     def self_test(self, device: int) -> dict:
         """Raise when the device cannot replay; return facts about it ({'arch': 'sm_90', ...})."""
         ...

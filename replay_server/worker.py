@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from mneme.errors import MnemeError
@@ -70,6 +71,7 @@ def worker_main(spec: Any, gpu: int, conn: Any, cache_bytes: int, workers_on_gpu
     from replay_server.prepared_cache import PreparedCache
 
     try:
+        threading.Thread(target=spec.warm_up, name="warm-up", daemon=True).start()
         try:
             info = spec.self_test(0) or {}
         except BaseException as exc:  # the self-test is the gate: any failure keeps this worker out

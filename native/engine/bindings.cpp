@@ -96,10 +96,12 @@ PYBIND11_MODULE(_engine, m) {
         }
     });
 
+    // Loading and initialising the driver takes 0.1-0.2 s: without the GIL, so a worker's
+    // imports (EngineSpec.warm_up) run beside it.
     m.def("driver_available", [] { return driver_unavailable_reason().empty(); },
-          "True when libcuda.so.1 loads, initialises and sees a GPU.");
+          "True when libcuda.so.1 loads, initialises and sees a GPU.", py::call_guard<py::gil_scoped_release>());
     m.def("driver_unavailable_reason", &driver_unavailable_reason,
-          "Why the driver cannot be used ('' when it can).");
+          "Why the driver cannot be used ('' when it can).", py::call_guard<py::gil_scoped_release>());
     m.def("driver_version", [] { return driver().version; }, "The driver's CUDA version, e.g. 13000.");
     m.def("device_count", [] {
         int n = 0;
@@ -118,7 +120,7 @@ PYBIND11_MODULE(_engine, m) {
         .def("free", &Buffer::free);
 
     py::class_<ContextState, ContextPtr>(m, "Context")
-        .def(py::init<int>(), py::arg("device") = 0)
+        .def(py::init<int>(), py::arg("device") = 0, py::call_guard<py::gil_scoped_release>())  // cuCtxCreate
         .def_readonly("device", &ContextState::ordinal)
         .def_readonly("sm_count", &ContextState::sm_count)
         .def_property_readonly("name",

@@ -115,6 +115,9 @@ class FakeEngineSpec:
     replay_seconds: float = 0.0
     compile_seconds: float = 0.01
 
+    def warm_up(self):
+        pass
+
     def self_test(self, device):
         counter = Path(self.log_dir) / "starts"
         # Workers of several servers count here at once, and tests read the count while they do:
