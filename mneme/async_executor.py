@@ -13,6 +13,9 @@ The tuning loop stays simple and synchronous (``evaluate``) or fans out
   configurations while it prepares the instance (one per code variant of a
   search space is enough), so that no replay of them waits for a compile.
 
+The executor is two threads whatever the number of servers: the caller's, and one running an
+asyncio event loop (``grpc.aio``) that holds every server's calls and all scheduling state.
+
 Every result stays attached to its configuration (a request id per
 submission); a server that goes away has its outstanding work retried on
 another (or on itself once it is back), and a result is never counted twice.
