@@ -18,6 +18,11 @@ out). The client runs this checkout's code, as the servers do.
 (``ReplayBatch.hold_responses_seconds``; default the executor's ``HOLD_RESPONSES_SECONDS``); 0 sends
 each as soon as it is ready, as servers did before the field existed.
 
+``--echo-servers``: instead of ``mneme serve`` processes, one process of minimal servers (grpc.aio, one
+port each) that answer every request at once with a canned verified result, at a few microseconds
+of CPU each: the client is then the limit even where the machine has few cores (on 2 cores the real
+servers take most of the CPU and set the rate, so only the client's CPU per result says anything).
+
 ``--mode loop``: the tuner loop alone, against an executor that answers at once in this process (no
 servers, no gRPC): what the loop itself costs per trial, without servers competing for the cores.
 
@@ -120,6 +125,66 @@ class CpuSampler:
         before = max((s for s in self.samples if s[0] <= start), default=self.samples[0])
         after = min((s for s in self.samples if s[0] >= end), default=self.samples[-1])
         return before[0], after[0], after[1] - before[1]
+
+
+class EchoServers:
+    """``count`` minimal replay servers in one child process (``--echo-process``): see ``echo_serve``."""
+
+    def __init__(self, count: int) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        self.process = subprocess.Popen([sys.executable, __file__, "--echo-process", str(count)],
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        line = self.process.stdout.readline()
+        if not line.startswith("listening"):
+            self.stop()
+            raise SystemExit(f"the echo servers did not start: {line!r}")
+        self.addresses = line.split()[1:]
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+def echo_serve(count: int) -> int:
+    """Serve ``count`` loopback ports with a replay service that answers every request at once with one
+    verified result (1 us): Prepare, GetServerInfo (2 workers), Replay and ReplayBatchStream."""
+    import asyncio
+
+    import grpc
+
+    from mneme._proto import replay_pb2, replay_pb2_grpc
+
+    result = replay_pb2.Result(exec_time=[1000], verified=True, executed=True, status="verified")
+
+    class Echo(replay_pb2_grpc.ReplayServiceServicer):
+        async def GetServerInfo(self, request, context):
+            return replay_pb2.ServerInfo(workers=2, workers_ready=2)
+
+        async def Prepare(self, request, context):
+            return replay_pb2.PrepareResponse(workers_prepared=2, compile_errors=[""] * len(request.compile))
+
+        async def Replay(self, request, context):
+            return replay_pb2.ReplayResponse(request_id=request.request_id, result=result, worker="echo/w0")
+
+        async def ReplayBatchStream(self, batches, context):
+            async for batch in batches:
+                yield replay_pb2.ReplayResponseBatch(responses=[
+                    replay_pb2.ReplayResponse(request_id=r.request_id, result=result, worker="echo/w0")
+                    for r in batch.requests])
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        replay_pb2_grpc.add_ReplayServiceServicer_to_server(Echo(), server)
+        ports = [server.add_insecure_port("127.0.0.1:0") for _ in range(count)]
+        await server.start()
+        print("listening", *(f"127.0.0.1:{port}" for port in ports), flush=True)
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+    return 0
 
 
 class Servers:
@@ -344,10 +409,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare")
     p.add_argument("--storage", default=None, help="--mode shared-study: Optuna storage (default a journal file)")
+    p.add_argument("--echo-servers", action="store_true",
+                   help="minimal servers in one process that answer at once (the client alone is measured)")
     p.add_argument("--tuner-process", help=argparse.SUPPRESS)
+    p.add_argument("--echo-process", type=int, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.tuner_process:
         return tuner_process(json.loads(args.tuner_process))
+    if args.echo_process:
+        return echo_serve(args.echo_process)
     counts = [int(n) for n in args.servers.split(",")]
     if args.hold_responses is not None:  # both levels (the tuner makes its executor with the default)
         mneme.async_executor.HOLD_RESPONSES_SECONDS = args.hold_responses
@@ -363,9 +433,15 @@ def main(argv: list[str] | None = None) -> int:
             print("|---|---|---|---|---|")
             print(f"| loop | {r['rate']:.0f} | {r['results']} | {100 * r['cpu']:.0f}% | {r['us_per_result']:.0f} us |")
             return 0
-        servers = Servers(max(counts), work / "store", args.workers, args.replay_us, work / "log")
-        print(f"{max(counts)} test-engine servers, {args.workers} workers each, replay {args.replay_us:g} us, "
-              f"responses held {1e3 * hold:g} ms at most; client: one process, {os.cpu_count()} CPUs on the machine")
+        if args.echo_servers:
+            servers = EchoServers(max(counts))
+            print(f"{max(counts)} echo servers in one process (answers at once, 2 workers each); client: one "
+                  f"process, {os.cpu_count()} CPUs on the machine")
+        else:
+            servers = Servers(max(counts), work / "store", args.workers, args.replay_us, work / "log")
+            print(f"{max(counts)} test-engine servers, {args.workers} workers each, replay {args.replay_us:g} us, "
+                  f"responses held {1e3 * hold:g} ms at most; client: one process, {os.cpu_count()} CPUs on the "
+                  "machine")
         try:
             if args.mode in ("curve", "all"):
                 rows = []

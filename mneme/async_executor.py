@@ -13,6 +13,9 @@ The tuning loop stays simple and synchronous (``evaluate``) or fans out
   configurations while it prepares the instance (one per code variant of a
   search space is enough), so that no replay of them waits for a compile.
 
+The executor is two threads whatever the number of servers: the caller's, and one running an
+asyncio event loop (``grpc.aio``) that holds every server's calls and all scheduling state.
+
 Every result stays attached to its configuration (a request id per
 submission); a server that goes away has its outstanding work retried on
 another (or on itself once it is back), and a result is never counted twice.
@@ -25,22 +28,23 @@ delivered because no server is reachable. A request the server refuses
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import heapq
 import itertools
 import json
 import os
-import queue
 import secrets
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future, TimeoutError as FutureTimeoutError
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _string
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import grpc
+import grpc.aio
 
 from mneme.errors import ConfigurationError, MnemeError
 from mneme.local_servers import LocalServers, split_database
@@ -101,8 +105,6 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
 LOOKAHEAD = 64
 #: Configurations sent to a server for code it is still compiling (for the first of them), at most.
 SENT_PER_COMPILE = 2
-#: Events the dispatcher handles before it sends again: results that come together are answered together.
-MAX_EVENTS_PER_ROUND = 1024
 #: Requests a stream sends an idle server in one round, at most: they go out at once as a message of
 #: their own, and the rest of its places are filled a moment later, so that its workers start and its
 #: compiles begin while the dispatcher still prepares the rest (a full window takes milliseconds of
@@ -174,57 +176,62 @@ _RECORDED_CODE = ExperimentConfiguration().code_identity()  # the code of the re
 
 
 class _Stream:
-    """One ``ReplayBatchStream`` call to a server. The dispatcher hands it the requests of a round
-    together (``send``) and they go out as one message, with whatever else is waiting by then; the
-    responses come back as the server has them ready, through a reader thread, as ``("responses", ...)``
-    events, and the call's end as one ``("stream_end", ...)`` event. ``pending`` maps the request ids
-    sent and not answered to their tasks; only the dispatcher thread touches it."""
+    """One ``ReplayBatchStream`` call to a server, on the executor's event loop. The dispatcher hands it
+    the requests of a round together (``send``) and they go out as one message, with whatever else is
+    waiting by the time the previous write is done; the responses come back as the server has them
+    ready, as ``("responses", ...)`` events, and the call's end as one ``("stream_end", ...)`` event.
+    ``pending`` maps the request ids sent and not answered to their tasks. Everything here runs in the
+    loop's thread: a stream is two coroutines, not threads."""
 
-    def __init__(self, server: _Server, metadata: tuple, events: "queue.SimpleQueue[tuple]",
+    def __init__(self, executor: "AsyncReplayExecutor", server: _Server, metadata: tuple,
                  hold_responses: float) -> None:
         self.pending: dict[str, _Task] = {}
         self._hold = hold_responses
-        self._requests: "queue.SimpleQueue[list | None]" = queue.SimpleQueue()
-        self._call = server.stub.ReplayBatchStream(self._outgoing(), metadata=metadata)
-        self._reader = threading.Thread(
-            target=self._read, args=(server, events), name=f"replay-stream-{server.address}", daemon=True)
-        self._reader.start()
+        self._outbox: list = []
+        self._closing = False
+        self._wakeup = asyncio.Event()
+        self._call = server.stub.ReplayBatchStream(metadata=metadata)
+        executor._spawn(self._write())
+        executor._spawn(self._read(server, executor))
 
     def send(self, requests: list) -> None:
-        self._requests.put(requests)
+        self._outbox += requests
+        self._wakeup.set()
 
     def close(self) -> None:
         """No more requests: the server answers those it has, then ends the call."""
-        self._requests.put(None)
+        self._closing = True
+        self._wakeup.set()
 
-    def _outgoing(self):
+    async def _write(self) -> None:
         from mneme._proto import replay_pb2
 
-        closing = False
-        while not closing:
-            first = self._requests.get()
-            if first is None:
-                return
-            batch = list(first)
-            while True:  # what else is waiting goes in the same message
-                try:
-                    more = self._requests.get_nowait()
-                except queue.Empty:
-                    break
-                if more is None:
-                    closing = True
-                    break
-                batch += more
-            yield replay_pb2.ReplayBatch(requests=batch, hold_responses_seconds=self._hold)
+        try:
+            while True:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                if self._outbox:  # what came while the last write was under way goes in this message
+                    batch, self._outbox = self._outbox, []
+                    await self._call.write(replay_pb2.ReplayBatch(requests=batch, hold_responses_seconds=self._hold))
+                if self._closing and not self._outbox:
+                    await self._call.done_writing()
+                    return
+        except (grpc.RpcError, asyncio.InvalidStateError, asyncio.CancelledError):
+            return  # the call ended: its reader reports how
 
-    def _read(self, server: _Server, events: "queue.SimpleQueue[tuple]") -> None:
+    async def _read(self, server: _Server, executor: "AsyncReplayExecutor") -> None:
         code, details = grpc.StatusCode.OK, ""
         try:
-            for batch in self._call:
-                events.put(("responses", server, self, batch.responses))
+            while True:
+                batch = await self._call.read()
+                if batch is grpc.aio.EOF:
+                    break
+                executor._post(("responses", server, self, batch.responses))
         except grpc.RpcError as exc:
             code, details = exc.code(), exc.details() or exc.code().name
-        events.put(("stream_end", server, self, code, details))
+        except asyncio.CancelledError:
+            code, details = grpc.StatusCode.CANCELLED, "the executor shut down"
+        executor._post(("stream_end", server, self, code, details))
 
 
 class AsyncReplayExecutor:
@@ -327,7 +334,11 @@ class AsyncReplayExecutor:
         self._finished_now: list[tuple[ReplayFuture, ExperimentResult, str]] = []  # this round's results
         self._local_servers: LocalServers | None = None
         self._finished = 0
-        self._events: "queue.SimpleQueue[tuple]" = queue.SimpleQueue()
+        # The dispatcher's events: appended by any thread, taken by the loop's rounds (``_post``).
+        self._events: "collections.deque[tuple]" = collections.deque()
+        self._round_due = False  # a round is scheduled on the loop and has not started yet
+        self._stopping = False
+        self._spawned: set = set()  # the loop's tasks (held here: the loop keeps only weak references)
         self._backlog: "collections.deque[_Task]" = collections.deque()
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"  # request ids: unique to this executor
@@ -348,15 +359,22 @@ class AsyncReplayExecutor:
             raise ConfigurationError("give servers or local_servers, not both")
         if not servers:
             raise ConfigurationError("servers is empty: give at least one 'host:port', or None for local GPUs")
+        # One thread runs an asyncio event loop that holds every server's calls (grpc.aio) and the
+        # dispatcher's rounds: no thread per server or per call (docs/architecture.md, "The executor").
+        self._loop = asyncio.new_event_loop()
+        self._dispatcher = threading.Thread(target=self._run_loop, name="replay-dispatch", daemon=True)
+        self._dispatcher.start()
+        self._loop_thread = self._dispatcher.ident
+        self._on_shutdown: list = []
+        self._servers: list[_Server] = []
         try:
-            self._servers = [self._connect(address) for address in servers]
+            self._on_loop(self._connect_all(list(servers)))
         except BaseException:
+            self._end_loop()
             self._stop_local()
             raise
-        self._on_shutdown: list = []
         mark("executor", "connected")
-        self._dispatcher = threading.Thread(target=self._dispatch_loop, name="replay-dispatch", daemon=True)
-        self._dispatcher.start()
+        self._loop.call_soon_threadsafe(self._tick)
 
     # -- public API ----------------------------------------------------------------------
     def submit(self, config: ExperimentConfiguration | Mapping[str, Any]) -> "Future[ExperimentResult]":
@@ -367,7 +385,7 @@ class AsyncReplayExecutor:
             config = ExperimentConfiguration.from_dict(config)
         task = _Task(config, ReplayFuture(), f"{self._id_prefix}-{next(self._ids)}")
         task.future.set_running_or_notify_cancel()
-        self._events.put(("submit", task))
+        self._post(("submit", task))
         return task.future
 
     def evaluate(self, config: ExperimentConfiguration | Mapping[str, Any]) -> ExperimentResult:
@@ -385,9 +403,9 @@ class AsyncReplayExecutor:
                 continue
             try:
                 server.preparing.result(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
-            except grpc.FutureTimeoutError:
+            except FutureTimeoutError:
                 raise TimeoutError(f"replay server {server.address} did not prepare the instance in {timeout:g}s")
-            except (grpc.RpcError, grpc.FutureCancelledError):  # failed or abandoned (a server that went away)
+            except (grpc.RpcError, CancelledError):  # failed or abandoned (a server that went away)
                 pass
 
     def shutdown(self, wait: bool = True) -> None:
@@ -398,14 +416,12 @@ class AsyncReplayExecutor:
         for callback in self._on_shutdown:
             callback()
         if not wait:
-            self._events.put(("abandon", None))
-        self._events.put(("stop", None))
-        self._dispatcher.join()
+            self._post(("abandon", None))
+        self._post(("stop", None))
+        self._dispatcher.join()  # the loop ends when the work has (its channels closed)
         with self._results_lock:
             if self._results_file is not None:
                 self._results_file.close()
-        for server in self._servers:
-            server.channel.close()
         self._stop_local()
 
     def _stop_local(self) -> None:
@@ -427,18 +443,82 @@ class AsyncReplayExecutor:
         """Use one more replay server from now on (it prepares the instance first, as the others did)."""
         if self._closed:
             raise MnemeError("this AsyncReplayExecutor was shut down; create a new one")
-        self._events.put(("join", self._connect(address)))
+        self._post(("join", self._on_loop(self._connect(address))))
 
     def retire_server(self, address: str) -> None:
         """Send no new work to ``address``; what it holds is answered, or retried elsewhere if it is gone."""
-        self._events.put(("retire", address))
+        self._post(("retire", address))
 
     def on_shutdown(self, callback) -> None:
         """Call ``callback()`` when the executor shuts down (a discovery watcher stops with it)."""
         self._on_shutdown.append(callback)
 
+    # -- the event loop (one thread: every call of every server, and the dispatcher's rounds) ------
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_forever()
+            # Stopped (the channels closed): what is left of the calls' tasks ends as asyncio.run ends them.
+            left = asyncio.all_tasks(self._loop)
+            for task in left:
+                task.cancel()
+            self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+        finally:
+            self._loop.close()
+
+    def _on_loop(self, coroutine: Any) -> Any:
+        """Run ``coroutine`` on the loop and wait for its value (from any thread but the loop's)."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _end_loop(self) -> None:
+        """Stop the loop (its channels closed) and wait for its thread."""
+        async def close() -> None:
+            await self._close_channels()
+            self._loop.stop()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop)
+        self._dispatcher.join()
+
+    async def _close_channels(self) -> None:
+        servers = getattr(self, "_servers", [])
+        await asyncio.gather(*(server.channel.close() for server in servers), return_exceptions=True)
+
+    def _spawn(self, coroutine: Any) -> None:
+        """Start ``coroutine`` as a task of the loop (called in the loop's thread)."""
+        task = self._loop.create_task(coroutine)
+        self._spawned.add(task)
+        task.add_done_callback(self._spawned.discard)
+
+    def _post(self, event: tuple) -> None:
+        """Hand the dispatcher an event, from any thread: a round runs soon and takes every event there
+        is by then, so events that come together (a server's message of responses, a tuner's burst of
+        submissions) cost the loop one wake-up, not one each."""
+        self._events.append(event)
+        if not self._round_due:  # (cleared by the round before it takes the events: none is left behind)
+            self._round_due = True
+            if threading.get_ident() == self._loop_thread:
+                self._loop.call_soon(self._round)
+            else:
+                self._loop.call_soon_threadsafe(self._round)
+
+    def _tick(self) -> None:
+        """A round at least every 0.1 s: retries wait for a server's back-off, stranded work for its window."""
+        if not self._round_due:
+            self._round_due = True
+            self._round()
+        self._loop.call_later(0.1, self._tick)
+
     # -- servers -------------------------------------------------------------------------
-    def _connect(self, address: str) -> _Server:
+    async def _connect_all(self, addresses: list[str]) -> None:
+        servers = await asyncio.gather(*(self._connect(address) for address in addresses), return_exceptions=True)
+        failed = next((s for s in servers if isinstance(s, BaseException)), None)
+        if failed is not None:
+            await asyncio.gather(*(s.channel.close() for s in servers if isinstance(s, _Server)))
+            raise failed
+        self._servers = servers  # (in the loop's thread, before the first round that looks at them)
+
+    async def _connect(self, address: str) -> _Server:
         from mneme._proto import replay_pb2, replay_pb2_grpc
         from mneme._proto.convert import config_to_proto
 
@@ -446,27 +526,52 @@ class AsyncReplayExecutor:
         if self._server_name:
             options.append(("grpc.ssl_target_name_override", self._server_name))
         if self._credentials is not None:
-            channel = grpc.secure_channel(address, self._credentials, options=options)
+            channel = grpc.aio.secure_channel(address, self._credentials, options=options)
         else:
-            channel = grpc.insecure_channel(address, options=options)
+            channel = grpc.aio.insecure_channel(address, options=options)
         server = _Server(address, channel, replay_pb2_grpc.ReplayServiceStub(channel))
         try:
-            info = server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(), timeout=10)
-            server.capacity = server_capacity(int(info.workers), self.transport)
-            # Restore the instance on every worker, have every compile process read it and compile the
-            # compile_ahead code now, not in the first replays (errors surface with those); wait_prepared()
-            # waits for it.
-            server.preparing = server.stub.Prepare.future(
-                replay_pb2.PrepareRequest(instance=self._instance_ref(),
-                                          compile=[config_to_proto(config) for _, config in self._ahead]),
-                metadata=self._metadata())
-            # Preparing compiles the recorded launch's code there: its configurations need no compile wait.
-            server.preparing.add_done_callback(lambda call: self._events.put(("prepared", server, call)))
+            info = await server.stub.GetServerInfo(replay_pb2.ServerInfoRequest(), metadata=self._metadata(),
+                                                   timeout=10)
         except grpc.RpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                await channel.close()
                 raise ReplayServerError(f"replay server {address} refused us: {exc.details()}") from None
             server.down_until = time.monotonic() + 1.0  # not up yet: retried by the dispatcher
+            return server
+        server.capacity = server_capacity(int(info.workers), self.transport)
+        # Restore the instance on every worker, have every compile process read it and compile the
+        # compile_ahead code now, not in the first replays (errors surface with those); wait_prepared()
+        # waits for it.
+        server.preparing = Future()
+        self._spawn(self._prepare(server, replay_pb2.PrepareRequest(
+            instance=self._instance_ref(), compile=[config_to_proto(config) for _, config in self._ahead])))
         return server
+
+    async def _prepare(self, server: _Server, request: Any) -> None:
+        try:
+            answer = await server.stub.Prepare(request, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            server.preparing.set_exception(exc)
+            answer = None
+        except asyncio.CancelledError:
+            server.preparing.cancel()
+            return
+        else:
+            server.preparing.set_result(answer)
+        # Preparing compiles the recorded launch's code there: its configurations need no compile wait.
+        self._post(("prepared", server, answer))
+
+    async def _replay(self, task: _Task, server: _Server, request: Any) -> None:
+        """One ``Replay`` call (transport ``unary``); its end is a ``done`` event."""
+        try:
+            response = await server.stub.Replay(request, metadata=self._metadata())
+        except grpc.RpcError as exc:
+            self._post(("done", task, server, exc.code(), exc.details() or exc.code().name, None))
+        except asyncio.CancelledError:
+            self._post(("done", task, server, grpc.StatusCode.CANCELLED, "the executor shut down", None))
+        else:
+            self._post(("done", task, server, grpc.StatusCode.OK, "", response))
 
     def set_tolerance(self, tolerance: str) -> None:
         """How the servers verify the replays asked for from now on (``InstanceRef.tolerance``): ``""`` or
@@ -493,32 +598,31 @@ class AsyncReplayExecutor:
     def _metadata(self) -> tuple:
         return (("authorization", f"Bearer {self._token}"),) if self._token else ()
 
-    # -- dispatching (one thread owns all scheduling state) -----------------------------
-    def _dispatch_loop(self) -> None:
-        """Rounds: take the events that are there (waiting for one at most 0.1 s), then send what can go."""
-        stopping = False
-        more_now = False  # the last round left requests it could have sent
-        while True:
-            try:
-                events = [self._events.get(timeout=FIRST_MESSAGE_PAUSE if more_now else 0.1)]
-            except queue.Empty:
-                events = []
-            while events and len(events) < MAX_EVENTS_PER_ROUND:
-                try:
-                    events.append(self._events.get_nowait())
-                except queue.Empty:
-                    break
-            for event in events:
-                stopping = self._handle(event) or stopping
-            more_now = self._pump()
-            self._flush()
-            self._deliver()
-            if stopping and not self._backlog and all(s.outstanding == 0 for s in self._servers) \
-                    and self._events.empty():
-                for server in self._servers:
-                    if server.stream is not None:
-                        server.stream.close()
-                return
+    # -- dispatching (the loop's thread owns all scheduling state) ------------------------
+    def _round(self) -> None:
+        """Take the events that are there, then send what can go and deliver what came in."""
+        self._round_due = False
+        events = self._events
+        for _ in range(len(events)):  # (the events of this moment; those posted meanwhile wait for the next round)
+            self._stopping = self._handle(events.popleft()) or self._stopping
+        if self._pump():  # an idle server got its first requests: the rest after its stream has sent them
+            self._loop.call_later(FIRST_MESSAGE_PAUSE, self._post, ("pump",))
+        self._flush()
+        self._deliver()
+        if self._stopping and not self._events and self._idle():
+            self._stopping = False  # (once)
+            for server in self._servers:
+                if server.stream is not None:
+                    server.stream.close()
+            self._spawn(self._end())
+
+    def _idle(self) -> bool:
+        return not self._backlog and all(s.outstanding == 0 for s in self._servers)
+
+    async def _end(self) -> None:
+        """The work is done: close the channels, then stop the loop (``shutdown`` joins its thread)."""
+        await self._close_channels()
+        self._loop.stop()
 
     def _handle(self, event: tuple) -> bool:
         """One event; True for ``stop``."""
@@ -526,10 +630,7 @@ class AsyncReplayExecutor:
         if kind == "submit":
             self._backlog.append(event[1])
         elif kind == "done":  # a unary call ended
-            task, server, call = event[1:]
-            code = call.code()
-            self._on_answer(task, server, code, call.details() or code.name,
-                            call.result() if code == grpc.StatusCode.OK else None)
+            self._on_answer(*event[1:])
         elif kind == "responses":  # answers on a stream
             server, stream, responses = event[1:]
             for response in responses:
@@ -537,11 +638,11 @@ class AsyncReplayExecutor:
         elif kind == "stream_end":
             self._on_stream_end(*event[1:])
         elif kind == "prepared":
-            server, call = event[1], event[2]
+            server, answer = event[1], event[2]
             mark("executor", "prepared", server=server.address)
-            if call.code() == grpc.StatusCode.OK:
+            if answer is not None:
                 server.compiled.add(_RECORDED_CODE)
-                errors = call.result().compile_errors
+                errors = answer.compile_errors
                 server.compiled.update(code for (code, _), error in zip(self._ahead, errors) if not error)
         elif kind == "abandon":
             for task in self._backlog:
@@ -555,12 +656,12 @@ class AsyncReplayExecutor:
                 self._servers.append(joined)
             else:  # it came back: the new connection is not needed
                 earlier.retired = False
-                joined.channel.close()
+                self._spawn(joined.channel.close())
         elif kind == "retire":
             for server in self._servers:
                 server.retired = server.retired or server.address == event[1]
         elif kind == "stop":
-            return True
+            return True  # (kind "pump": a round, nothing to handle)
         return False
 
     def _pump(self) -> bool:
@@ -631,11 +732,10 @@ class AsyncReplayExecutor:
         if task.code not in server.compiled:
             server.compiling[task.code] = server.compiling.get(task.code, 0) + 1
         if self.transport == "unary":
-            call = server.stub.Replay.future(request, metadata=self._metadata())
-            call.add_done_callback(lambda c: self._events.put(("done", task, server, c)))
+            self._spawn(self._replay(task, server, request))
             return
         if server.stream is None:
-            server.stream = _Stream(server, self._metadata(), self._events, self.hold_responses)
+            server.stream = _Stream(self, server, self._metadata(), self.hold_responses)
         server.stream.pending[task.request_id] = task
         server.outbox.append(request)
 

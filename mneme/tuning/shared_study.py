@@ -73,7 +73,7 @@ def open_storage(url: str) -> Any:
         if not str(path) or not path.parent.is_dir():
             raise ConfigurationError(f"--optuna-storage {url}: the directory {path.parent} does not exist; "
                                      "create it (on a filesystem every tuner reaches)")
-        return JournalStorage(JournalFileBackend(str(path), lock_obj=_record_lock(str(path))))
+        return _journal_storage(str(path))
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if scheme == "sqlite":
         engine = {"connect_args": {"timeout": 120}}
@@ -135,6 +135,65 @@ def _record_lock(path: str) -> Any:
                 os.close(fd)
 
     return RecordLock()
+
+
+#: How often a journal file is forced to disk (``fsync``), at most: see ``_journal_storage``.
+JOURNAL_FSYNC_INTERVAL_S = 1.0
+
+
+def _journal_storage(path: str) -> Any:
+    """Optuna's JournalStorage over the file ``path``, at a small cost per trial.
+
+    Optuna's file backend forces every append to disk (``fsync``, under the file lock): a trial is ~9
+    appends (create, its parameters, the hash tag, user attributes, tell), so one tuner spent most of
+    its time in ``fsync`` (~72% of a shared-study run's wall time measured; 240 trials/s for one
+    process against 16 servers that give thousands of results a second). Two changes:
+
+    * each append is written and flushed under the lock and closed, which is what makes it visible to
+      the other processes (on one node through the page cache; NFS flushes on close, Lustre is
+      coherent); it is forced to disk at most every ``JOURNAL_FSYNC_INTERVAL_S`` and when the tuner
+      closes the study (``sync``). A machine that crashes can lose the last second of appends, whose
+      trials ``--resume`` replays again (``trials.jsonl`` is the tuner's own record of them);
+    * a trial's user attributes go in one append, not one each (``set_trial_user_attrs``).
+    """
+    import json
+
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+    from optuna.storages.journal._file import get_lock_file
+    from optuna.storages.journal._storage import JournalOperation
+
+    class JournalFile(JournalFileBackend):
+        _synced = 0.0
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
+            with get_lock_file(self._lock):
+                with open(self._file_path, "ab") as f:
+                    f.write(text)
+                    f.flush()
+                    now = time.monotonic()
+                    if now - self._synced >= JOURNAL_FSYNC_INTERVAL_S:
+                        os.fsync(f.fileno())
+                        self._synced = now
+
+        def sync(self) -> None:
+            with open(self._file_path, "ab") as f:
+                os.fsync(f.fileno())
+
+    class Journal(JournalStorage):
+        def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+            """``set_trial_user_attr`` of each of ``attrs``, in one append."""
+            with self._thread_lock:
+                worker = self._replay_result.worker_id
+                self._backend.append_logs([{"op_code": JournalOperation.SET_TRIAL_USER_ATTR, "worker_id": worker,
+                                            "trial_id": trial_id, "user_attr": {name: value}}
+                                           for name, value in attrs.items()])
+                self._sync_with_backend()
+
+        def sync(self) -> None:
+            self._backend.sync()
+
+    return Journal(JournalFile(path, lock_obj=_record_lock(path)))
 
 
 def _with_postgres_driver(url: str) -> str:
@@ -283,11 +342,16 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         if trial is None:
             return
         speedup = outcome.speedup if outcome.speedup is None or math.isfinite(outcome.speedup) else None
-        # Four writes (each is a transaction or a journal append): the three the dashboard shows first, the rest together.
+        # The three the dashboard shows first, the rest together: one append to a journal file (all four
+        # together), else four writes (each a transaction).
         details = {"metric": outcome.metric, "hash": candidate.hash, "error": outcome.reason or "",
                    "worker": self.worker, "results_dir": self.results_dir}
         attrs = {"status": outcome.status, "speedup": speedup, "configuration": candidate.configuration.to_dict(),
                  "mneme": details}
+        set_all = getattr(self._storage, "set_trial_user_attrs", None)
+        if set_all is not None:
+            set_all(trial._trial_id, attrs)
+            return
         for name, value in attrs.items():
             self._storage.set_trial_user_attr(trial._trial_id, name, value)
 
@@ -306,3 +370,9 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
             except Exception as exc:  # noqa: BLE001 - already finished, or the storage went away: say so
                 log.warning("could not release trial %d: %s", trial.number, exc)
+        sync = getattr(self._storage, "sync", None)
+        if sync is not None:  # a journal file: its last appends on disk
+            try:
+                sync()
+            except OSError as exc:
+                log.warning("could not force the journal to disk: %s", exc)
