@@ -4,8 +4,9 @@ For every program the expected outcome is stated below, kernel by kernel: every
 recorded instance either replays verified in a fresh `mneme replay --no-relocate`
 process (at its recorded addresses: `relocated` false), or is recorded
 `supported: false` with the reason, and `mneme replay` refuses it with exit
-status 2 and that reason (never a CUDA fault). Kernels the recorder does not
-record today (launched only inside CUDA graphs) must have no recording.
+status 2 and that reason (never a CUDA fault). Kernels the recorder must not
+record have no recording. Kernel nodes of CUDA graphs are recorded one by one
+when their graph is launched, and replay like direct launches.
 
 The programs are tests/gpu/programs/corpus/*.cu (`make corpus`);
 tests/unit/test_corpus_programs_build.py compiles them without a GPU.
@@ -56,12 +57,15 @@ CORPUS = {
     # Managed memory is captured where the driver put it and replayed at the same addresses (as device memory).
     "managed_alone": Expected(verified={"saxpy_managed": 1}),
     "managed_mixed": Expected(verified={"scale_device": 1, "gather_into_managed": 1, "accumulate_from_managed": 1}),
-    # Graph launches (stream-captured and explicitly built) are not recorded today; the direct ones are.
+    # The kernel nodes of both graphs (stream-captured and explicitly built: a kernel node from a CUkernel, one in a
+    # child graph) are recorded at each graph's first launch, beside the direct launches; the second launch of each
+    # graph repeats the same instances (duplicates, not recorded).
     "graphs": Expected(
-        verified={"cap_scale": 1, "direct_sum": 1},
-        absent=("cap_shift", "cap_square", "exp_fill", "exp_axpy"),
-        instances={"cap_scale": 1},  # the warm-up launch, not the captured one
-        stderr=("CUDA graph",),
+        verified={"cap_scale": 1, "cap_shift": 1, "cap_square": 1, "exp_fill": 1, "exp_axpy": 1, "child_offset": 1,
+                  "exp_halve": 1, "exp_count": 1, "direct_sum": 1},
+        instances={"cap_scale": 2, "cap_shift": 1, "cap_square": 1, "exp_fill": 1, "exp_axpy": 1, "child_offset": 1,
+                   "exp_halve": 1, "exp_count": 1},  # cap_scale: the warm-up launch and the captured one
+        stderr=("captured into a CUDA graph is recorded when the graph is launched",),
     ),
     # The tree's cell numbering depends on which thread takes a lock first: build_tree verifies under
     # --tolerance auto (its child entries are a permutation); the kernels reading the tree are exact.

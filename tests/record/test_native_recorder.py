@@ -33,7 +33,8 @@ def recorder(tmp_path_factory) -> Path:
 def test_exports_and_no_link_time_cuda(recorder):
     symbols = subprocess.run(["nm", "-D", "--defined-only", recorder], capture_output=True, text=True, check=True).stdout
     for name in ("InitializeInjection", "dlsym", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2",
-                 "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocPitch_v2", "mneme_annotate_v1"):
+                 "cuMemAllocAsync", "cuMemFreeAsync", "cuMemAllocPitch_v2", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+                 "mneme_annotate_v1"):
         assert f" T {name}\n" in symbols, name
     needed = subprocess.run(["readelf", "-d", recorder], capture_output=True, text=True, check=True).stdout
     assert "libcuda" not in needed and "libcupti" not in needed and "libstdc++" not in needed

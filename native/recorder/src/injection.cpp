@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cupti_loader.hpp"
+#include "graph_expansion.hpp"
 #include "launch_recorder.hpp"
 #include "settings.hpp"
 
@@ -70,8 +71,6 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx,
       CUPTI_DRIVER_TRACE_CBID_cuModuleLoadFatBinary,
       CUPTI_DRIVER_TRACE_CBID_cuLibraryLoadData,
-      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-      CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
       CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate,
       CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy,
       CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate,
@@ -87,6 +86,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
       CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
   };
   for (auto id : driver_ids) enable_cb(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
+  for (auto id : graph_callback_ids()) enable_cb(1, sub, CUPTI_CB_DOMAIN_DRIVER_API, id);
   enable_cb(1, sub, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED);
   if (settings().verbose)
     std::fprintf(stderr, "mneme record: %s subscribed; launch callbacks follow module loads\n", g_cupti_path.c_str());

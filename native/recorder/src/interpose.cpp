@@ -5,12 +5,14 @@
 // cuGetProcAddress which in turn hands out our allocation functions; programs
 // linked against libcuda directly get the same functions through symbol
 // interposition (LD_PRELOAD), since we export them under the driver's names.
+// cuGraphLaunch is handed out the same ways (graph_expansion.hpp).
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstring>
 
 #include "driver_api.hpp"
+#include "graph_expansion.hpp"
 #include "memory_window.hpp"
 #include "settings.hpp"
 #include "uncaptured.hpp"
@@ -27,8 +29,29 @@ using AllocManagedFn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
 
 std::atomic<GpaV1> g_real_gpa_v1{nullptr};
 std::atomic<AllocManagedFn> g_real_alloc_managed{nullptr};
+// The driver's cuGraphLaunch as cuGetProcAddress handed it out, per variant
+// (legacy and per-thread default stream).
+std::atomic<GraphLaunchFn> g_real_graph_launch{nullptr}, g_real_graph_launch_ptsz{nullptr};
 
 bool redirecting() { return settings().active && driver().loaded; }
+
+bool capturing(CUstream stream) {
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  return driver().cuStreamIsCapturing && driver().cuStreamIsCapturing(stream, &cs) == CUDA_SUCCESS &&
+         cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+GraphLaunchFn real_graph_launch(bool per_thread) {
+  GraphLaunchFn f = (per_thread ? g_real_graph_launch_ptsz : g_real_graph_launch).load();
+  if (f) return f;
+  return per_thread ? driver().cuGraphLaunch_ptsz : driver().cuGraphLaunch;
+}
+
+CUresult graph_launch(CUgraphExec exec, CUstream stream, bool per_thread) {
+  GraphLaunchFn real = real_graph_launch(per_thread);
+  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
+  return redirecting() ? launch_graph(exec, stream, real, per_thread) : real(exec, stream);
+}
 
 CUresult fallback_alloc(CUdeviceptr* p, size_t size) { return driver().cuMemAlloc_v2(p, size); }
 
@@ -77,22 +100,42 @@ __attribute__((visibility("default"))) CUresult cuMemGetAddressRange_v2(CUdevice
                                           : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-__attribute__((visibility("default"))) CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream) {
-  // Served synchronously from the window: the memory is valid at once, which
-  // is a stronger guarantee than stream order.
+// In a stream capture an asynchronous allocation becomes a memory allocation
+// node of the graph: memory the graph owns, left to the driver (the recorder
+// launches such a graph whole: graph_expansion.hpp). Otherwise it is served
+// synchronously from the window: the memory is valid at once, which is a
+// stronger guarantee than stream order.
+__attribute__((visibility("default"))) CUresult cuMemAllocAsync(CUdeviceptr* dptr, size_t bytesize, CUstream stream) {
+  if (redirecting() && capturing(stream) && driver().cuMemAllocAsync)
+    return driver().cuMemAllocAsync(dptr, bytesize, stream);
   return cuMemAlloc_v2(dptr, bytesize);
 }
 
 __attribute__((visibility("default"))) CUresult cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytesize,
-                                                                         CUmemoryPool, CUstream stream) {
-  return cuMemAllocAsync(dptr, bytesize, stream);
+                                                                         CUmemoryPool pool, CUstream stream) {
+  if (redirecting() && capturing(stream) && driver().cuMemAllocFromPoolAsync)
+    return driver().cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream);
+  return cuMemAlloc_v2(dptr, bytesize);
 }
 
 __attribute__((visibility("default"))) CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream stream) {
-  if (!redirecting()) return driver().cuMemFreeAsync ? driver().cuMemFreeAsync(dptr, stream) : CUDA_ERROR_NOT_INITIALIZED;
+  Allocation a;
+  if (!redirecting() || (dptr && !MemoryWindow::instance().find(dptr, &a)))  // not the recorder's: a graph's, say
+    return driver().cuMemFreeAsync ? driver().cuMemFreeAsync(dptr, stream) : CUDA_ERROR_NOT_INITIALIZED;
+  // Freed inside a stream capture, the block stays allocated: the graph may
+  // run any number of times, each using it.
+  if (capturing(stream)) return CUDA_SUCCESS;
   // Work queued on the stream may still use the block: wait before reuse.
   driver().cuStreamSynchronize(stream);
   return cuMemFree_v2(dptr);
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphLaunch(CUgraphExec exec, CUstream stream) {
+  return graph_launch(exec, stream, false);
+}
+
+__attribute__((visibility("default"))) CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream stream) {
+  return graph_launch(exec, stream, true);
 }
 
 static CUresult mneme_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsigned int flags) {
@@ -105,8 +148,25 @@ static CUresult mneme_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsi
 static CUresult mneme_gpa_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 static CUresult mneme_gpa_v1(const char*, void**, int, cuuint64_t);
 
+// Whether cuGetProcAddress answered `symbol` with its per-thread-default-stream
+// variant: asked for, or (default flags) the same function as that variant.
+static bool per_thread_variant(const char* symbol, void* pfn, int version, cuuint64_t flags) {
+  if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) return true;
+  if (flags & CU_GET_PROC_ADDRESS_LEGACY_STREAM) return false;
+  void* ptsz = nullptr;
+  auto real = driver().cuGetProcAddress_v2;
+  return real && real(symbol, &ptsz, version, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, nullptr) == CUDA_SUCCESS &&
+         ptsz == pfn;
+}
+
+static void substitute_graph_launch(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  const bool per_thread = per_thread_variant(symbol, *pfn, version, flags);
+  (per_thread ? g_real_graph_launch_ptsz : g_real_graph_launch).store(reinterpret_cast<GraphLaunchFn>(*pfn));
+  *pfn = per_thread ? reinterpret_cast<void*>(&cuGraphLaunch_ptsz) : reinterpret_cast<void*>(&cuGraphLaunch);
+}
+
 // Replaces the driver's answer for the entry points the recorder serves.
-static void substitute(const char* symbol, void** pfn, int version) {
+static void substitute(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (!pfn || !*pfn || !redirecting()) return;
   if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
     if (version >= 12000) {
@@ -125,6 +185,7 @@ static void substitute(const char* symbol, void** pfn, int version) {
   else if (std::strcmp(symbol, "cuMemAllocAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocAsync);
   else if (std::strcmp(symbol, "cuMemAllocFromPoolAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocFromPoolAsync);
   else if (std::strcmp(symbol, "cuMemFreeAsync") == 0) *pfn = reinterpret_cast<void*>(&cuMemFreeAsync);
+  else if (std::strcmp(symbol, "cuGraphLaunch") == 0) substitute_graph_launch(symbol, pfn, version, flags);
   else if (std::strcmp(symbol, "cuMemAllocManaged") == 0) {
     g_real_alloc_managed.store(reinterpret_cast<AllocManagedFn>(*pfn));
     *pfn = reinterpret_cast<void*>(&mneme_cuMemAllocManaged);
@@ -136,7 +197,7 @@ static CUresult mneme_gpa_v2(const char* symbol, void** pfn, int version, cuuint
   auto real = driver().cuGetProcAddress_v2;
   if (!real) return CUDA_ERROR_NOT_INITIALIZED;
   CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version);
+  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
   return r;
 }
 
@@ -144,7 +205,7 @@ static CUresult mneme_gpa_v1(const char* symbol, void** pfn, int version, cuuint
   GpaV1 real = g_real_gpa_v1.load();
   if (!real) return mneme_gpa_v2(symbol, pfn, version, flags, nullptr);
   CUresult r = real(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version);
+  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
   return r;
 }
 
@@ -177,6 +238,10 @@ static void* substitute_cuda_symbol(void* handle, const char* name) {
     return reinterpret_cast<void*>(&cuMemAllocAsync);
   } else if (std::strcmp(name, "cuMemFreeAsync") == 0 && p == reinterpret_cast<void*>(driver().cuMemFreeAsync)) {
     return reinterpret_cast<void*>(&cuMemFreeAsync);
+  } else if (std::strcmp(name, "cuGraphLaunch") == 0 && p == reinterpret_cast<void*>(driver().cuGraphLaunch)) {
+    return reinterpret_cast<void*>(&cuGraphLaunch);
+  } else if (std::strcmp(name, "cuGraphLaunch_ptsz") == 0 && p == reinterpret_cast<void*>(driver().cuGraphLaunch_ptsz)) {
+    return reinterpret_cast<void*>(&cuGraphLaunch_ptsz);
   }
   return p;
 }

@@ -27,6 +27,7 @@
 
 #include "annotations.hpp"
 #include "code_images.hpp"
+#include "graph_expansion.hpp"
 #include "driver_api.hpp"
 #include "elf_symbols.hpp"
 #include "memory_window.hpp"
@@ -52,6 +53,7 @@ struct KernelState {
   std::atomic<bool> finished{false};  // nothing more will be recorded: skip without locking
   long launches = 0;
   long recorded = 0;
+  bool capture_noted = false;  // stderr said once that its captured launches are recorded later
   // Launches whose prologue is on file and whose epilogue is not yet: they hold
   // instance slots (recorded + pending <= -mr), so two threads launching the
   // kernel at once cannot both take its last slot.
@@ -64,18 +66,6 @@ struct FunctionInfo {
   bool layout_known = false;
   std::vector<std::pair<size_t, size_t>> params;  // offset, size
   size_t param_buffer_size = 0;
-};
-
-struct Launch {
-  CUfunction f = nullptr;
-  const char* api = "";
-  unsigned grid[3] = {1, 1, 1};
-  unsigned block[3] = {1, 1, 1};
-  unsigned shared_mem = 0;
-  CUstream stream = nullptr;
-  void** kernel_params = nullptr;
-  void** extra = nullptr;
-  std::vector<std::string> attributes;  // JSON objects of launch attributes
 };
 
 struct Pending {
@@ -410,12 +400,46 @@ bool launch_needs_look(CUfunction f) {
          (known->second->selected && !known->second->finished.load(std::memory_order_relaxed));
 }
 
+// The current context's device, and whether --devices selects it.
+bool device_selected(CUdevice* device) {
+  *device = 0;
+  driver().cuCtxGetDevice(device);
+  const auto& devices = settings().devices;
+  return devices.empty() || std::find(devices.begin(), devices.end(), int(*device)) != devices.end();
+}
+
+// What makes two launches of a kernel the same instance.
+uint64_t launch_identity(const Launch& l, const std::vector<unsigned char>& args) {
+  uint64_t identity = 1469598103934665603ull;
+  identity = fnv1a(identity, l.grid, sizeof l.grid);
+  identity = fnv1a(identity, l.block, sizeof l.block);
+  identity = fnv1a(identity, &l.shared_mem, sizeof l.shared_mem);
+  identity = fnv1a(identity, args.data(), args.size());
+  for (const std::string& a : l.attributes) identity = fnv1a(identity, a.data(), a.size());  // cluster dims, ...
+  return identity;
+}
+
+// A launch into a stream capture does not run: it becomes a kernel node of
+// the graph, recorded when the graph is launched (graph_expansion.cpp).
+bool captured_into_graph(CUstream stream, KernelState& ks) {
+  auto& d = driver();
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (!d.cuStreamIsCapturing || d.cuStreamIsCapturing(stream, &cs) != CUDA_SUCCESS || cs == CU_STREAM_CAPTURE_STATUS_NONE)
+    return false;
+  if (!ks.capture_noted)
+    std::fprintf(stderr, "mneme record: %s: a launch captured into a CUDA graph is recorded when the graph is"
+                 " launched, not at capture\n", ks.name.c_str());
+  ks.capture_noted = true;
+  return true;
+}
+
 void before_launch(const Launch& l, const char* symbol_name) {
   Lock lock(g_mu);
   FunctionInfo& info = function_info(l.f, symbol_name);
   KernelState& ks = *info.kernel;
   t_known[l.f] = &ks;
   if (!settings().eager_loading) t_launch_image = image_of_function(l.f);
+  if (ks.selected && captured_into_graph(l.stream, ks)) return;
   long index = ks.launches++;
   if (!ks.selected || !index_selected(index)) return;
   if (settings().max_instances > 0 && ks.recorded + ks.pending >= settings().max_instances) return;
@@ -425,10 +449,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
   }
   auto& d = driver();
   CUdevice device = 0;
-  d.cuCtxGetDevice(&device);
-  if (!settings().devices.empty() &&
-      std::find(settings().devices.begin(), settings().devices.end(), int(device)) == settings().devices.end())
-    return;
+  if (!device_selected(&device)) return;
   // Lazy loading: the kernel's module may not be in this context yet; load it
   // now (its module-loaded callback runs inside) so that its code, globals and
   // parameter layout are known before the prologue.
@@ -445,21 +466,8 @@ void before_launch(const Launch& l, const char* symbol_name) {
                  ks.name.c_str(), index);
     return;
   }
-  uint64_t identity = 1469598103934665603ull;
-  identity = fnv1a(identity, l.grid, sizeof l.grid);
-  identity = fnv1a(identity, l.block, sizeof l.block);
-  identity = fnv1a(identity, &l.shared_mem, sizeof l.shared_mem);
-  identity = fnv1a(identity, args.data(), args.size());
-  for (const std::string& a : l.attributes) identity = fnv1a(identity, a.data(), a.size());  // cluster dims, ...
+  const uint64_t identity = launch_identity(l, args);
   if (!settings().record_duplicates && ks.seen.count(identity)) return;
-  if (d.cuStreamIsCapturing) {
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d.cuStreamIsCapturing(l.stream, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) {
-      std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: it is captured into a CUDA graph\n",
-                   ks.name.c_str(), index);
-      return;
-    }
-  }
   CUresult sr = d.cuCtxSynchronize();
   if (sr != CUDA_SUCCESS) {
     std::fprintf(stderr, "mneme record: warning: %s launch %ld not recorded: the context reports %s before it\n",
@@ -843,6 +851,8 @@ std::vector<AttrField> attribute_fields(CUlaunchAttributeID id) {
 #undef MNEME_FIELD
 #undef MNEME_SUBFIELD
 
+}  // namespace
+
 // A launch attribute as launch.json lists it; empty for one the driver ignores.
 // cooperative and cluster_dim are decoded (cuLaunchCooperativeKernel records
 // cooperative the same way); the others keep the bytes of their members
@@ -869,6 +879,8 @@ std::string attribute_json(const CUlaunchAttribute& at) {
   }
   return id + "\"name\": \"raw\", \"value_hex\": \"" + hex(bytes, end) + "\"}";
 }
+
+namespace {
 
 Launch launch_of(CUpti_CallbackId cbid, const CUpti_CallbackData* cb) {
   Launch l;
@@ -1000,6 +1012,25 @@ thread_local bool t_inside = false;  // our own driver calls re-enter the callba
 
 }  // namespace
 
+Prospect recording_prospect(const Launch& l) {
+  if (g_disabled) return Prospect::never;
+  Lock lock(g_mu);
+  FunctionInfo& info = function_info(l.f, nullptr);
+  const KernelState& ks = *info.kernel;
+  CUdevice device = 0;
+  if (!ks.selected || ks.finished || !device_selected(&device)) return Prospect::never;
+  if (settings().record_duplicates) return Prospect::maybe;
+  std::vector<unsigned char> args;
+  if (resolve_layout(l.f, info) != CUDA_SUCCESS || !info.layout_known || !param_bytes(l, info, &args))
+    return Prospect::maybe;
+  return ks.seen.count(launch_identity(l, args)) ? Prospect::seen : Prospect::maybe;
+}
+
+std::string kernel_name(CUfunction f) {
+  Lock lock(g_mu);
+  return function_info(f, nullptr).kernel->name;
+}
+
 void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void* cbdata) {
   if (domain == CUPTI_CB_DOMAIN_RESOURCE) {
     // Also inside the recorder's own driver calls (loading the recorded kernel), but for its digest kernel's.
@@ -1014,6 +1045,10 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
   t_inside = true;
   auto* cb = static_cast<const CUpti_CallbackData*>(cbdata);
   bool enter = cb->callbackSite == CUPTI_API_ENTER;
+  if (on_graph_callback(cbid, cb)) {  // graph instantiation, changes, launches (graph_expansion.cpp)
+    t_inside = false;
+    return;
+  }
   switch (cbid) {
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadData:
     case CUPTI_DRIVER_TRACE_CBID_cuModuleLoadDataEx:
@@ -1035,10 +1070,6 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
         remember_library_image(*a->library, a->code);
       break;
     }
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
-    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
-      if (enter) note_graph_launch();
-      break;
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
     case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
@@ -1102,7 +1133,8 @@ void write_recorder_info(const char* cupti_path) {
 void write_done_marker() {
   std::ostringstream os;
   os << "{\"launches_seen\": " << g_launches_seen.load() << ", \"recorded\": " << g_recorded.load()
-     << ", \"graph_launches\": " << graph_launches() << ", \"error\": " << json_string(g_error) << "}\n";
+     << ", \"graph_launches\": " << graph_launches() << ", \"graph_launches_expanded\": " << graph_launches_expanded()
+     << ", \"error\": " << json_string(g_error) << "}\n";
   std::string body = os.str(), error;
   write_file_atomic(spool("done.json"), body.data(), body.size(), &error);
 }

@@ -1,22 +1,8 @@
 #include "usage_warnings.hpp"
 
-#include <atomic>
-#include <cstdio>
-
 #include "uncaptured.hpp"
 
 namespace mneme::rec {
-namespace {
-std::atomic<long> g_graphs{0};
-}
-
-void note_graph_launch() {
-  if (g_graphs++ == 0)
-    std::fprintf(stderr, "mneme record: warning: the application launches CUDA graphs; kernels inside graphs are not"
-                         " recorded (record a run without graphs to capture them)\n");
-}
-
-long graph_launches() { return g_graphs.load(); }
 
 std::vector<std::string> active_usage_warnings() {
   std::vector<std::string> out;

@@ -1,6 +1,6 @@
-// Uses what a recording cannot reproduce faithfully: managed memory, and a
-// kernel launched through a CUDA graph (and inside stream capture). The
-// recording must say so per instance and on stderr, not record wrong.
+// Uses what recordings once could not reproduce: managed memory, and a kernel
+// captured into a CUDA graph (recorded when the graph is launched, node by
+// node). Both instances must be recorded, replayable, with no warning.
 #include <cstdio>
 
 __global__ void bump(int* v, int n) {
@@ -22,10 +22,10 @@ int main() {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  bump<<<1, n, 0, s>>>(managed, n);  // captured: not recorded
+  bump<<<1, n, 0, s>>>(managed, n);  // captured: recorded at the graph's launch
   cudaStreamEndCapture(s, &graph);
   cudaGraphInstantiate(&exec, graph, 0);
-  cudaGraphLaunch(exec, s);  // graph launch: not recorded, warned
+  cudaGraphLaunch(exec, s);  // runs node by node under the recorder
   cudaStreamSynchronize(s);
   std::printf("unsupported: managed[0]=%d\n", managed[0]);
   return managed[0] == 1 ? 0 : 1;
