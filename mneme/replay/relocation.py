@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np  # imported where pointers are scanned: a replay that never scans does not pay for numpy
 
 POINTER_SIZE = 8
 
@@ -68,6 +69,8 @@ class RelocationMap:
         ``start_alignment`` is the address of ``data[0]`` modulo 8, so alignment
         is judged on device addresses, not buffer offsets.
         """
+        import numpy as np
+
         skip = (-start_alignment) % POINTER_SIZE
         view = memoryview(data)[skip:]
         count = len(view) // POINTER_SIZE
@@ -81,6 +84,8 @@ class RelocationMap:
 
     def patch(self, data: bytearray, sites: np.ndarray, original: np.ndarray) -> None:
         """Write the translation of each ``original`` value at its site (in place)."""
+        import numpy as np
+
         if len(sites) == 0:
             return
         out = np.frombuffer(data, dtype=np.uint8)
@@ -103,6 +108,8 @@ class RelocationMap:
 
 def read_values(data: bytes | bytearray | memoryview, sites: np.ndarray) -> np.ndarray:
     """The 8-byte little-endian values at ``sites``."""
+    import numpy as np
+
     raw = np.frombuffer(data, dtype=np.uint8)
     if len(sites) == 0:
         return np.empty(0, dtype="<u8")

@@ -17,10 +17,8 @@ elsewhere cannot leak into the next one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from mneme.errors import ArtifactError, RelocationRefusedError
 from mneme.format.snapshot import Region, Snapshot
@@ -46,10 +44,11 @@ class RegionState:
     # Pointer sites, kept only when the region holds pointers into recorded ranges.
     prologue_bytes: bytearray | None = None
     epilogue_bytes: bytearray | None = None
-    prologue_sites: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    epilogue_sites: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
-    prologue_values: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
-    epilogue_values: np.ndarray = field(default_factory=lambda: np.empty(0, dtype="<u8"))
+    # numpy arrays (relocation.RelocationMap.pointer_sites, read_values) once scanned; empty until then.
+    prologue_sites: Any = ()
+    epilogue_sites: Any = ()
+    prologue_values: Any = ()
+    epilogue_values: Any = ()
 
     @property
     def reset_source(self) -> int:

@@ -70,11 +70,12 @@ def test_a_worker_on_a_local_store_does_not_import_the_s3_client():
     assert _loaded_after(modules, ("minio", "urllib3")) == "[]"
 
 
-def test_a_worker_reaches_its_self_test_without_the_record_agent_or_numpy():
-    """What a worker imports between its CUDA context and its self-test (the process's first context
-    reserves the recorder's default window: mneme.replay.placement, mneme.recording_window) is on the
-    critical path of `mneme tune`'s first result: the record agent's modules and numpy (~0.4 s on the
-    GPU host) are not part of it."""
+def test_a_worker_reaches_its_first_replay_without_the_record_agent_or_numpy():
+    """A worker's imports are on the critical path of `mneme tune`'s first result: its start, the first
+    context's window reservation (mneme.replay.placement, mneme.recording_window) and the replay stack it
+    warms up (EngineSpec.warm_up) import neither the record agent nor numpy (~0.4 s together on the GPU
+    host); numpy comes in only where a replay scans snapshots for pointers (relocation, globals)."""
     modules = ("replay_server.worker, replay_server.cuda_engine, mneme.replay.engine, mneme.replay.selftest, "
-               "mneme.replay.placement, mneme.recording_window, replay_server.device_info")
+               "mneme.replay.placement, mneme.recording_window, replay_server.device_info, mneme.replay.replayer, "
+               "mneme.recorded_execution, mneme.replay.tolerance")
     assert _loaded_after(modules, ("record_agent", "numpy")) == "[]"
