@@ -3,6 +3,8 @@ moto S3 server (modules of those folders, put on sys.path here)."""
 
 from __future__ import annotations
 
+import random
+import socket
 import sys
 import time
 from pathlib import Path
@@ -21,3 +23,23 @@ def wait_until(condition, timeout: float = 20.0, every: float = 0.1):
         if value or time.monotonic() > deadline:
             return value
         time.sleep(every)
+
+
+def free_port_run(count: int) -> int:
+    """The first of ``count`` consecutive loopback ports that are free now, below Linux's ephemeral range
+    (32768-60999), where no connection of another test takes one between this check and the bind."""
+    for _ in range(200):
+        base = random.randrange(20000, 32768 - count)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports found")

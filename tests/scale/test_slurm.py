@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from scale_helpers import TESTS  # noqa: F401  (puts tests/server on sys.path)
+from scale_helpers import TESTS, free_port_run  # noqa: F401  (puts tests/server on sys.path)
 
 from mneme.child_process import mneme_command
 from mneme.errors import ConfigurationError
@@ -69,7 +68,7 @@ def test_the_sbatch_script_runs_servers_and_sharing_tuners(tmp_path):
         "SLURMD_NODENAME": "127.0.0.1", "SLURM_GPUS_ON_NODE": "2",
         "MNEME_PYTHON": sys.executable, "MNEME_STORE": str(store), "MNEME_TUNERS": "2",
         "MNEME_RECORD_DB": str(store / recording.database), "MNEME_RECORD_ID": recording.dynamic_hash,
-        "MNEME_BASE_PORT": str(random.randrange(20000, 40000)),
+        "MNEME_BASE_PORT": str(free_port_run(2)),  # the two GPUs' servers
         "MNEME_SERVE_ARGS": "--engine fake_engine:spec_from_env --host 127.0.0.1 --log-level WARNING --lease 5",
     }
     done = subprocess.run(["bash", str(SBATCH), "--space-preset", "launch", "--launch-dim", "x",
