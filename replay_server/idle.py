@@ -24,17 +24,22 @@ SERVICE_PREFIX = "/mneme.v1.ReplayService/"
 
 
 class Activity:
-    """Calls in progress and when the last one started or ended."""
+    """Calls in progress and when the last one started or ended; closed for good once found idle."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._active = 0
         self._last = time.monotonic()
+        self._closed = False
 
-    def begin(self) -> None:
+    def begin(self) -> bool:
+        """Count a call in; False (not counted) once the server is closing: the call must be refused."""
         with self._lock:
+            if self._closed:
+                return False
             self._active += 1
             self._last = time.monotonic()
+            return True
 
     def end(self) -> None:
         with self._lock:
@@ -45,6 +50,16 @@ class Activity:
         """Seconds since the last call ended; 0 while one is in progress."""
         with self._lock:
             return 0.0 if self._active else time.monotonic() - self._last
+
+    def close_if_idle(self, seconds: float) -> bool:
+        """Close for good when no call has been in progress for ``seconds``; decided under the same lock
+        that lets calls in, so a call (a tuner's probe for a server to reuse) either counts and keeps the
+        server, or comes after and is refused: none is answered by a server about to stop."""
+        with self._lock:
+            if self._active or time.monotonic() - self._last < seconds:
+                return False
+            self._closed = True
+            return True
 
 
 class ActivityInterceptor(grpc.ServerInterceptor):
@@ -65,7 +80,9 @@ class ActivityInterceptor(grpc.ServerInterceptor):
         activity = self.activity
 
         def tracked(request_or_iterator, context):
-            activity.begin()
+            if not activity.begin():
+                context.abort(grpc.StatusCode.UNAVAILABLE,
+                              "this replay server is stopping (no call for --keep-alive seconds); start another")
             if not context.add_callback(activity.end):  # it has ended already
                 activity.end()
             return behavior(request_or_iterator, context)

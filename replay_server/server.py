@@ -227,10 +227,11 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
 
     def stop_when_idle() -> bool:
         # The announcement goes first, so that no tuner finds a server about to stop; one that found it
-        # just before has called it (GetServerInfo): then the server stays, announced again.
+        # just before has called it (GetServerInfo): then the server stays, announced again. A call after
+        # the decision is refused (UNAVAILABLE), so no tuner is answered by a server that then stops.
         while announcers:
             announcers.pop().stop()
-        if server.activity.idle_for() < options.keep_alive:
+        if not server.activity.close_if_idle(options.keep_alive):  # from here on, calls are refused
             if options.announce:
                 announcers.append(start_announcer(server, port))
             return False
