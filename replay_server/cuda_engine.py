@@ -89,8 +89,8 @@ class CudaEngineSpec:
     name: str = "cuda"
 
     def warm_up(self) -> None:
-        # The replay stack (numpy, the snapshot and chunk readers, the recording's model): 0.3-0.4 s of
-        # imports on the H100 host, now beside the driver's start and the CUDA context (which release the GIL).
+        # The replay stack (the snapshot and chunk readers, the recording's model, the replayer): ~0.2 s of
+        # imports on the H100 host, beside the driver's start and the CUDA context (which release the GIL).
         import mneme.recorded_execution  # noqa: F401
         import mneme.replay.replayer  # noqa: F401
         import mneme.replay.tolerance  # noqa: F401

@@ -68,7 +68,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from record_agent.options import DEFAULT_VA_BASE, RecordOptions, parse_instances, parse_ranks
+    from mneme.recording_window import DEFAULT_VA_BASE
+    from record_agent.options import RecordOptions, parse_instances, parse_ranks
     from record_agent.session import record
 
     command = application_command(args)

@@ -18,10 +18,11 @@ from mneme.format import vecadd_code
 from mneme.format.database import AddressSpace, DeviceInfo, KernelParam, KernelSignature, RecorderInfo
 from mneme.format.hashing import static_hash
 from mneme.format.writer import RecordingWriter, RegionSource, new_database
+from mneme.recording_window import DEFAULT_VA_BASE
 from mneme.store import Store, open_store
 
 #: Where the synthetic allocations live: the recorder's default fixed window.
-WINDOW_BASE = 0x200000000000  # record_agent.options.DEFAULT_VA_BASE
+WINDOW_BASE = DEFAULT_VA_BASE
 _ALIGN = 512
 _WINDOW_GRANULARITY = 2 << 20
 

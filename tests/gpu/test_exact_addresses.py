@@ -22,7 +22,7 @@ import synthetic_recordings as synth  # noqa: E402
 from gpu_env import child_env  # noqa: E402
 from mneme.errors import RelocationRefusedError  # noqa: E402
 from mneme.recorded_execution import RecordedExecution  # noqa: E402
-from record_agent.options import DEFAULT_VA_BASE, FALLBACK_VA_BASES  # noqa: E402
+from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES  # noqa: E402
 from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: E402,F401 (fixtures)
 
 pytestmark = pytest.mark.gpu

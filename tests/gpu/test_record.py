@@ -24,7 +24,7 @@ import pytest
 
 from mneme.format.layout import is_hash_id
 from mneme.recorded_execution import RecordedExecution
-from record_agent.options import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
 from gpu_env import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu

@@ -9,7 +9,8 @@ import pytest
 
 from mneme.cli import build_parser
 from mneme.errors import ConfigurationError
-from record_agent.options import DEFAULT_VA_BASE, FALLBACK_VA_BASES, InstanceSlice, RecordOptions, parse_instances, parse_ranks
+from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from record_agent.options import InstanceSlice, RecordOptions, parse_instances, parse_ranks
 from record_agent.ranks import detect_rank, rank_selected
 
 

@@ -22,7 +22,7 @@ from mneme.format.hashing import static_hash
 from mneme.format.policy import VerifyPolicy
 from mneme.format.writer import RecordingWriter, RegionSource, new_database
 from mneme.store import open_store
-from record_agent.options import DEFAULT_VA_BASE
+from mneme.recording_window import DEFAULT_VA_BASE
 
 DATA = Path(__file__).parent / "data"
 WINDOW = DEFAULT_VA_BASE

@@ -18,7 +18,7 @@ from mneme.replay.address_map import (
     read_maps,
     zones_overlapping,
 )
-from record_agent.options import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
 
 OLD_DEFAULT_BASE = 0x7F0000000000
 #: The windows of 8 GPUs at the largest -vass the docs suggest (device d at base + d * size).
