@@ -44,7 +44,7 @@ from mneme.format.snapshot import build_snapshot
 from mneme.mneme_types import Dim3
 from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin, triton_cache
-from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
+from record_agent.spool import SpoolEntry, SpoolModule, entries_in_order, read_entry, read_module
 from record_agent.support import unsupported_reasons
 
 POINTER_SIZE = 8
@@ -164,11 +164,12 @@ class EntryStats:
 
 @dataclass
 class ConversionStats:
-    instances: int = 0
+    instances: int = 0  # written to databases, abandoned ones included
     bytes: int = 0
     databases: set[str] = field(default_factory=set)
     kernels: set[str] = field(default_factory=set)
-    entries: list[EntryStats] = field(default_factory=list)
+    entries: list[EntryStats] = field(default_factory=list)  # the captured instances
+    abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, reason) of instances abandoned at a deadline
 
     @property
     def stall_s(self) -> float:
@@ -348,6 +349,15 @@ class SpoolConverter:
             out[phase] = ObjectRef(name, sha, size)
         return out
 
+    @staticmethod
+    def _empty_snapshots(writer: RecordingWriter, static: str, dyn: str) -> dict[str, ObjectRef]:
+        """Snapshots without regions, for an instance the recorder abandoned (replay refuses it before reading them)."""
+        out = {}
+        for phase in PHASES:
+            name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, (), writer.chunk_size))
+            out[phase] = ObjectRef(name, sha, size)
+        return out
+
     def convert(self, path: Path) -> str:
         """Convert one committed entry; returns the database name. The entry is deleted afterwards."""
         started = time.monotonic()
@@ -376,11 +386,16 @@ class SpoolConverter:
             db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence, attributes_key(attributes)
         )
         stats = PipelineStats()
-        refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
+        if entry.abandoned:
+            refs = self._empty_snapshots(writer, db.static_hash, dyn)
+            unsupported = (abandoned_reason(entry),)
+        else:
+            refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
+            unsupported = unsupported_reasons(entry, code.ptx, attributes)
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), attributes, unsupported_reasons(entry, code.ptx, attributes),
+            None, tuple(dict.fromkeys(warnings)), attributes, unsupported,
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         db = writer.commit(db.add_instance(instance))
@@ -389,7 +404,10 @@ class SpoolConverter:
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)
         self.stats.databases.add(db.name if entry.device == 0 else f"device{entry.device}/{db.name}")
         self.stats.kernels.add(entry.kernel)
-        self.stats.entries.append(_entry_stats(entry, stats, started))
+        if entry.abandoned:
+            self.stats.abandoned.append((entry.kernel, entry.abandoned))
+        else:
+            self.stats.entries.append(_entry_stats(entry, stats, started))
         shutil.rmtree(path, ignore_errors=True)
         if self._on_commit:
             self._on_commit()
@@ -398,12 +416,21 @@ class SpoolConverter:
     def convert_ready(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Convert every committed entry now in the spool; returns how many."""
         done = 0
-        for path in committed_entries(self.spool_dir):
+        for path in entries_in_order(self.spool_dir):
+            captured = len(self.stats.entries)
             self.convert(path)
             done += 1
             if progress:
-                progress(done, self.stats.entries[-1].snapshot_bytes)
+                progress(done, self.stats.entries[-1].snapshot_bytes if len(self.stats.entries) > captured else 0)
         return done
+
+
+def abandoned_reason(entry: SpoolEntry) -> str:
+    """The ``unsupported`` reason of an instance the recorder abandoned at a deadline."""
+    return (
+        f"the recorder abandoned this launch: {entry.abandoned}; its snapshots were not taken, so it cannot be "
+        "replayed (docs/recording.md, Threads and deadlines)"
+    )
 
 
 def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> EntryStats:

@@ -125,6 +125,7 @@ def stats_document(summary: "RecordSummary", stats: "ConversionStats") -> dict:
         "pipeline": total.as_dict(),
         "rates": total.rates(),
         "entries": [e.as_dict() for e in stats.entries],
+        "abandoned": [{"kernel": kernel, "reason": reason} for kernel, reason in stats.abandoned],
     }
 
 

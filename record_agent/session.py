@@ -48,7 +48,8 @@ class RecordSummary:
     databases: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     launches_seen: int | None = None
-    abandoned: int = 0
+    abandoned: int = 0  # launches whose recording was cut short by the application's end (spool .tmp leftovers)
+    deadline_abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, why): abandoned at a deadline
     errors: list[str] = field(default_factory=list)
     snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
     copied_bytes: int = 0  # of which copied off the device (the rest was unchanged since an earlier snapshot)
@@ -201,6 +202,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     summary.launches_seen = None if done is None else done.get("launches_seen")
     summary.abandoned = len(abandoned_entries(spool_dir))
     summary.instances = converter.stats.instances
+    summary.deadline_abandoned = list(converter.stats.abandoned)
     summary.databases = sorted(converter.stats.databases)
     summary.kernels = sorted(converter.stats.kernels)
     summary.snapshot_bytes = sum(e.snapshot_bytes for e in converter.stats.entries)
@@ -268,6 +270,12 @@ def _report(summary: RecordSummary, log) -> None:
         # The recorder watches launches only while a loaded kernel matches the selection.
         seen = f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""
         print(f"mneme record: nothing recorded{seen}; check --kernel, --instances and -mr", file=log)
+    if summary.deadline_abandoned:
+        kernels = len({k for k, _ in summary.deadline_abandoned})
+        _, first_reason = summary.deadline_abandoned[0]
+        print(f"mneme record: {len(summary.deadline_abandoned)} instance(s) of {kernels} kernel(s) were abandoned at a "
+              f"deadline and written unsupported (`mneme ls --long` says why; --deadline raises it); the first: "
+              f"{first_reason}", file=log)
     if summary.abandoned:
         print(f"mneme record: {summary.abandoned} launch(es) were being recorded when the application ended; they are not in the recording", file=log)
     for error in summary.errors:
