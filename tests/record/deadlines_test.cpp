@@ -199,6 +199,34 @@ void holders_count_once() {
   std::printf("ok holders_count_once\n");
 }
 
+void away_does_not_hold_up_an_owner() {
+  std::atomic<int> phase{0};
+  std::thread graph([&] {
+    gate::enter(gate::graph_launch);  // inside the recorder's graph launch
+    {
+      gate::Away away;  // waiting for the agent
+      phase = 1;
+      while (phase < 2) std::this_thread::sleep_for(5ms);
+    }  // counts again: waits while the owner records
+    phase = 3;
+    gate::leave(gate::graph_launch);
+  });
+  while (phase < 1) std::this_thread::yield();
+  gate::enter(gate::launch_callback);
+  auto t0 = Clock::now();
+  std::string why;
+  check(gate::acquire(deadline_after(2.0), &why) == gate::Acquired::yes, "acquires");
+  check(since(t0) < 0.1, "the away thread is not waited for", since(t0));
+  phase = 2;
+  std::this_thread::sleep_for(100ms);
+  check(phase == 2, "coming back waits at the closed gate");
+  gate::release();
+  gate::leave(gate::launch_callback);
+  graph.join();
+  check(phase == 3 && gate::launching() == 0, "then it went on", gate::launching());
+  std::printf("ok away\n");
+}
+
 void quiesce_runs_alone() {
   std::atomic<int> phase{0};
   std::thread inside([&] {
@@ -227,6 +255,7 @@ int main() {
   gate_drains_launches_inside_the_driver();
   two_recorders_take_turns();
   holders_count_once();
+  away_does_not_hold_up_an_owner();
   quiesce_runs_alone();
   std::printf("all ok\n");
   return 0;

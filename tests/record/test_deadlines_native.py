@@ -38,6 +38,6 @@ def test_worker_gate_and_deadline_settings(program):
     lines = proc.stdout.splitlines()
     for case in ("settings", "worker", "gate_waits_for_the_owner", "gate_gives_up_on_a_late_owner",
                  "gate_drains_launches_inside_the_driver", "two_recorders_take_turns", "holders_count_once",
-                 "quiesce"):
+                 "away", "quiesce"):
         assert f"ok {case}" in lines, proc.stdout
     assert lines[-1] == "all ok"

@@ -33,8 +33,9 @@ DeadlineSettings load_deadline_settings() {
 }  // namespace
 
 const DeadlineSettings& deadline_settings() {
-  static const DeadlineSettings s = load_deadline_settings();
-  return s;
+  // Never destroyed: workers may read it while the process exits.
+  static const DeadlineSettings* s = new DeadlineSettings(load_deadline_settings());
+  return *s;
 }
 
 double deadline_seconds(uint64_t bytes) {
@@ -208,6 +209,20 @@ void leave(Holder h) {
   if (!(t_held & h)) return;
   t_held &= ~unsigned(h);
   if (t_held == 0) state().launching.fetch_sub(1);
+}
+
+Away::Away() : held_(t_held) {
+  if (held_) {
+    t_held = 0;
+    state().launching.fetch_sub(1);
+  }
+}
+
+Away::~Away() {
+  if (held_) {
+    count_in(state());
+    t_held = held_;
+  }
 }
 
 Acquired acquire(Clock::time_point until, std::string* why) {

@@ -62,8 +62,9 @@ class Worker {
 // launches of other threads wait before they enter the driver, so that only
 // the recorded kernel changes device memory between the two snapshots.
 //
-// Every watched launch calls enter() first and leave() when it returned from
-// the driver. A launch that is to be recorded then calls acquire(): the gate
+// Every watched launch calls enter() as the last step of its enter callback
+// (right before the driver runs it) and leave() when it returned from the
+// driver. A launch that is to be recorded calls acquire() before: the gate
 // closes, and the launches already past it are waited for (they are in the
 // driver for microseconds). The owner publishes its deadline (acquire,
 // extend); a waiter waits at most until that deadline plus a grace, then
@@ -78,6 +79,21 @@ enum Holder : unsigned { launch_callback = 1, graph_launch = 2 };
 
 void enter(Holder h);
 void leave(Holder h);
+
+// While the calling thread waits for something long of its own (the spool's
+// back-pressure, a module load) it does not count as inside a launch, so an
+// owner does not wait for it; on leaving scope it counts again (waiting at the
+// gate first, if closed).
+class Away {
+ public:
+  Away();
+  ~Away();
+  Away(const Away&) = delete;
+  Away& operator=(const Away&) = delete;
+
+ private:
+  unsigned held_;
+};
 
 enum class Acquired { yes, refused, late };
 // The calling thread (entered) becomes the owner. `refused`: another owner
@@ -94,8 +110,8 @@ bool owned();
 // Closes the gate like acquire(), waits until no other thread is inside a
 // launch, runs `action`, opens the gate. False (nothing run) when another
 // owner holds the gate or launches did not leave the driver by `until`. Used
-// to switch the launch callbacks off: no launch is then between its enter and
-// exit callbacks, so none loses its exit.
+// to switch the launch callbacks off (one launching thread only): no launch is
+// then between its enter and exit callbacks, so none loses its exit.
 bool quiesce(Clock::time_point until, const std::function<void()>& action);
 
 // Tests: launches currently counted as inside the driver.

@@ -210,6 +210,10 @@ thread_local const void* t_launch_image = nullptr;
 // are the application's. Always true on the workers' threads.
 thread_local bool t_writing_snapshot = false;
 thread_local bool t_inside = false;  // our own driver calls re-enter the callback
+// Threads that launched with the launch callbacks on (they stay on once there are several).
+std::atomic<int> g_launch_threads{0};
+thread_local bool t_launched = false;
+thread_local bool t_callbacks_went_off = false;  // this thread switched them off in its current callback
 thread_local std::unique_ptr<Pending> t_pending;
 
 // The recorder's tables, locked with a deadline (false: not locked; the
@@ -265,10 +269,11 @@ bool launch_callbacks_wanted() {
 }
 
 // Not under g_mu (CUPTI is called outside the recorder's lock): switches the
-// launch callbacks to what launch_callbacks_wanted() says. Off only while no
-// launch is between its enter and exit callbacks (gate::quiesce), so that no
-// launch loses its exit callback; when that cannot be had now, a later call
-// switches.
+// launch callbacks to what launch_callbacks_wanted() says. Off (eager loading
+// only) only while one application thread launches and no launch is between
+// its enter and exit callbacks (gate::quiesce), so that no launch loses its
+// exit callback and stays counted at the gate; when that cannot be had now, a
+// later call switches.
 void apply_launch_callbacks() {
   static auto* switch_mu = new std::timed_mutex;
   std::unique_lock<std::timed_mutex> switching(*switch_mu, std::defer_lock);
@@ -284,8 +289,14 @@ void apply_launch_callbacks() {
   }
   if (want) {
     g_launch_switch(true);
+  } else if (g_launch_threads.load() > 1) {
+    // Several threads launch: a launch of another thread could be inside its
+    // enter callback now, count itself inside the driver at its end and lose
+    // its exit callback; the recording gate would then wait for it in vain.
+    return;
   } else if (!gate::quiesce(deadline_after(deadline_seconds()), [] {
                g_launch_switch(false);
+               t_callbacks_went_off = true;
                gate::leave(gate::launch_callback);  // this thread's own exit callback may not come now
              })) {
     return;
@@ -905,7 +916,10 @@ void before_launch(const Launch& l, const char* symbol_name) {
   // Lazy loading: the kernel's module may not be in this context yet; load it
   // now (its module-loaded callback runs inside, and takes g_mu itself) so that
   // its code, globals and parameter layout are known before the prologue.
-  if (!module_known) load_function(l.f);
+  if (!module_known) {
+    gate::Away away;  // inside the recorder's graph launch: no owner waits for this load
+    load_function(l.f);
+  }
   CUresult lr = CUDA_SUCCESS;
   const Layout layout = function_layout(l.f, *info, &lr);
   if (!layout.known) {
@@ -955,7 +969,12 @@ void before_launch(const Launch& l, const char* symbol_name) {
 
   // The spool's back-pressure, before the gate: only this thread waits for the agent.
   std::string why;
-  if (!wait_for_spool_room(&p->spool_wait, &why)) return abandon(std::move(p), why);
+  bool room;
+  {
+    gate::Away away;  // no owner waits for this thread while it waits for the agent
+    room = wait_for_spool_room(&p->spool_wait, &why);
+  }
+  if (!room) return abandon(std::move(p), why);
 
   switch (gate::acquire(deadline_after(deadline_seconds()), &why)) {
     case gate::Acquired::yes:
@@ -1574,9 +1593,12 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
       // a pending launch at an enter, or one whose exit names another launch,
       // lost its exit callback: it is dropped, never committed after another launch.
       if (enter) {
+        if (!t_launched) {
+          t_launched = true;
+          g_launch_threads.fetch_add(1);
+        }
+        t_callbacks_went_off = false;
         if (t_pending) drop_pending(std::move(t_pending), "its launch's exit callback never came");
-        // Every watched launch: it waits here while another thread's launch is recorded.
-        gate::enter(gate::launch_callback);
         t_launch_image = nullptr;  // before_launch sets it where the module may load inside this launch
         CUfunction f = launched_function(cbid, cb);
         if (f && launch_needs_look(f)) before_launch(launch_of(cbid, cb), cb->symbolName);
@@ -1584,6 +1606,11 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
           t_pending->cbid = cbid;
           if (cb->correlationData) *cb->correlationData = t_pending->token;
         }
+        // Every watched launch, right before the driver runs it: it waits here
+        // while another thread's launch is recorded (the recording thread owns
+        // the gate and passes). Not when this callback switched the launch
+        // callbacks off: its exit callback will not come.
+        if (!t_callbacks_went_off) gate::enter(gate::launch_callback);
       } else {
         t_launch_image = nullptr;
         if (t_pending) {
