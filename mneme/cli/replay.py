@@ -104,7 +104,7 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def build_config(args: argparse.Namespace, instance: Any):
     """Recorded launch, then the config file, then the flags."""
-    from mneme.mneme_types import ExperimentConfiguration
+    from mneme.model.experiment import ExperimentConfiguration
 
     data: dict[str, Any] = {
         "grid": instance.grid_dim.to_dict(),
@@ -154,7 +154,7 @@ def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_j
 
 
 def run(args: argparse.Namespace) -> int:
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
     from mneme.replay.tolerance import ToleranceOverrides, tolerance_flags

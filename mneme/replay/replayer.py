@@ -19,8 +19,14 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mneme.errors import ArtifactError, ConfigurationError, MnemeError, NotAvailableError
-from mneme.mneme_types import (
+from mneme._internal.startup_trace import mark
+from mneme.errors import (
+    ArtifactError,
+    ConfigurationError,
+    MnemeError,
+    NotAvailableError,
+)
+from mneme.model.experiment import (
     STATUS_COMPILE_ERROR,
     STATUS_FAILED_VERIFICATION,
     STATUS_INTERNAL_ERROR,
@@ -33,10 +39,15 @@ from mneme.mneme_types import (
     ExperimentResult,
 )
 from mneme.replay import engine as eng
-from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, compile_for
+from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for
 from mneme.replay.launch_attrs import plan_for
+from mneme.replay.nondeterminism import (
+    DEFAULT_RUNS,
+    DEFAULT_SAFETY,
+    DerivedTolerance,
+    summarize,
+)
 from mneme.replay.state import DeviceState
-from mneme.replay.nondeterminism import DEFAULT_RUNS, DEFAULT_SAFETY, DerivedTolerance, summarize
 from mneme.replay.tolerance import (
     TOLERANCE_MODES,
     ToleranceOverrides,
@@ -46,7 +57,6 @@ from mneme.replay.tolerance import (
     judge,
     worse,
 )
-from mneme.startup_trace import mark
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024

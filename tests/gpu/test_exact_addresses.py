@@ -15,15 +15,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: F401 (fixtures)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-import synthetic_recordings as synth  # noqa: E402
-
-from gpu_env import child_env  # noqa: E402
-from mneme.errors import RelocationRefusedError  # noqa: E402
-from mneme.recorded_execution import RecordedExecution  # noqa: E402
-from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES  # noqa: E402
-from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: E402,F401 (fixtures)
+import mneme.testing.synthetic_recordings as synth
+from mneme.errors import RelocationRefusedError
+from mneme.recording.execution import RecordedExecution
+from mneme.recording.window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 FRESH_PROCESSES = 8

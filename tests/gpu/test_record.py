@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from mneme.format.layout import is_hash_id
-from mneme.recorded_execution import RecordedExecution
-from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
-from gpu_env import child_env  # noqa: E402
+from mneme.recording.execution import RecordedExecution
+from mneme.recording.window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.testing.gpu import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -16,12 +16,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-import synthetic_recordings as synth  # noqa: E402
-
-from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
-from mneme.recorded_execution import RecordedExecution  # noqa: E402
-from gpu_env import child_env  # noqa: E402
+import mneme.testing.synthetic_recordings as synth
+from mneme.model.experiment import ExperimentConfiguration
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -382,7 +380,7 @@ def test_faulting_kernel_is_a_runtime_error_and_poisons_the_replayer(tmp_path):
     code = textwrap.dedent(
         f"""
         import json
-        from mneme.recorded_execution import RecordedExecution
+        from mneme.recording.execution import RecordedExecution
         from mneme.replay import Replayer
         rec = RecordedExecution.from_json({str(path)!r})
         r = Replayer(rec, rec.single_instance().record_id)
@@ -406,7 +404,7 @@ def test_hanging_kernel_times_out_and_poisons_the_replayer(tmp_path):
     code = textwrap.dedent(
         f"""
         import json, time
-        from mneme.recorded_execution import RecordedExecution
+        from mneme.recording.execution import RecordedExecution
         from mneme.replay import Replayer
         rec = RecordedExecution.from_json({str(path)!r})
         r = Replayer(rec, rec.single_instance().record_id, timeout_s=1.0)

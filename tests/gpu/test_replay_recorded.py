@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from mneme.recorded_execution import RecordedExecution
 from test_record import mneme_record, programs, recorder_lib  # noqa: F401  (fixtures)
+
+from mneme.recording.execution import RecordedExecution
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
