@@ -154,16 +154,20 @@ def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_j
 
 
 def run(args: argparse.Namespace) -> int:
+    from mneme.model.verification import VerificationSettings
     from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
-    from mneme.replay.tolerance import ToleranceOverrides, tolerance_flags
+    from mneme.replay.tolerance import tolerance_flags
 
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
     config = build_config(args, instance)
     mode, policies = tolerance_flags(args.tolerance, args.tolerance_file)
+    verification = VerificationSettings(mode=mode or "exact", runs=args.tolerance_runs, overrides=policies,
+                                        relocate=False if args.no_relocate else None,
+                                        every_iteration=args.verify_every_launch)
     options = CompileOptions(max_registers=args.max_registers)
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
@@ -173,15 +177,11 @@ def run(args: argparse.Namespace) -> int:
         recording,
         instance.record_id,
         device=args.device,
-        tolerance_overrides=ToleranceOverrides.from_mapping(policies),
+        verification=verification,
         compile_options=options,
-        verify_every_iteration=args.verify_every_launch,
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
-        tolerance=mode or "exact",
-        tolerance_runs=args.tolerance_runs,
-        relocate=False if args.no_relocate else None,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:

@@ -578,9 +578,9 @@ class AsyncReplayExecutor:
         """How the servers verify the replays asked for from now on (``InstanceRef.tolerance``): ``""`` or
         ``exact``, ``auto``, or a JSON object of policies by region (the tuner's derived bounds). A new
         setting is a new prepared instance on the servers (restored on a worker's first replay of it)."""
-        from mneme.replay.tolerance import instance_tolerance
+        from mneme.replay.tolerance import verification_from_wire
 
-        instance_tolerance(tolerance, self.tolerance_overrides, self.tolerance_runs)  # fails here, not on every server
+        verification_from_wire(tolerance, self.tolerance_overrides, self.tolerance_runs)  # fails here, not on every server
         self.tolerance = tolerance
         self._instance = None  # made again with the new setting
 

@@ -111,13 +111,11 @@ class CudaEngineSpec:
         mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
-        from mneme.replay.tolerance import instance_tolerance
+        from mneme.replay.tolerance import verification_from_wire
 
-        tolerance = instance_tolerance(instance.tolerance, instance.tolerance_overrides, instance.tolerance_runs)
-        return CudaPreparedInstance(
-            Replayer(recording, instance.record_id, device=device, **tolerance.replayer_arguments(),
-                     relocate=False if instance.no_relocate else None)
-        )
+        verification = verification_from_wire(instance.tolerance, instance.tolerance_overrides,
+                                               instance.tolerance_runs, instance.no_relocate)
+        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device, verification=verification))
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -26,7 +26,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
-from mneme.replay.tolerance import instance_tolerance
+from mneme.replay.tolerance import verification_from_wire
 from mneme.store.keys import is_local_store, local_revision, store_has
 from replay_server.protocol import replay_pb2, replay_pb2_grpc
 from replay_server.protocol.convert import (
@@ -78,7 +78,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
         revision = self._revision(key)
         try:
-            instance_tolerance(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
+            verification_from_wire(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
         return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides,

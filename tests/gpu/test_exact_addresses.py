@@ -19,6 +19,7 @@ from test_record import mneme_record, only_database, programs, recorder_lib  # n
 
 import mneme.testing.synthetic_recordings as synth
 from mneme.errors import RelocationRefusedError
+from mneme.model.verification import VerificationSettings
 from mneme.recording.execution import RecordedExecution
 from mneme.recording.window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
 from mneme.testing.gpu import child_env
@@ -80,8 +81,8 @@ def test_one_process_holds_recordings_at_several_bases_and_reports_a_busy_range(
             result = second.run(second.baseline())
             assert result.verified and result.relocated and result.relocation_reason == second.relocation_reason
         with pytest.raises(RelocationRefusedError, match="in use by another replay"):
-            Replayer(new, new.single_instance().record_id, relocate=False)
-    with Replayer(new, new.single_instance().record_id, relocate=False) as again:  # released: placed again
+            Replayer(new, new.single_instance().record_id, verification=VerificationSettings(relocate=False))
+    with Replayer(new, new.single_instance().record_id, verification=VerificationSettings(relocate=False)) as again:  # released: placed again
         assert not again.relocated_heap
 
 

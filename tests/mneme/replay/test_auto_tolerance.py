@@ -10,6 +10,7 @@ import pytest
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.policy import VerifyPolicy
 from mneme.model.experiment import ExperimentResult
+from mneme.model.verification import DEFAULT_RUNS
 from mneme.replay.nondeterminism import (
     DETERMINISTIC_MISMATCH,
     EXACT,
@@ -33,11 +34,12 @@ from mneme.replay.tolerance import (
     SOURCE_RECORDED,
     ToleranceOverrides,
     deviation,
-    instance_tolerance,
     is_exact,
     judge,
+    judged_overrides,
     parse_tolerance_setting,
     tolerance_flags,
+    verification_from_wire,
     worse,
 )
 from mneme.store import open_store
@@ -165,7 +167,7 @@ def test_tolerance_settings_on_the_wire():
     assert parse_tolerance_setting("")[0] == "exact"
     assert parse_tolerance_setting("auto")[0] == "auto"
     mode, overrides = parse_tolerance_setting('{"acc": "f32:ulp:12"}')
-    assert mode == "exact" and overrides.by_name["acc"] == VerifyPolicy("f32", "ulp", 12)
+    assert mode == "exact" and overrides == {"acc": "f32:ulp:12"}
     with pytest.raises(ConfigurationError, match="exact"):
         parse_tolerance_setting("sometimes")
 
@@ -197,17 +199,18 @@ def test_explicit_policies_win_over_the_policies_beneath_them():
     assert ToleranceOverrides.empty().over(derived).resolve("out", 5, None)[0] == VerifyPolicy("f32", "ulp", 48)
 
 
-def test_an_instances_tolerance_from_its_three_wire_fields():
-    tolerance = instance_tolerance(json.dumps({"acc": "f32:ulp:12"}), json.dumps({"acc": "f64:absolute:1"}), 4)
-    assert tolerance.mode == "exact" and tolerance.runs == 4
-    assert tolerance.overrides.resolve("acc", 0, None)[0] == VerifyPolicy("f64", "absolute", 1.0)  # explicit wins
-    arguments = instance_tolerance("auto").replayer_arguments()
-    assert arguments["tolerance"] == "auto" and "tolerance_runs" not in arguments  # 0: the Replayer's default
-    assert instance_tolerance("auto", "", 12).replayer_arguments()["tolerance_runs"] == 12
+def test_an_instances_verification_from_its_wire_fields():
+    settings = verification_from_wire(json.dumps({"acc": "f32:ulp:12"}), json.dumps({"acc": "f64:absolute:1"}), 4)
+    assert settings.mode == "exact" and settings.runs == 4 and settings.relocate is None
+    assert judged_overrides(settings).resolve("acc", 0, None)[0] == VerifyPolicy("f64", "absolute", 1.0)  # explicit wins
+    assert judged_overrides(settings).resolve("out", 0, None)[0] == VerifyPolicy()  # no policy beneath selects it
+    assert verification_from_wire("auto").runs == DEFAULT_RUNS  # 0: the default
+    assert verification_from_wire("auto", "", 12).runs == 12
+    assert verification_from_wire("", no_relocate=True).relocate is False
     with pytest.raises(ConfigurationError, match="at least 2 runs"):
-        instance_tolerance("auto", "", 1)
+        verification_from_wire("auto", "", 1)
     with pytest.raises(ConfigurationError, match="JSON object"):
-        instance_tolerance("auto", "acc=f32:ulp:1")
+        verification_from_wire("auto", "acc=f32:ulp:1")
 
 
 # -- dtype guesses ------------------------------------------------------------------------------

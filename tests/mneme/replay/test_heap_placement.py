@@ -13,11 +13,12 @@ import json
 import mmap
 
 import pytest
-import mneme.testing.synthetic_recordings as synth
 
 import mneme.testing.fake_native_engine as fake_native_engine
+import mneme.testing.synthetic_recordings as synth
 from mneme.cli import main
 from mneme.errors import RelocationRefusedError
+from mneme.model.verification import VerificationSettings
 from mneme.recording.execution import RecordedExecution
 from mneme.replay import engine as eng
 from mneme.replay import placement
@@ -144,11 +145,11 @@ def vecadd_db(tmp_path):
     return synth.vecadd(tmp_path / "rec", n=4096, block=256)
 
 
-def _replayer(db, **options):
+def _replayer(db, relocate=None):
     from mneme.replay import Replayer
 
     rec = RecordedExecution.from_json(str(db))
-    return Replayer(rec, rec.single_instance().record_id, **options)
+    return Replayer(rec, rec.single_instance().record_id, verification=VerificationSettings(relocate=relocate))
 
 
 def test_a_free_recorded_range_replays_at_its_addresses(space, vecadd_db):
