@@ -23,7 +23,8 @@ def recorder(tmp_path_factory) -> Path:
     build = tmp_path_factory.mktemp("rec")
     (build / "src").mkdir()
     (build / "src" / "CMakeLists.txt").write_text(
-        f"cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
+        f"cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory({ROOT / 'native' / 'common'} common)\n"
+        f"add_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
     )
     subprocess.run(["cmake", "-S", build / "src", "-B", build / "b", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)
     subprocess.run(["cmake", "--build", build / "b", "-j4"], check=True, capture_output=True)

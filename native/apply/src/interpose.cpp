@@ -9,11 +9,12 @@
 #include <atomic>
 #include <cstring>
 
+#include "mneme/common/driver_api.hpp"
+
 #include "applier.hpp"
-#include "driver_api.hpp"
 
 using mneme::apply::LaunchCall;
-using namespace mneme::rec;
+using namespace mneme::common;
 
 namespace {
 

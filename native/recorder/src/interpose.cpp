@@ -11,12 +11,14 @@
 #include <atomic>
 #include <cstring>
 
-#include "driver_api.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
+
 #include "graph_expansion.hpp"
 #include "memory_window.hpp"
-#include "settings.hpp"
 #include "uncaptured.hpp"
 
+using namespace mneme::common;
 using namespace mneme::rec;
 
 namespace {

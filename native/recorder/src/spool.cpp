@@ -17,8 +17,10 @@
 #include <mutex>
 #include <thread>
 
-#include "driver_api.hpp"
-#include "settings.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 

@@ -10,7 +10,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "gpu_digest.hpp"
+#include "mneme/common/gpu_digest.hpp"
 
 namespace mneme::rec {
 
@@ -31,11 +31,11 @@ struct Piece {
   uint64_t offset = 0;
   uint64_t size = 0;
   bool has_digest = false;  // computed on the GPU (gpu_digest.hpp)
-  Digest digest;
+  common::Digest digest;
   bool copied = true;  // false: the same bytes were captured before (its digest says which); a hole in the stripe
 };
 
-using DigestSet = std::unordered_set<Digest, DigestHash>;
+using DigestSet = std::unordered_set<common::Digest, common::DigestHash>;
 
 struct DeviceRegion {
   uint64_t base = 0;

@@ -1,10 +1,10 @@
-#include "driver_api.hpp"
+#include "mneme/common/driver_api.hpp"
 
 #include <dlfcn.h>
 
 #include <mutex>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 DlsymFn real_dlsym_function() {
   static DlsymFn fn = [] {
@@ -130,4 +130,4 @@ const char* error_string(CUresult r) {
   return s ? s : "unknown CUDA error";
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common
