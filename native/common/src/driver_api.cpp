@@ -4,20 +4,9 @@
 
 #include <mutex>
 
+#include "mneme/common/interpose.hpp"
+
 namespace mneme::common {
-
-DlsymFn real_dlsym_function() {
-  static DlsymFn fn = [] {
-    // glibc >= 2.34 versions dlsym as GLIBC_2.34, older ones as GLIBC_2.2.5.
-    auto f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
-    if (!f) f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
-    return f;
-  }();
-  return fn;
-}
-
-void* real_dlsym(void* handle, const char* name) { return real_dlsym_function()(handle, name); }
-
 namespace {
 
 template <typename F>

@@ -104,11 +104,6 @@ bool driver_loading();
 // (check `loaded`).
 DriverApi& driver();
 
-// The real dlsym of the C library (our exported `dlsym` shadows it).
-using DlsymFn = void* (*)(void*, const char*);
-DlsymFn real_dlsym_function();
-void* real_dlsym(void* handle, const char* name);
-
 const char* error_string(CUresult r);
 
 }  // namespace mneme::common
