@@ -73,7 +73,9 @@ NAME_FILTER_CHECK = r"""
 #include <cstdio>
 #include <regex>
 #include <string>
+#include "mneme/common/text.hpp"
 #include "name_filter.hpp"
+using namespace mneme::common;
 using namespace mneme::rec;
 int main() {
   const char* names[] = {
@@ -102,9 +104,9 @@ def test_the_name_filter_agrees_with_regexes_on_mangled_and_demangled_names(tmp_
     cxx = shutil.which("g++") or shutil.which("c++")
     if not cxx:
         pytest.skip("no C++ compiler")
-    src = ROOT / "native" / "recorder" / "src"
+    src, common = ROOT / "native" / "recorder" / "src", ROOT / "native" / "common"
     (tmp_path / "check.cpp").write_text(NAME_FILTER_CHECK)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{src}", tmp_path / "check.cpp", src / "name_filter.cpp",
-                    "-o", tmp_path / "check"], check=True)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{src}", f"-I{common / 'include'}", tmp_path / "check.cpp",
+                    src / "name_filter.cpp", common / "src" / "text.cpp", "-o", tmp_path / "check"], check=True)
     out = subprocess.run([tmp_path / "check"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "0 mismatches" in out.stdout, out.stdout

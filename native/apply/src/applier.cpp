@@ -1,7 +1,5 @@
 #include "applier.hpp"
 
-#include <cxxabi.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,14 +15,17 @@
 #include "mneme/common/driver_api.hpp"
 #include "mneme/common/elf_symbols.hpp"
 #include "mneme/common/gpu_digest.hpp"
+#include "mneme/common/text.hpp"
 
 #include "plan.hpp"
 
 namespace mneme::apply {
 namespace {
 
+using common::demangle;
 using common::driver;
 using common::error_string;
+using common::json_string;
 
 struct EntryState {
   const PlanEntry* plan = nullptr;
@@ -58,29 +59,6 @@ struct Deciding {
   Deciding() { t_deciding = true; }
   ~Deciding() { t_deciding = false; }
 };
-
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  std::free(d);
-  return out;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 void write_report();
 

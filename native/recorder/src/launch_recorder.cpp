@@ -28,6 +28,7 @@
 #include "mneme/common/driver_api.hpp"
 #include "mneme/common/elf_symbols.hpp"
 #include "mneme/common/settings.hpp"
+#include "mneme/common/text.hpp"
 
 #include "annotations.hpp"
 #include "code_images.hpp"

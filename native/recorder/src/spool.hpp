@@ -14,8 +14,7 @@
 
 namespace mneme::rec {
 
-// Minimal JSON text builder: the recorder writes only flat metadata.
-std::string json_string(const std::string& s);
+// Lower-case hex of `n` bytes (JSON strings: mneme/common/text.hpp).
 std::string hex(const void* data, size_t n);
 
 bool make_dirs(const std::string& path);
