@@ -53,6 +53,7 @@ def recorder_lib(tmp_path_factory) -> str:
     (build / "src").mkdir()
     (build / "src" / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(recorder_only CXX)\n"
+        f"add_subdirectory({ROOT / 'native' / 'common'} common)\n"
         f"add_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
     )
     subprocess.run(["cmake", "-S", build / "src", "-B", build / "b", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)

@@ -23,7 +23,8 @@ def recorder(tmp_path_factory) -> Path:
     build = tmp_path_factory.mktemp("rec")
     (build / "src").mkdir()
     (build / "src" / "CMakeLists.txt").write_text(
-        f"cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
+        f"cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory({ROOT / 'native' / 'common'} common)\n"
+        f"add_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
     )
     subprocess.run(["cmake", "-S", build / "src", "-B", build / "b", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)
     subprocess.run(["cmake", "--build", build / "b", "-j4"], check=True, capture_output=True)
@@ -72,7 +73,9 @@ NAME_FILTER_CHECK = r"""
 #include <cstdio>
 #include <regex>
 #include <string>
+#include "mneme/common/text.hpp"
 #include "name_filter.hpp"
+using namespace mneme::common;
 using namespace mneme::rec;
 int main() {
   const char* names[] = {
@@ -101,9 +104,9 @@ def test_the_name_filter_agrees_with_regexes_on_mangled_and_demangled_names(tmp_
     cxx = shutil.which("g++") or shutil.which("c++")
     if not cxx:
         pytest.skip("no C++ compiler")
-    src = ROOT / "native" / "recorder" / "src"
+    src, common = ROOT / "native" / "recorder" / "src", ROOT / "native" / "common"
     (tmp_path / "check.cpp").write_text(NAME_FILTER_CHECK)
-    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{src}", tmp_path / "check.cpp", src / "name_filter.cpp",
-                    "-o", tmp_path / "check"], check=True)
+    subprocess.run([cxx, "-std=c++17", "-O1", f"-I{src}", f"-I{common / 'include'}", tmp_path / "check.cpp",
+                    src / "name_filter.cpp", common / "src" / "text.cpp", "-o", tmp_path / "check"], check=True)
     out = subprocess.run([tmp_path / "check"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "0 mismatches" in out.stdout, out.stdout

@@ -108,8 +108,10 @@ def test_module_loading_stays_lazy_unless_eager_loading_is_asked_for(monkeypatch
 def test_the_native_recorder_defaults_to_the_same_window_bases():
     """settings.hpp's default base and memory_window.cpp's fallbacks are the ones record_agent names
     (mneme record always passes MNEME_VA_BASE, but the recorder preloaded by hand uses its own)."""
-    src = Path(__file__).resolve().parents[2] / "native" / "recorder" / "src"
-    default = re.search(r"uint64_t va_base = (0x[0-9a-f]+)ull;", (src / "settings.hpp").read_text())
+    native = Path(__file__).resolve().parents[2] / "native"
+    src = native / "recorder" / "src"
+    settings = native / "common" / "include" / "mneme" / "common" / "settings.hpp"
+    default = re.search(r"uint64_t va_base = (0x[0-9a-f]+)ull;", settings.read_text())
     fallbacks = re.search(r"kFallbackBases\[\] = \{([^}]*)\}", (src / "memory_window.cpp").read_text())
     assert default and int(default.group(1), 16) == DEFAULT_VA_BASE
     assert fallbacks and tuple(int(re.sub(r"ull$", "", v.strip()), 16) for v in fallbacks.group(1).split(",")) == FALLBACK_VA_BASES

@@ -1,4 +1,4 @@
-#include "elf_symbols.hpp"
+#include "mneme/common/elf_symbols.hpp"
 
 #include <elf.h>
 
@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 CubinSymbols read_cubin_symbols(const void* image, size_t size) {
   CubinSymbols out;
@@ -102,4 +102,4 @@ size_t image_size(const void* image, const char** kind, const void** data) {
   return 0;
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

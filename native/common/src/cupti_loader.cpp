@@ -1,11 +1,11 @@
-#include "cupti_loader.hpp"
+#include "mneme/common/cupti_loader.hpp"
 
 #include <dlfcn.h>
 
 #include <cstdlib>
 #include <vector>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 void* open_cupti(std::string* path) {
   std::vector<std::string> candidates;
@@ -30,4 +30,4 @@ void* open_cupti(std::string* path) {
   return nullptr;
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

@@ -10,7 +10,7 @@
 #include <utility>
 #include <vector>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 struct Digest {
   uint64_t lo = 0, hi = 0;
@@ -25,7 +25,7 @@ struct DigestHash {
 std::string digest_hex(const Digest& d);
 
 // One per context (it owns a module and buffers there). Not thread-safe: the
-// recorder calls it under its lock.
+// recorder and the apply library call it under their locks.
 class GpuDigest {
  public:
   // Whether digests are available: built with the kernel, not disabled
@@ -46,4 +46,4 @@ class GpuDigest {
   std::vector<unsigned long long> host_table_, host_results_;
 };
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

@@ -1,10 +1,10 @@
-#include "settings.hpp"
+#include "mneme/common/settings.hpp"
 
 #include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
-namespace mneme::rec {
+namespace mneme::common {
 namespace {
 
 std::string env(const char* name, const char* fallback = "") {
@@ -62,4 +62,4 @@ const Settings& settings() {
   return s;
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

@@ -1,12 +1,13 @@
 // Reads the symbol table of a cubin (an ELF image) to learn which kernels a
 // module defines and which __device__/__constant__ variables it holds, so the
-// recorder can snapshot those globals (the driver has no call to list them).
+// recorder can snapshot those globals (the driver has no call to list them) and
+// the apply library can tell which module defines a tuned kernel.
 #pragma once
 #include <cstddef>
 #include <string>
 #include <vector>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 struct CubinSymbols {
   bool readable = false;  // a well-formed ELF with a symbol table
@@ -21,4 +22,4 @@ CubinSymbols read_cubin_symbols(const void* image, size_t size);
 // fatbin wrapper or ELF. 0 when unknown. `*kind` = "ptx" | "fatbin" | "elf".
 size_t image_size(const void* image, const char** kind, const void** data);
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

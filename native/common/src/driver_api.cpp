@@ -1,23 +1,12 @@
-#include "driver_api.hpp"
+#include "mneme/common/driver_api.hpp"
 
 #include <dlfcn.h>
 
 #include <mutex>
 
-namespace mneme::rec {
+#include "mneme/common/interpose.hpp"
 
-DlsymFn real_dlsym_function() {
-  static DlsymFn fn = [] {
-    // glibc >= 2.34 versions dlsym as GLIBC_2.34, older ones as GLIBC_2.2.5.
-    auto f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34"));
-    if (!f) f = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
-    return f;
-  }();
-  return fn;
-}
-
-void* real_dlsym(void* handle, const char* name) { return real_dlsym_function()(handle, name); }
-
+namespace mneme::common {
 namespace {
 
 template <typename F>
@@ -130,4 +119,4 @@ const char* error_string(CUresult r) {
   return s ? s : "unknown CUDA error";
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

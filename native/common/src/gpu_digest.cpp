@@ -1,18 +1,18 @@
-#include "gpu_digest.hpp"
+#include "mneme/common/gpu_digest.hpp"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
-#include "driver_api.hpp"
-#include "settings.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
 
 #ifdef MNEME_HAVE_DIGEST_PTX
 #include "digest_ptx.h"  // kDigestPtx: the PTX of digest_kernel.cu (generated at build time)
 #endif
 
-namespace mneme::rec {
+namespace mneme::common {
 
 namespace {
 constexpr uint64_t kSub = 1ull << 20;         // bytes per block (digest_kernel.cu)
@@ -118,4 +118,4 @@ bool GpuDigest::compute(const std::vector<std::pair<CUdeviceptr, uint64_t>>& pie
   return true;
 }
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

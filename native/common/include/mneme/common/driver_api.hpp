@@ -1,10 +1,11 @@
-// The CUDA driver entry points the recorder itself calls, resolved at run time
-// from libcuda.so.1 (no link-time dependency: the library builds on machines
-// without a driver and is inert when none is present).
+// The CUDA driver entry points the recorder and the apply library themselves
+// call, resolved at run time from libcuda.so.1 (no link-time dependency: the
+// libraries build on machines without a driver and are inert when none is
+// present).
 #pragma once
 #include <cuda.h>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 struct DriverApi {
   bool loaded = false;
@@ -103,11 +104,6 @@ bool driver_loading();
 // (check `loaded`).
 DriverApi& driver();
 
-// The real dlsym of the C library (our exported `dlsym` shadows it).
-using DlsymFn = void* (*)(void*, const char*);
-DlsymFn real_dlsym_function();
-void* real_dlsym(void* handle, const char* name);
-
 const char* error_string(CUresult r);
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

@@ -1,11 +1,12 @@
 // Settings the record agent passes to the recorder through MNEME_* environment
 // variables (documented in record_agent/README.md). Read once, at load time.
+// The apply library reads them too (the GPU digest's MNEME_DIGESTS).
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 struct InstanceSlice {
   long start = 0, stop = -1, step = 1;  // stop < 0: open-ended
@@ -17,7 +18,7 @@ struct Settings {
   // 32 TiB: far from every zone where Linux places a process's own mappings (the mmap zone
   // near 0x7f..., where shared libraries and the driver's ranges go; 0x15... under an
   // unlimited stack; legacy bottom-up from 0x2aaa...; executables and brk), so a fresh replay
-  // process can reserve the same addresses (record_agent/options.py DEFAULT_VA_BASE says more).
+  // process can reserve the same addresses (mneme/recording/window.py DEFAULT_VA_BASE says more).
   uint64_t va_base = 0x200000000000ull;
   uint64_t va_size = 4ull << 30;  // per device
   std::vector<std::string> kernel_regexes;   // MNEME_KERNEL_REGEX, newline-separated
@@ -39,4 +40,4 @@ struct Settings {
 
 const Settings& settings();
 
-}  // namespace mneme::rec
+}  // namespace mneme::common

@@ -3,10 +3,10 @@
 #pragma once
 #include <string>
 
-namespace mneme::rec {
+namespace mneme::common {
 
 // MNEME_CUPTI_PATH, then the toolkit roots (CUDA_HOME, CUDA_PATH,
 // /usr/local/cuda), then the loader's search path. *path: the one opened.
 void* open_cupti(std::string* path);
 
-}  // namespace mneme::rec
+}  // namespace mneme::common
