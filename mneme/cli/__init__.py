@@ -10,6 +10,7 @@ machines without a GPU; ``mneme NAME ...`` imports only the module of NAME
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import sys
 
@@ -22,7 +23,7 @@ CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config
 #: (then every module is imported); tests/unit/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
     "record": "record", "replay": "replay", "tune": "tune", "run": "run", "serve": "serve", "config": "config",
-    **{name: "store_cmds" for name in ("push", "pull", "ls", "gc", "clean", "copy", "move")},
+    **{name: "store_cmds" for name in ("push", "pull", "ls", "check", "gc", "clean", "copy", "move")},
 }
 
 
@@ -52,6 +53,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def os_error_message(exc: OSError) -> str:
+    """One line for an OS error that no component turned into a MnemeError: the path, then the OS's reason.
+
+    Args:
+        exc: the error; its ``filename``/``filename2`` name the paths when the failed OS call had any.
+
+    Returns:
+        ``cannot access /out/x: Permission denied`` (with the disk full, what to do), or the reason alone.
+    """
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += "; free some space"
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"cannot access {' -> '.join(paths)}: {reason}" if paths else reason
+
+
 def main(argv: list[str] | None = None) -> int:
     mark("cli", "start")
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -62,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(command.run(args) or 0)
     except MnemeError as exc:
         print(f"mneme {command.name}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file-system or network error no component explained: one line, not a traceback
+        print(f"mneme {command.name}: error: {os_error_message(exc)}", file=sys.stderr)
         return 2
     except Terminated:
         print(f"mneme {command.name}: terminated (SIGTERM)", file=sys.stderr)
