@@ -22,7 +22,7 @@ CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config
 #: (then every module is imported); tests/mneme/cli/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
     "record": "record", "replay": "replay", "tune": "tune", "run": "run", "serve": "serve", "config": "config",
-    **{name: "store_cmds" for name in ("push", "pull", "ls", "gc", "clean", "copy", "move")},
+    **{name: "store_cmds" for name in ("push", "pull", "ls", "check", "gc", "clean", "copy", "move")},
 }
 
 

@@ -48,7 +48,7 @@ def test_push_ls_pull_copy_clean_through_the_cli(tmp_path, s3_url, s3_env):
 
 def test_errors_are_one_line_with_what_to_do(tmp_path, s3_url, s3_env):
     missing = mneme("push", str(tmp_path / "nowhere"), s3_url, env=s3_env, check=False)
-    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    assert missing.returncode == 2 and "no store at" in missing.stderr and "Traceback" not in missing.stderr
     dead = {**s3_env, "MNEME_S3_ENDPOINT": "http://127.0.0.1:9"}
     unreachable = mneme("ls", "s3://bucket/x", "--retries", "2", env=dead, check=False)
     assert unreachable.returncode == 2 and "cannot reach S3" in unreachable.stderr
