@@ -54,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
         arch=args.arch, compile_options=CompileOptions(max_registers=args.max_registers),
         iterations=args.iterations, warmup=args.warmup, force=args.force,
     )  # fmt: skip
-    code = "the recorded cubin" if done.code_tier == "recorded" else f"compiled by the configuration ({done.code_tier} tier)"
+    code = ("the recorded cubin" if done.code_tier == "recorded"
+            else f"compiled by the configuration ({done.code_tier} tier)")
     print(f"mneme export-reproducer: wrote {done.directory}: {done.kernel} instance {done.record_id}, "
           f"code {code} for {done.arch}, {done.regions} regions ({done.memory_bytes} bytes), "
           f"{done.pointer_sites} pointer sites")

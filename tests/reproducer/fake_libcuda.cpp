@@ -150,7 +150,8 @@ CUresult fake_cuMemAddressReserve(CUdeviceptr* p, size_t size, size_t, CUdevicep
     if (!std::getenv("FAKE_CUDA_TAKEN"))
         m = mmap(reinterpret_cast<void*>(addr), size, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-    if (m == MAP_FAILED) m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED)
+        m = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     *p = reinterpret_cast<CUdeviceptr>(m);
     return CUDA_SUCCESS;
@@ -191,7 +192,9 @@ CUresult fake_cuModuleGetGlobal(CUdeviceptr* p, size_t* bytes, CUmodule m, const
     return CUDA_SUCCESS;
 }
 CUresult fake_cuFuncGetAttribute(int* v, CUfunction_attribute a, CUfunction) {
-    *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK ? 1024 : a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? 49152 : 0;
+    *v = a == CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK             ? 1024
+         : a == CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES ? 49152
+                                                                : 0;
     return CUDA_SUCCESS;
 }
 CUresult fake_cuFuncSetAttribute(CUfunction, CUfunction_attribute, int) { return CUDA_SUCCESS; }
@@ -215,7 +218,9 @@ CUresult fake_cuStreamCreate(CUstream* s, unsigned) {
     *s = reinterpret_cast<CUstream>(&stream);
     return CUDA_SUCCESS;
 }
-CUresult fake_cuStreamQuery(CUstream) { return sticky != CUDA_SUCCESS ? sticky : hanging ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS; }
+CUresult fake_cuStreamQuery(CUstream) {
+    return sticky != CUDA_SUCCESS ? sticky : hanging ? CUDA_ERROR_NOT_READY : CUDA_SUCCESS;
+}
 CUresult fake_cuStreamSynchronize(CUstream) { return sticky; }
 CUresult fake_cuEventCreate(CUevent* e, unsigned) {
     *e = reinterpret_cast<CUevent>(new int64_t(0));

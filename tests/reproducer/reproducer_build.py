@@ -43,8 +43,9 @@ def gxx(source: Path, output: Path, *flags: str) -> Path:
     compiler = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
     if not compiler:
         pytest.skip("no C++ compiler (g++, c++ or $CXX)")
-    done = subprocess.run([compiler, "-O1", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{cuda_include()}",
-                           str(source), *flags, "-o", str(output)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    command = [compiler, "-O1", "-std=c++17", "-Wall", "-Wextra", "-Werror", f"-I{cuda_include()}", str(source),
+               *flags, "-o", str(output)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return output
 
@@ -55,7 +56,8 @@ def cmake_build(folder: Path) -> Path:
     if not shutil.which("cmake"):
         pytest.skip("cmake not found: the reproducer's folder builds with CMake")
     env = {**os.environ, "CUDAToolkit_ROOT": str(include.parent)}
-    for step in (["cmake", "-S", str(folder), "-B", str(folder / "build")], ["cmake", "--build", str(folder / "build")]):
+    build = str(folder / "build")
+    for step in (["cmake", "-S", str(folder), "-B", build], ["cmake", "--build", build]):
         done = subprocess.run(step, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
     return folder / "build" / "reproducer"

@@ -126,7 +126,8 @@ def test_module_globals_are_exported_by_name(tmp_path):
 def test_a_tolerance_policy_is_listed_and_the_readme_says_bytes_are_compared(tmp_path):
     from mneme.format.policy import VerifyPolicy
 
-    rec = RecordedExecution.from_json(str(synth.axpy_count(tmp_path / "rec", n=64, tolerance=VerifyPolicy("f32", "ulp", 4))))
+    path = synth.axpy_count(tmp_path / "rec", n=64, tolerance=VerifyPolicy("f32", "ulp", 4))
+    rec = RecordedExecution.from_json(str(path))
     export_reproducer(rec, None, tmp_path / "repro")
     assert {r.name: r.policy for r in read_regions(tmp_path / "repro")}["x"] == "f32:ulp:4"
     assert "compares every region byte for byte" in (tmp_path / "repro" / "README.md").read_text()
@@ -270,7 +271,8 @@ def run_with_fake(program, fake_env, recording_path, folder, *args, **env):
 
 
 def assert_verified(done) -> None:
-    assert done.returncode == 0 and "\nVERIFIED\n" in done.stdout and "time: mean" in done.stdout, done.stdout + done.stderr
+    what = done.stdout + done.stderr
+    assert done.returncode == 0 and "\nVERIFIED\n" in done.stdout and "time: mean" in done.stdout, what
 
 
 def test_stand_in_driver_verifies_and_a_wrong_epilogue_is_named(program, fake_env, vecadd, tmp_path):

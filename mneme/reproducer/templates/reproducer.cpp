@@ -119,7 +119,8 @@ void load_driver() {
     auto get_version = reinterpret_cast<decltype(&::cuDriverGetVersion)>(dlsym(handle, "cuDriverGetVersion"));
     if (!get_proc || !get_version)
         fail("the NVIDIA driver is too old: libcuda.so.1 has no cuGetProcAddress_v2 (CUDA 12 drivers have it)");
-    if (get_version(&d.version) != CUDA_SUCCESS) fail("cuDriverGetVersion failed: the driver installation looks broken");
+    if (get_version(&d.version) != CUDA_SUCCESS)
+        fail("cuDriverGetVersion failed: the driver installation looks broken");
     int api = std::min(d.version, CUDA_VERSION);
     std::string missing;
     auto resolve = [&](const char* name, void** out, bool required) {
@@ -305,11 +306,13 @@ Launch read_launch(const std::string& dir) {
         }
     }
     if (format != kFormat)
-        fail(path + ": format " + std::to_string(format) + " (this program reads format " + std::to_string(kFormat) + ")");
+        fail(path + ": format " + std::to_string(format) + " (this program reads format " +
+             std::to_string(kFormat) + ")");
     if (L.kernel.empty() || !L.grid[0] || !L.block[0] || !have_args)
         fail(path + ": kernel, grid, block and args are required");
     if (L.args.size() != L.args_size)
-        fail(path + ": args holds " + std::to_string(L.args.size()) + " bytes, args_size says " + std::to_string(L.args_size));
+        fail(path + ": args holds " + std::to_string(L.args.size()) + " bytes, args_size says " +
+             std::to_string(L.args_size));
     if (L.heap != "fixed" && L.heap != "relocatable") fail(path + ": heap must be fixed or relocatable");
     return L;
 }
@@ -426,15 +429,19 @@ std::string place_at_recorded_addresses(std::vector<Region>& regions, CUdevice d
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device;
     size_t gran = 0;
-    check(d.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM), "cuMemGetAllocationGranularity");
+    check(d.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+          "cuMemGetAllocationGranularity");
     std::vector<std::pair<uint64_t, uint64_t>> pages;  // [start, end), granularity-aligned
     for (const Region& r : regions)
-        if (r.kind == "heap" && r.size) pages.push_back({r.base / gran * gran, (r.base + r.size + gran - 1) / gran * gran});
+        if (r.kind == "heap" && r.size)
+            pages.push_back({r.base / gran * gran, (r.base + r.size + gran - 1) / gran * gran});
     std::sort(pages.begin(), pages.end());
     std::vector<std::pair<uint64_t, uint64_t>> clusters;
     for (const auto& p : pages) {
-        if (!clusters.empty() && p.first <= clusters.back().second) clusters.back().second = std::max(clusters.back().second, p.second);
-        else clusters.push_back(p);
+        if (!clusters.empty() && p.first <= clusters.back().second)
+            clusters.back().second = std::max(clusters.back().second, p.second);
+        else
+            clusters.push_back(p);
     }
     auto give_back = [&]() {
         for (const Mapping& m : maps) {
@@ -519,7 +526,8 @@ CUresult load_image(CUmodule* module, const std::string& image, int max_register
         opts.push_back(CU_JIT_MAX_REGISTERS);
         values.push_back(reinterpret_cast<void*>(static_cast<uintptr_t>(max_registers)));
     }
-    CUresult r = d.cuModuleLoadDataEx(module, aligned.data(), static_cast<unsigned>(opts.size()), opts.data(), values.data());
+    CUresult r = d.cuModuleLoadDataEx(module, aligned.data(), static_cast<unsigned>(opts.size()), opts.data(),
+                                      values.data());
     if (error_log) *error_log = log.data();
     return r;
 }
@@ -543,7 +551,8 @@ CUmodule load_kernel_module(const std::string& dir, const Launch& L, std::string
     }
     std::string log;
     CUresult r = load_image(&module, read_all(ptx), L.jit_max_registers, &log);
-    if (r != CUDA_SUCCESS) fail(why + "; the driver could not compile kernel.ptx either (" + error_name(r) + "): " + log);
+    if (r != CUDA_SUCCESS)
+        fail(why + "; the driver could not compile kernel.ptx either (" + error_name(r) + "): " + log);
     what = "kernel.ptx, compiled by the driver for this GPU: " + why +
            " (the code is the driver's compile of the PTX, not the exported cubin)";
     return module;
@@ -657,17 +666,20 @@ int run(const Options& o) {
     std::vector<Region> regions = read_regions(o.dir);
     const std::vector<Site> sites = read_sites(o.dir, regions, L.args_size);
     uint64_t total = regions.empty() ? 0 : regions.back().offset + regions.back().size;
-    const std::string prologue_path = join(o.dir, "memory/prologue.bin"), epilogue_path = join(o.dir, "memory/epilogue.bin");
+    const std::string prologue_path = join(o.dir, "memory/prologue.bin");
+    const std::string epilogue_path = join(o.dir, "memory/epilogue.bin");
     for (const std::string& p : {prologue_path, epilogue_path})
         if (file_size(p) != total)
-            fail(p + " holds " + std::to_string(file_size(p)) + " bytes; regions.txt describes " + std::to_string(total));
+            fail(p + " holds " + std::to_string(file_size(p)) + " bytes; regions.txt describes " +
+                 std::to_string(total));
     const int warmup = o.warmup >= 0 ? o.warmup : L.warmup;
     const int iterations = o.iterations >= 0 ? o.iterations : L.iterations;
     if (iterations < 1) fail("--iterations must be at least 1");
     std::printf("reproducer: kernel %s, record %s\n", L.kernel.c_str(), L.record_id.c_str());
     std::printf("reproducer: grid %ux%ux%u, block %ux%ux%u, dynamic shared memory %u bytes, %zu launch attribute(s)\n",
                 L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2], L.shared_mem, L.attributes.size());
-    std::printf("reproducer: %zu region(s), %" PRIu64 " bytes, %zu pointer site(s)\n", regions.size(), total, sites.size());
+    std::printf("reproducer: %zu region(s), %" PRIu64 " bytes, %zu pointer site(s)\n", regions.size(), total,
+                sites.size());
     if (!exists(join(o.dir, "kernel.cubin")) && !exists(join(o.dir, "kernel.ptx")))
         fail("neither kernel.cubin nor kernel.ptx is in " + o.dir);
     if (o.check_only) {
@@ -680,7 +692,8 @@ int run(const Options& o) {
     check(d.cuInit(0), "cuInit");
     int count = 0;
     check(d.cuDeviceGetCount(&count), "cuDeviceGetCount");
-    if (o.device >= count) fail("device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) + " visible)");
+    if (o.device >= count)
+        fail("device " + std::to_string(o.device) + " does not exist (" + std::to_string(count) + " visible)");
     CUdevice device;
     check(d.cuDeviceGet(&device, o.device), "cuDeviceGet");
     char name[256] = {0};
@@ -696,10 +709,14 @@ int run(const Options& o) {
     // The heap first, before anything else takes device address space.
     std::vector<Mapping> maps;
     std::string why;
-    if (L.heap == "relocatable") why = "the recording is relocatable (the recorder could not serve every allocation from its window)";
-    else if (o.relocate) why = "relocation was asked for (--relocate)";
-    else why = place_at_recorded_addresses(regions, device, maps);
-    bool has_heap = std::any_of(regions.begin(), regions.end(), [](const Region& r) { return r.kind == "heap" && r.size; });
+    if (L.heap == "relocatable")
+        why = "the recording is relocatable (the recorder could not serve every allocation from its window)";
+    else if (o.relocate)
+        why = "relocation was asked for (--relocate)";
+    else
+        why = place_at_recorded_addresses(regions, device, maps);
+    bool has_heap =
+        std::any_of(regions.begin(), regions.end(), [](const Region& r) { return r.kind == "heap" && r.size; });
     if (!why.empty() && has_heap) {
         if (o.no_relocate)
             fail("the recorded heap cannot be placed at its recorded addresses here (" + why +
@@ -724,12 +741,16 @@ int run(const Options& o) {
         CUresult res = d.cuModuleGetGlobal(&address, &bytes, module, r.name.c_str());
         if (res != CUDA_SUCCESS) {
             if (L.code_tier == "recorded")
-                fail("the module has no global " + r.name + " (" + error_name(res) + "); the code and the memory do not belong together");
+                fail("the module has no global " + r.name + " (" + error_name(res) +
+                     "); the code and the memory do not belong together");
             r.present = false;  // pruned by the recompile: the kernel cannot touch it
-            std::printf("reproducer: note: the compiled module has no global %s; it is neither restored nor compared\n", r.name.c_str());
+            std::printf("reproducer: note: the compiled module has no global %s; it is neither restored nor "
+                        "compared\n", r.name.c_str());
             continue;
         }
-        if (bytes < r.size) fail("global " + r.name + " has " + std::to_string(bytes) + " bytes in the module, the recording " + std::to_string(r.size));
+        if (bytes < r.size)
+            fail("global " + r.name + " has " + std::to_string(bytes) + " bytes in the module, the recording " +
+                 std::to_string(r.size));
         r.live = address;
     }
 
@@ -752,11 +773,14 @@ int run(const Options& o) {
     int max_threads = 0, static_shared = 0, max_dynamic = 0;
     check(d.cuFuncGetAttribute(&max_threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, fn), "cuFuncGetAttribute");
     check(d.cuFuncGetAttribute(&static_shared, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute");
-    check(d.cuFuncGetAttribute(&max_dynamic, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute");
+    check(d.cuFuncGetAttribute(&max_dynamic, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, fn),
+          "cuFuncGetAttribute");
     uint64_t threads = uint64_t(L.block[0]) * L.block[1] * L.block[2];
     if (threads > static_cast<uint64_t>(max_threads))
-        fail(std::to_string(threads) + " threads per block exceed what this kernel can launch with (" + std::to_string(max_threads) + ")");
-    if (L.shared_mem + static_cast<unsigned>(static_shared) > 48 * 1024 || L.shared_mem > static_cast<unsigned>(max_dynamic))
+        fail(std::to_string(threads) + " threads per block exceed what this kernel can launch with (" +
+             std::to_string(max_threads) + ")");
+    if (L.shared_mem + static_cast<unsigned>(static_shared) > 48 * 1024 ||
+        L.shared_mem > static_cast<unsigned>(max_dynamic))
         check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(L.shared_mem)),
               "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + std::to_string(L.shared_mem) + ")");
     // One pointer per parameter into the recorded bytes (as cudart passes them) where the driver
@@ -776,7 +800,8 @@ int run(const Options& o) {
     }
 #endif
     size_t args_size = args.size();
-    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size, CU_LAUNCH_PARAM_END};
+    void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, args.data(), CU_LAUNCH_PARAM_BUFFER_SIZE, &args_size,
+                     CU_LAUNCH_PARAM_END};
     void** params_ptr = params.empty() ? nullptr : params.data();
     void** extra_ptr = (!params_ptr && args_size) ? extra : nullptr;
     std::vector<CUlaunchAttribute> attrs(L.attributes.size());
@@ -785,7 +810,8 @@ int run(const Options& o) {
         std::memset(&attrs[i], 0, sizeof attrs[i]);
         attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
         for (size_t k = sizeof(CUlaunchAttributeValue); k < a.value.size(); ++k)
-            if (a.value[k]) fail("launch attribute " + a.name + ": its value is longer than this cuda.h's CUlaunchAttributeValue");
+            if (a.value[k])
+                fail("launch attribute " + a.name + ": its value is longer than this cuda.h's CUlaunchAttributeValue");
         std::memcpy(&attrs[i].value, a.value.data(), std::min(a.value.size(), sizeof(CUlaunchAttributeValue)));
     }
     CUstream stream;
@@ -799,8 +825,9 @@ int run(const Options& o) {
     config.numAttrs = static_cast<unsigned>(attrs.size());
     auto launch = [&]() {
         if (attrs.empty())
-            check(d.cuLaunchKernel(fn, L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2], L.shared_mem,
-                                   stream, params_ptr, extra_ptr), "cuLaunchKernel(" + L.kernel + ")");
+            check(d.cuLaunchKernel(fn, L.grid[0], L.grid[1], L.grid[2], L.block[0], L.block[1], L.block[2],
+                                   L.shared_mem, stream, params_ptr, extra_ptr),
+                  "cuLaunchKernel(" + L.kernel + ")");
         else
             check(d.cuLaunchKernelEx(&config, fn, params_ptr, extra_ptr), "cuLaunchKernelEx(" + L.kernel + ")");
     };
@@ -809,7 +836,8 @@ int run(const Options& o) {
     if (load_image(&spin_module, kSpinPtx, 0, nullptr) != CUDA_SUCCESS ||
         d.cuModuleGetFunction(&spin, spin_module, "reproducer_spin") != CUDA_SUCCESS) {
         spin = nullptr;
-        std::printf("reproducer: note: the queue-ahead kernel did not load; short kernels' times include the host's enqueueing\n");
+        std::printf("reproducer: note: the queue-ahead kernel did not load; short kernels' times include the "
+                    "host's enqueueing\n");
     }
 
     // warmup + iterations launches; the written memory reset before each (the kernel may not be
@@ -822,13 +850,15 @@ int run(const Options& o) {
         if (spin) {
             unsigned long long ns = std::min<unsigned long long>(20000ull + 20000ull * count, 10000000ull);
             void* spin_params[] = {&ns};
-            check(d.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, spin_params, nullptr), "cuLaunchKernel(queue-ahead)");
+            check(d.cuLaunchKernel(spin, 1, 1, 1, 1, 1, 1, 0, stream, spin_params, nullptr),
+                  "cuLaunchKernel(queue-ahead)");
         }
         for (int i = first; i < first + count; ++i) {
             if (i > 0)
                 for (const Region& r : regions)
                     if (r.present && r.written && r.size)
-                        check(d.cuMemcpyDtoDAsync(r.live, r.pristine, r.size, stream), "cuMemcpyDtoDAsync(reset " + r.label() + ")");
+                        check(d.cuMemcpyDtoDAsync(r.live, r.pristine, r.size, stream),
+                              "cuMemcpyDtoDAsync(reset " + r.label() + ")");
             check(d.cuEventRecord(events[2 * i], stream), "cuEventRecord");
             launch();
             check(d.cuEventRecord(events[2 * i + 1], stream), "cuEventRecord");
@@ -860,7 +890,8 @@ int run(const Options& o) {
                     r.label().c_str(), f.offset, r.index, r.kind.c_str(), hex64(r.base).c_str(), r.size, f.differing,
                     launches_text.c_str(), f.replayed.c_str(), f.recorded.c_str());
         if (r.policy != "bitwise")
-            std::printf("reproducer: note: the recording allows %s for region %s; this program compares byte for byte\n",
+            std::printf("reproducer: note: the recording allows %s for region %s; this program compares byte "
+                        "for byte\n",
                         r.policy.c_str(), r.label().c_str());
     }
     if (verified) std::printf("VERIFIED\n");
