@@ -36,21 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="dynamic instance id (may be omitted when the database holds one instance)")
     parser.add_argument("passes", nargs="?", default=None,
                         help="LLVM pass pipeline, e.g. 'default<O3>' (other pipelines need a recording with bitcode)")
-    for key, short, long in _DIMS:
-        for axis in "xyz":
-            parser.add_argument(f"-{short}{axis}", f"--{long}-{axis}", dest=f"{key}_{axis}", type=int,
-                                metavar="N", help=f"{key}Dim.{axis} (default: recorded)")
-    parser.add_argument("-shem", "--shared-mem", type=int, metavar="BYTES", help="dynamic shared memory (default: recorded)")
-    parser.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
-                        help="recorded scalar arguments as constants in the code")
-    parser.add_argument("-slb", "--set-launch-bounds", action=argparse.BooleanOptionalAction, default=None,
-                        help="put launch bounds (.maxntid/.minnctapersm) on the kernel")
-    parser.add_argument("--max-threads", type=int, metavar="N", help="launch bound: max threads per block")
-    parser.add_argument("--min-blocks-per-sm", type=int, metavar="N", help="launch bound: min resident blocks per SM")
-    parser.add_argument("-sdims", "--specialize-dims", action=argparse.BooleanOptionalAction, default=None,
-                        help="block and grid dimensions as constants in the code")
-    parser.add_argument("-co", "--codegen-opt", type=int, metavar="0-4", help="code generation optimization level")
-    parser.add_argument("--max-registers", type=int, metavar="N", help="register cap per thread (ptxas --maxrregcount)")
+    add_knob_arguments(parser)
     parser.add_argument("-it", "--iterations", type=int, default=3, metavar="N", help="timed launches (default 3)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed-for-ranking launches first (default 2)")
     parser.add_argument("--config", metavar="FILE", help="configuration file (JSON or YAML Replay-config dict)")
@@ -78,6 +64,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="restore heap buffers at their recorded addresses or fail (exit status 2) saying why, "
                         "instead of relocating them (rewriting pointers) when those addresses are taken here")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
+
+
+def add_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """The configuration's knobs as flags (launch shape, specialization, launch bounds, code generation).
+
+    ``mneme replay`` and ``mneme export-reproducer`` take the same ones; ``build_config`` reads them.
+
+    Args:
+        parser: the command's parser.
+    """
+    for key, short, long in _DIMS:
+        for axis in "xyz":
+            parser.add_argument(f"-{short}{axis}", f"--{long}-{axis}", dest=f"{key}_{axis}", type=int,
+                                metavar="N", help=f"{key}Dim.{axis} (default: recorded)")
+    parser.add_argument("-shem", "--shared-mem", type=int, metavar="BYTES", help="dynamic shared memory (default: recorded)")
+    parser.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
+                        help="recorded scalar arguments as constants in the code")
+    parser.add_argument("-slb", "--set-launch-bounds", action=argparse.BooleanOptionalAction, default=None,
+                        help="put launch bounds (.maxntid/.minnctapersm) on the kernel")
+    parser.add_argument("--max-threads", type=int, metavar="N", help="launch bound: max threads per block")
+    parser.add_argument("--min-blocks-per-sm", type=int, metavar="N", help="launch bound: min resident blocks per SM")
+    parser.add_argument("-sdims", "--specialize-dims", action=argparse.BooleanOptionalAction, default=None,
+                        help="block and grid dimensions as constants in the code")
+    parser.add_argument("-co", "--codegen-opt", type=int, metavar="0-4", help="code generation optimization level")
+    parser.add_argument("--max-registers", type=int, metavar="N", help="register cap per thread (ptxas --maxrregcount)")
 
 
 def load_config_file(path: str) -> dict[str, Any]:

@@ -9,8 +9,8 @@ import pytest
 
 from mneme.cli import CLI_MODULES, COMMAND_MODULES, build_parser, main
 
-SUBCOMMANDS = ["record", "replay", "tune", "run", "serve", "push", "pull", "ls", "check", "gc", "clean", "copy", "move",
-               "config"]
+SUBCOMMANDS = ["record", "replay", "export-reproducer", "tune", "run", "serve", "push", "pull", "ls", "check", "gc",
+               "clean", "copy", "move", "config"]
 
 
 def run_mneme(*args: str) -> subprocess.CompletedProcess:
