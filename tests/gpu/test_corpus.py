@@ -9,7 +9,7 @@ record have no recording. Kernel nodes of CUDA graphs are recorded one by one
 when their graph is launched, and replay like direct launches.
 
 The programs are tests/gpu/programs/corpus/*.cu (`make corpus`);
-tests/unit/test_corpus_programs_build.py compiles them without a GPU.
+tests/gpu/test_corpus_programs_build.py compiles them without a GPU.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import sys
 from dataclasses import dataclass, field
 
 import pytest
-
-from gpu_env import child_env
-from mneme.recorded_execution import RecordedExecution
 from test_record import PROGRAMS, _nvcc, mneme_record, recorder_lib  # noqa: F401 (fixture)
+
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 

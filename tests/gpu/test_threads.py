@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 import pytest
-from gpu_env import child_env
+from mneme.testing.gpu import child_env
 from test_record import PROGRAMS, _nvcc, recorder_lib  # noqa: F401  (fixture)
 
-from mneme.recorded_execution import RecordedExecution
+from mneme.recording.execution import RecordedExecution
 
 pytestmark = pytest.mark.gpu
 
