@@ -133,8 +133,9 @@ def test_threads_launching_while_modules_load_are_recorded_consistently(fake, re
 
 @pytest.mark.parametrize("phase", ["prologue", "epilogue"])
 def test_a_forced_deadline_abandons_the_instance_and_the_application_goes_on(fake, recorder_lib, tmp_path, phase):
-    rec, seconds = record(fake, recorder_lib, tmp_path / "rdb", [4, 3], "--deadline", "0.3",
-                          MNEME_DEBUG_STALL_SNAPSHOT_MS="1500", MNEME_DEBUG_STALL_PHASE=phase)
+    # The stall is long and the deadline short, but not so short that a loaded machine's snapshot passes it.
+    rec, seconds = record(fake, recorder_lib, tmp_path / "rdb", [4, 3], "--deadline", "1",
+                          MNEME_DEBUG_STALL_SNAPSHOT_MS="3000", MNEME_DEBUG_STALL_PHASE=phase)
     assert rec.returncode == 0 and rec.stdout == "threads_app: ok (4 threads, 3 rounds)\n", rec.stderr[-3000:]
     assert "mneme record: error" not in rec.stderr, rec.stderr[-3000:]
     assert f"the {phase} snapshot" in rec.stderr and "abandoned at a deadline and written unsupported" in rec.stderr
@@ -144,7 +145,7 @@ def test_a_forced_deadline_abandons_the_instance_and_the_application_goes_on(fak
 
 
 def test_a_kernel_longer_than_the_deadline_is_abandoned(fake, recorder_lib, tmp_path):
-    rec, _ = record(fake, recorder_lib, tmp_path / "rdb", [1, 1], "--deadline", "0.3", FAKE_KERNEL_US="1500000")
+    rec, _ = record(fake, recorder_lib, tmp_path / "rdb", [1, 1], "--deadline", "1", FAKE_KERNEL_US="3000000")
     assert rec.returncode == 0 and rec.stdout == "threads_app: ok (1 threads, 1 rounds)\n", rec.stderr[-3000:]
-    assert "the launch did not finish within 0.3 s" in rec.stderr, rec.stderr[-3000:]
+    assert "the launch did not finish within 1.0 s" in rec.stderr, rec.stderr[-3000:]
     assert check_instances(tmp_path / "rdb") == (1, 1)
