@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
+from test_session import fake_app
+
 from mneme.cli import build_parser, main
 from mneme.format import RecorderInfo
 from mneme.format.hashing import static_hash
@@ -108,23 +109,11 @@ def test_entries_are_converted_in_commit_order_when_a_listing_misses_one(tmp_pat
     assert len(RecordedExecution.from_json(database(out)).instances) == 3
 
 
-def fake_app(tmp_path: Path, body: str) -> tuple[str, ...]:
-    script = tmp_path / "app.py"
-    script.write_text(
-        "import os, sys, json\n"
-        "from record_agent.testing import write_abandoned_entry, write_entry, write_module\n"
-        "from pathlib import Path\n"
-        "spool = Path(os.environ['MNEME_SPOOL_DIR'])\n"
-        "(spool / 'recorder.json').write_text(json.dumps({'format': 'mneme-spool/1'}))\n"
-        + body
-    )
-    return (sys.executable, str(script))
-
-
 def test_record_passes_the_output_and_exit_status_through_and_says_what_was_abandoned(tmp_path, capfd, monkeypatch):
     monkeypatch.setattr(session, "recorder_library", lambda env: "libc.so.6")  # plumbing only: no GPU here
     app = fake_app(
         tmp_path,
+        "from record_agent.testing import write_abandoned_entry\n"
         "assert os.environ['MNEME_RECORD_DEADLINE'] == '2.5'\n"
         "write_module(spool)\nwrite_entry(spool, 0)\n"
         f"write_abandoned_entry(spool, 1, {REASON!r}, k=1, launch_index=1)\n"

@@ -27,8 +27,8 @@ import pytest
 
 from mneme.recording.execution import RecordedExecution
 from mneme.testing import vecadd_code
+from test_native_recorder import recorder  # noqa: F401  (fixture)
 
-ROOT = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).resolve().parent / "fake_cuda"
 CUDA_INCLUDE = Path("/usr/local/cuda/include")
 N = 4096
@@ -36,20 +36,11 @@ WINDOW = (0x200000000000, 0x400000000000)  # the recorder's window and its fallb
 
 
 @pytest.fixture(scope="module")
-def recorder_lib(tmp_path_factory) -> str:
+def recorder_lib(request) -> str:
+    """MNEME_RECORDER_LIB, else the recorder built from this checkout (test_native_recorder.py's fixture)."""
     if os.environ.get("MNEME_RECORDER_LIB"):
         return os.environ["MNEME_RECORDER_LIB"]
-    if not shutil.which("cmake") or not (CUDA_INCLUDE / "cupti.h").exists():
-        pytest.skip("needs cmake and the CUDA toolkit headers (cuda.h, cupti.h)")
-    build = tmp_path_factory.mktemp("recorder")
-    (build / "src").mkdir()
-    (build / "src" / "CMakeLists.txt").write_text(
-        f"cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory({ROOT / 'native' / 'common'} common)\n"
-        f"add_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
-    )
-    subprocess.run(["cmake", "-S", build / "src", "-B", build / "b", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)
-    subprocess.run(["cmake", "--build", build / "b", "-j4"], check=True, capture_output=True)
-    return str(build / "b" / "recorder" / "libmneme_recorder.so")
+    return str(request.getfixturevalue("recorder"))
 
 
 @pytest.fixture(scope="module")

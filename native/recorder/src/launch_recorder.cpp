@@ -864,6 +864,21 @@ void run_phase(const std::shared_ptr<PhaseJob>& job) {
   if (job->dir->is_abandoned()) remove_tree(job->dir->path);  // its recording gave up on it meanwhile
 }
 
+// Runs one snapshot phase on the worker, the gate's deadline extended to the
+// phase's budget (the base plus its bytes, at least `min_bytes`). Late: *why
+// says so.
+Waited capture_phase(const Pending& p, const std::shared_ptr<PhaseJob>& job, uint64_t min_bytes, std::string* why) {
+  uint64_t planned = 0;
+  for (const auto& r : job->regions) planned += r.size;
+  const double budget = deadline_seconds(std::max(planned, min_bytes));
+  gate::extend(deadline_after(budget));
+  const Waited w = run_on_worker(*p.recorder, [job] { run_phase(job); }, budget);
+  if (w == Waited::late)
+    *why = "the " + job->phase + " snapshot (" + bytes_text(planned) + ") did not finish within " +
+           seconds_text(budget) + " (the deadline)";
+  return w;
+}
+
 // ---- the recording of one launch -------------------------------------------
 
 // The launch part of launch.json: what is known before the launch.
@@ -1068,16 +1083,12 @@ void before_launch(const Launch& l, const char* symbol_name) {
     stop_recording("cannot create the spool directory " + p->dir->path + ": " + std::strerror(errno));
     return release_unrecorded(std::move(p));
   }
-  uint64_t planned = 0;
-  for (const auto& r : job->regions) planned += r.size;
-  const double budget = deadline_seconds(job->reachable ? std::max<uint64_t>(planned, 1ull << 30) : planned);
-  gate::extend(deadline_after(budget));
-  switch (run_on_worker(*p->recorder, [job] { run_phase(job); }, budget)) {
+  // Reachable scope discovers regions as it copies: budget for at least 1 GB.
+  switch (capture_phase(*p, job, job->reachable ? 1ull << 30 : 0, &why)) {
     case Waited::done:
       break;
     case Waited::late:
-      return abandon(std::move(p), "the prologue snapshot (" + bytes_text(planned) + ") did not finish within " +
-                                       seconds_text(budget) + " (the deadline)");
+      return abandon(std::move(p), why);
     case Waited::busy:
       return release_unrecorded(std::move(p));
   }
@@ -1135,16 +1146,12 @@ void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
   job->device = p->device;
   job->regions = pro.regions;  // the prologue's list (reachable discovery included): the same layout
   job->digests = pro.digests;
-  uint64_t planned = 0;
-  for (const auto& region : job->regions) planned += region.size;
-  const double budget = deadline_seconds(planned);
-  gate::extend(deadline_after(budget));
-  switch (run_on_worker(*p->recorder, [job] { run_phase(job); }, budget)) {
+  std::string why;
+  switch (capture_phase(*p, job, 0, &why)) {
     case Waited::done:
       break;
     case Waited::late:
-      return abandon(std::move(p), "the epilogue snapshot (" + bytes_text(planned) + ") did not finish within " +
-                                       seconds_text(budget) + " (the deadline)");
+      return abandon(std::move(p), why);
     case Waited::busy:
       return abandon(std::move(p), "the recorder's worker was busy at the epilogue");
   }
@@ -1172,7 +1179,6 @@ void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
     }
     prologue_pieces.push_back(a);
   }
-  std::string why;
   if (gate::broken(&why)) return abandon(std::move(p), why);
 
   std::ostringstream rest;

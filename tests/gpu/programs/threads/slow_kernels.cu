@@ -10,14 +10,7 @@
 
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));     \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "check.h"
 
 __device__ unsigned long long global_ns() {
   unsigned long long t;

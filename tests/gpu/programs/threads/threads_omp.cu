@@ -16,18 +16,11 @@
 #include <vector>
 
 #include <cuda_runtime.h>
+
+#include "check.h"
 #ifdef WITH_CUBLAS
 #include <cublas_v2.h>
 #endif
-
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));     \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
 
 __global__ void axpy(double a, const double* x, double* y, long n) {
   long i = blockIdx.x * long(blockDim.x) + threadIdx.x;

@@ -13,14 +13,7 @@
 
 #include <cuda_runtime.h>
 
-#define CHECK(x)                                                                          \
-  do {                                                                                    \
-    cudaError_t e = (x);                                                                  \
-    if (e != cudaSuccess) {                                                               \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e));     \
-      std::exit(3);                                                                       \
-    }                                                                                     \
-  } while (0)
+#include "check.h"
 
 // y[i] = f(y[i], x[i]) iterated: integer arithmetic, exact on replay.
 __global__ void mix(const unsigned* x, unsigned* y, unsigned salt, int n, int iters) {
