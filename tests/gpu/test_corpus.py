@@ -9,7 +9,7 @@ record have no recording. Kernel nodes of CUDA graphs are recorded one by one
 when their graph is launched, and replay like direct launches.
 
 The programs are tests/gpu/programs/corpus/*.cu (`make corpus`);
-tests/gpu/test_corpus_programs_build.py compiles them without a GPU.
+tests/test_gpu_programs_build.py compiles them without a GPU.
 """
 
 from __future__ import annotations
