@@ -34,7 +34,7 @@ pytestmark = pytest.mark.gpu
 TEXTURES = {
     "tex1d_linear": {"gather_linear": None},
     "tex2d_pitched": {"resample": None},
-    "tex2d_array": {"sample_point_clamp": None, "sample_linear_wrap": None},
+    "tex2d_array": {"sample_point_clamp": None, "resample": None},
     "surface_write": {"write_surface": None, "blur_surface": None},
     "tex_in_struct": {"gather_through_table": None},
     "tex_mipmapped": {"read_levels": "mipmapped"},

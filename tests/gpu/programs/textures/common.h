@@ -16,6 +16,22 @@ inline cudaTextureObject_t make_texture(const cudaResourceDesc& res, cudaTexture
     return tex;
 }
 
+// Where output pixel (x, y) of an ow x oh image samples a texture in normalized coordinates: the image covers
+// [shift, shift + scale) of the texture in both directions.
+__host__ __device__ inline float2 sample_at(int x, int y, int ow, int oh, float scale, float shift) {
+    return make_float2((x + 0.5f) / ow * scale + shift, (y + 0.5f) / oh * scale + shift);
+}
+
+// A texture read with normalized coordinates (and the filtering and addressing of its descriptor) onto an
+// ow x oh image.
+__global__ void resample(cudaTextureObject_t tex, float* out, int ow, int oh, float scale, float shift) {
+    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
+    if (x < ow && y < oh) {
+        const float2 at = sample_at(x, y, ow, oh, scale, shift);
+        out[y * ow + x] = tex2D<float>(tex, at.x, at.y);
+    }
+}
+
 inline cudaResourceDesc array_resource(cudaArray_t array) {
     cudaResourceDesc res = {};
     res.resType = cudaResourceTypeArray;

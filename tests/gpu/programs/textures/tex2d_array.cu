@@ -1,7 +1,7 @@
 // Two texture objects over one 2-D CUDA array (cudaMallocArray + cudaMemcpy2DToArray):
 // point filtering with unnormalized coordinates and clamp addressing, read 8 texels past
 // every edge; and linear filtering with normalized coordinates and wrap addressing, read
-// over [-0.25, 1.25) in both directions. One kernel each.
+// over [-0.25, 1.25) in both directions (`resample` in common.h). One kernel each.
 #include "common.h"
 
 constexpr int kMargin = 8;
@@ -9,14 +9,6 @@ constexpr int kMargin = 8;
 __global__ void sample_point_clamp(cudaTextureObject_t tex, float* out, int ow, int oh) {
     const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
     if (x < ow && y < oh) out[y * ow + x] = tex2D<float>(tex, x - kMargin + 0.5f, y - kMargin + 0.5f);
-}
-
-__global__ void sample_linear_wrap(cudaTextureObject_t tex, float* out, int ow, int oh) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x < ow && y < oh) {
-        const float u = (x + 0.5f) / ow * 1.5f - 0.25f, v = (y + 0.5f) / oh * 1.5f - 0.25f;
-        out[y * ow + x] = tex2D<float>(tex, u, v);
-    }
 }
 
 int main() {
@@ -37,7 +29,7 @@ int main() {
     float* b = to_device(std::vector<float>(static_cast<size_t>(lw) * lh, 0.0f));
     const dim3 block(16, 16);
     sample_point_clamp<<<dim3((pw + 15) / 16, (ph + 15) / 16), block>>>(point, a, pw, ph);
-    sample_linear_wrap<<<dim3((lw + 15) / 16, (lh + 15) / 16), block>>>(linear, b, lw, lh);
+    resample<<<dim3((lw + 15) / 16, (lh + 15) / 16), block>>>(linear, b, lw, lh, 1.5f, -0.25f);
     CHECK(cudaGetLastError());
 
     std::vector<float> ga = to_host(a, static_cast<size_t>(pw) * ph), gb = to_host(b, static_cast<size_t>(lw) * lh);
@@ -49,8 +41,8 @@ int main() {
         }
     for (int y = 0; y < lh; ++y)
         for (int x = 0; x < lw; ++x) {
-            const float u = (x + 0.5f) / lw * 1.5f - 0.25f, v = (y + 0.5f) / lh * 1.5f - 0.25f;
-            ok &= filtered_matches(gb[y * lw + x], img, w, h, u * w, v * h, true);
+            const float2 at = sample_at(x, y, lw, lh, 1.5f, -0.25f);
+            ok &= filtered_matches(gb[y * lw + x], img, w, h, at.x * w, at.y * h, true);
         }
     CHECK(cudaDestroyTextureObject(point));
     CHECK(cudaDestroyTextureObject(linear));

@@ -1,15 +1,7 @@
 // A 2-D texture object over pitched linear memory (cudaMallocPitch, cudaResourceTypePitch2D)
 // with linear filtering and normalized coordinates, clamped at the edges: a 200 x 120
-// image resampled to 256 x 160, a little beyond its edges.
+// image resampled to 256 x 160, a little beyond its edges (`resample` in common.h).
 #include "common.h"
-
-__global__ void resample(cudaTextureObject_t tex, float* out, int ow, int oh) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x, y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x < ow && y < oh) {
-        const float u = (x + 0.5f) / ow * 1.1f - 0.05f, v = (y + 0.5f) / oh * 1.1f - 0.05f;
-        out[y * ow + x] = tex2D<float>(tex, u, v);
-    }
-}
 
 int main() {
     const int w = 200, h = 120, ow = 256, oh = 160;
@@ -29,14 +21,14 @@ int main() {
     res.res.pitch2D.pitchInBytes = pitch;
     const cudaTextureObject_t tex = make_texture(res, cudaFilterModeLinear, true, cudaAddressModeClamp);
 
-    resample<<<dim3((ow + 15) / 16, (oh + 15) / 16), dim3(16, 16)>>>(tex, out, ow, oh);
+    resample<<<dim3((ow + 15) / 16, (oh + 15) / 16), dim3(16, 16)>>>(tex, out, ow, oh, 1.1f, -0.05f);
     CHECK(cudaGetLastError());
     std::vector<float> got = to_host(out, static_cast<size_t>(ow) * oh);
     bool ok = pitch >= w * sizeof(float);
     for (int y = 0; y < oh; ++y)
         for (int x = 0; x < ow; ++x) {
-            const float u = (x + 0.5f) / ow * 1.1f - 0.05f, v = (y + 0.5f) / oh * 1.1f - 0.05f;
-            ok &= filtered_matches(got[y * ow + x], img, w, h, u * w, v * h, false);
+            const float2 at = sample_at(x, y, ow, oh, 1.1f, -0.05f);
+            ok &= filtered_matches(got[y * ow + x], img, w, h, at.x * w, at.y * h, false);
         }
     CHECK(cudaDestroyTextureObject(tex));
     return report("tex2d_pitched", ok, "a filtered sample is off");
