@@ -1,6 +1,7 @@
 """The thread programs (tests/gpu/programs/threads) compile with nvcc here, without a GPU, so a syntax error is
 caught before a GPU session; the cuBLAS variants where cublas_v2.h is installed (skipped with the reason
-elsewhere). Running them under `mneme record`: tests/gpu/test_threads.py and threads/diagnose.sh."""
+elsewhere). Running them under `mneme record`: tests/gpu/test_threads.py and threads/diagnose.sh. This module
+sits outside tests/gpu/, whose tests are skipped where no GPU is usable."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-THREADS = Path(__file__).resolve().parents[1] / "gpu" / "programs" / "threads"
+THREADS = Path(__file__).resolve().parent / "gpu" / "programs" / "threads"
 PROGRAMS = {
     "threads_managed.cu": [],
     "threads_omp.cu": ["-Xcompiler", "-fopenmp"],
