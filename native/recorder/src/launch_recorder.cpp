@@ -1100,6 +1100,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
       return release_unrecorded(std::move(p));
     }
     if (job->io_failure) {
+      if (p->dir) remove_tree(p->dir->path);  // first: a full disk must have room for error.json
       stop_recording(job->error);
       return release_unrecorded(std::move(p));
     }
@@ -1157,6 +1158,7 @@ void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
   }
   if (!job->ok) {
     if (job->io_failure) {
+      if (p->dir) remove_tree(p->dir->path);  // first: a full disk must have room for error.json
       stop_recording(job->error);
       return release_unrecorded(std::move(p));
     }
