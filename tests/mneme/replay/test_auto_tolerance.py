@@ -289,7 +289,7 @@ def test_verified_within_and_nondeterminism_cross_the_wire_with_their_counts():
 
 
 def test_failure_text_names_the_ulp_distance_and_the_bound():
-    from mneme.replay.replayer import _mismatch_summary
+    from mneme.replay.judge import mismatch_summary as _mismatch_summary
 
     policy = VerifyPolicy("f32", "ulp", 24)
     report = judge(policy, stats(2.29e4), engine_counters(violations=1, differing=1, max_ulp=716), 4).report
