@@ -24,7 +24,7 @@ from typing import Any
 
 from mneme.cli.command import Command
 from mneme.errors import ConfigurationError
-from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.model.verification import DEFAULT_RUNS
 
 _DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
 
@@ -183,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
     from mneme.replay import Replayer
+    from mneme.replay.proof import decide_resets
 
+    # A kernel that consumes its own state may hang or fault when launched twice without a reset:
+    # the proof runs in a child process (once per instance and machine: cached), never in this one.
+    decision = decide_resets(recording, instance.record_id, args.device, verification, args.timeout) \
+        if args.reset == "auto" else None
     with Replayer(
         recording,
         instance.record_id,
@@ -193,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
+        reset_decision=decision,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:

@@ -286,6 +286,8 @@ class Launcher:
         checks: list,
         check_launches: list[int],
         timed: bool,
+        from_recorded: bool = True,
+        timeout_s: float | None = None,
     ) -> dict:
         """One engine call: every region reset from its prologue, then ``launches`` launches of
         ``loaded`` under ``config`` with the recorded launch attributes, ``resets`` before each, the
@@ -301,6 +303,9 @@ class Launcher:
             check_launches: the launches after which they are made.
             timed: a configuration's replay: queued ahead, the L2 scrubbed after resets, timed with
                 CUPTI when so set (else the engine's defaults: a proof's or a probe's launches).
+            from_recorded: reset every region from its prologue first (False: start from what the
+                previous call left: the proof's second launch).
+            timeout_s: this call's watchdog, when not the replayer's.
 
         Returns:
             The engine's output (``times_ns``, ``event_times_ns``, ``checked_launches``, ``checks``,
@@ -311,7 +316,8 @@ class Launcher:
         """
         state, homes, settings = self.state, loaded.global_homes, self.settings
         state.apply_map(state.relocation_map(homes))
-        state.full_reset(homes)
+        if from_recorded:
+            state.full_reset(homes)
         return loaded.function.run(
             config.grid.as_tuple(),
             config.block.as_tuple(),
@@ -323,7 +329,7 @@ class Launcher:
             check_launches=check_launches,
             queue_ahead_ns=queue_ahead_ns(launches) if timed and settings.queue_ahead else 0,
             l2_scrub_bytes=2 * self.ctx.l2_cache_size if timed and settings.l2_scrub and _bytes(resets) else 0,
-            timeout_s=settings.timeout_s,
+            timeout_s=settings.timeout_s if timeout_s is None else timeout_s,
             cupti=timed and settings.timing == "cupti",
             attributes=list(plan.attributes),
             param_offsets=loaded.param_offsets,

@@ -2,11 +2,16 @@
 
 One job: the one-time work whose answers every configuration's replay uses.
 
-* The reset policy (``reset="auto"``): the recorded baseline launched twice
-  with no reset between; when both launches match the epilogue the kernel is
-  idempotent, and configurations skip the per-launch resets (``uses_resets``).
-  Anything that goes wrong only means "not proven", except a fault that
-  destroys the CUDA context: then the instance cannot run (``failure``).
+* The reset policy (``reset="auto"``): the recorded baseline launched once
+  from the recorded memory, then once more on what it left, under a watchdog
+  derived from its time (:func:`proof_watchdog`); when both launches match the
+  epilogue the kernel is idempotent, and configurations skip the per-launch
+  resets (``uses_resets``). Anything else means "reset before every launch"
+  (``reset_reason`` says why): a kernel that consumes its own state (work
+  queues, tickets, spin-waits on counters, locks) is replayed as the
+  application runs it. A second launch that faults or does not finish
+  destroys this process's CUDA context (``failure``): the caller replaces the
+  process and replays with resets before every launch (:class:`ResetDecision`).
 * The tolerance (``mode="auto"``): the bounds stored beside the recording
   (``<static>.tolerance.json``, ``nondeterminism.load_derived``), else the
   baseline replayed ``runs`` times (``probe.probe_baseline``) and the bounds
@@ -20,6 +25,7 @@ Prepare), so that neither is counted in a configuration's time.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mneme.errors import MnemeError
@@ -36,6 +42,39 @@ from mneme.replay.tolerance import ToleranceOverrides
 #: Reset policies: ``auto`` resets before every launch unless the instance is proven idempotent
 #: (then only before each configuration's first launch); ``always`` resets before every launch.
 RESET_POLICIES = ("auto", "always")
+#: The proof's second launch may take this many times the kernel's time (recorded, or measured by
+#: the first launch) before it counts as hung; never less than ``PROOF_WATCHDOG_MIN_S``.
+PROOF_WATCHDOG_FACTOR = 20
+PROOF_WATCHDOG_MIN_S = 0.05
+
+
+@dataclass(frozen=True)
+class ResetDecision:
+    """What a proof made elsewhere decided (another process, a cache): the instance's replays reset
+    the written memory before every launch (``each_launch``) or only before each configuration's first.
+
+    Attributes:
+        each_launch: reset before every launch.
+        reason: why (shown in results as ``reset_reason``); '' when not ``each_launch``.
+    """
+
+    each_launch: bool
+    reason: str = ""
+
+
+def proof_watchdog(kernel_ns: float | None) -> float:
+    """How long the proof's second launch may run: ``PROOF_WATCHDOG_FACTOR`` x the kernel's time, at least
+    ``PROOF_WATCHDOG_MIN_S`` (a kernel that spins on state its first launch consumed never ends).
+
+    Args:
+        kernel_ns: the kernel's time in nanoseconds (recorded in the application, or measured); None: unknown.
+
+    Returns:
+        Seconds.
+    """
+    if not kernel_ns or kernel_ns <= 0:
+        return PROOF_WATCHDOG_MIN_S * PROOF_WATCHDOG_FACTOR
+    return max(PROOF_WATCHDOG_MIN_S, PROOF_WATCHDOG_FACTOR * kernel_ns / 1e9)
 
 
 class Readiness:
@@ -58,6 +97,8 @@ class Readiness:
         reset: str,
         store_tolerance: bool,
         record_id: str,
+        decided: ResetDecision | None = None,
+        kernel_ns: int | None = None,
     ):
         """Settle what ``launcher``'s instance needs, on demand.
 
@@ -69,11 +110,19 @@ class Readiness:
             reset: ``auto`` or ``always`` (:data:`RESET_POLICIES`).
             store_tolerance: write derived bounds beside the recording.
             record_id: the instance's dynamic hash (its entry in the stored bounds).
+            decided: the reset policy as decided elsewhere (no proof is made here).
+            kernel_ns: the kernel's time in the application, when recorded (the proof's watchdog).
         """
         self.launcher, self.baseline, self.overrides = launcher, baseline, overrides
         self.mode, self.runs, self.safety = verification.mode, verification.runs, verification.safety
         self.reset, self.store_tolerance, self.record_id = reset, store_tolerance, record_id
         self.idempotent: bool | None = None
+        self.reset_reason = "the reset policy is always" if reset == "always" else ""
+        self.kernel_ns = kernel_ns
+        self._undecidable = False
+        if decided is not None:
+            self.idempotent = not decided.each_launch
+            self.reset_reason = decided.reason if decided.each_launch else ""
         self.derived: DerivedTolerance | None = None
         self.derived_stored = ""
         self.probe_error = ""
@@ -97,11 +146,23 @@ class Readiness:
         """
         if self.mode == "auto" and self.derived is None:
             self.derive_tolerance(plan)
-        if self.reset == "always":
+        if self.reset == "always" and self.idempotent is None:
             return True
         if self.idempotent is None:
             self.idempotent = self.prove_idempotent(plan)
         return not self.idempotent
+
+    def decision(self) -> ResetDecision | None:
+        """What the proof decided, for a process that replays the instance next (None: not decided yet).
+
+        Returns:
+            The decision.
+        """
+        if self.reset == "always" and self.idempotent is None:
+            return ResetDecision(True, self.reset_reason)
+        if self.idempotent is None or self._undecidable:
+            return None
+        return ResetDecision(not self.idempotent, self.reset_reason)
 
     def unusable(self) -> tuple[str, str]:
         """(status, error) of an instance whose context is lost: the proof's failure, or a plain loss.
@@ -112,11 +173,15 @@ class Readiness:
         return self.failure or (STATUS_RUNTIME_ERROR, "the CUDA context was lost")
 
     def prove_idempotent(self, plan: LaunchPlan) -> bool:
-        """Run the baseline twice with no reset between; idempotent when both launches match the epilogue.
+        """Launch the baseline from the recorded memory, then once more on what it left; idempotent
+        when both launches match the epilogue.
 
-        Anything that goes wrong here (the baseline does not verify, a
-        launch is refused) only means "not proven": every launch is then reset.
-        A fault that destroys the context sets ``failure``.
+        The second launch runs under :func:`proof_watchdog` of the kernel's time. Anything that goes
+        wrong (the baseline does not verify, a launch is refused, the second launch differs, faults
+        or does not finish) means "reset before every launch", with the reason in ``reset_reason``.
+        A second launch that faults or does not finish also destroys the CUDA context: ``failure``
+        says so, and the process must be replaced (the next one replays with resets before every
+        launch: :meth:`decision`).
 
         Args:
             plan: the recorded launch attributes.
@@ -126,29 +191,56 @@ class Readiness:
         """
         launcher, baseline = self.launcher, self.baseline
         if plan.launch_errors(baseline.grid.as_tuple()):
+            self.reset_reason = "the recorded launch cannot be repeated here, so idempotence is not proven"
             return False
         try:
             loaded = launcher.load(launcher.compile(baseline))
             launcher.set_dynamic_shared(loaded, baseline.shared_mem)
         except Exception as exc:
             if isinstance(exc, (CompileError, MnemeError)) or eng.cuda_error_code(exc) is not None:
+                self.reset_reason = f"idempotence is not proven: the recorded code did not load ({exc})"
                 return False
             raise
         homes = loaded.global_homes
         checks = judge.plan_checks(launcher.state, homes, self.overrides, self.derived)
+        step = "its first launch"
         try:
-            out = launcher.launch(loaded, baseline, 2, plan, resets=[], checks=checks.checks, check_launches=[0, 1],
-                                  timed=False)  # fmt: skip
+            first = launcher.launch(loaded, baseline, 1, plan, resets=[], checks=checks.checks, check_launches=[0],
+                                    timed=False)  # fmt: skip
+            if judge.mismatches(checks, first, launcher.state, homes):
+                self.reset_reason = "idempotence is not proven: the recorded launch does not reproduce the recording"
+                return False
+            measured = (first.get("times_ns") or [0])[0]
+            watchdog = proof_watchdog(max(measured or 0, self.kernel_ns or 0) or None)
+            step = f"a second launch without a reset (watchdog {watchdog:.3g} s)"
+            second = launcher.launch(loaded, baseline, 1, plan, resets=[], checks=checks.checks, check_launches=[0],
+                                     timed=False, from_recorded=False, timeout_s=watchdog)  # fmt: skip
         except Exception as exc:
             code_no = launcher.driver_failure(exc)
+            second = step != "its first launch"
             if code_no in eng.CONTEXT_DESTROYING:
+                what = "did not finish" if code_no == eng.TIMEOUT_CODE else f"failed ({exc})"
                 self.failure = (
                     STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR,
-                    f"the recorded baseline, launched to prove the kernel idempotent, failed ({exc}); the CUDA "
-                    "context is destroyed: this replayer must be dropped and the process replaced",
+                    f"the recorded baseline, launched to prove the kernel idempotent, {what} in {step}; the CUDA "
+                    "context is destroyed: " + ("replay in a fresh process with resets before every launch" if second
+                                                else "this replayer must be dropped and the process replaced"),
                 )
+                if second:  # the kernel consumes its own state: every launch needs its reset
+                    self.reset_reason = (f"the kernel is not idempotent: {step} {what}; the written memory is "
+                                         "reset before every launch")
+                else:
+                    self._undecidable = True  # the recorded launch itself fails: resets would not help
+            else:
+                self.reset_reason = f"idempotence is not proven: {step} failed ({exc})"
             return False
-        return not judge.mismatches(checks, out, launcher.state, homes)
+        found = judge.mismatches(checks, second, launcher.state, homes)
+        if found:
+            regions = sorted({str(m.get("region", "?")) for m in found})
+            self.reset_reason = ("the kernel is not idempotent: a second launch without a reset changed "
+                                 f"{', '.join(regions[:4])}{' ...' if len(regions) > 4 else ''}")
+            return False
+        return True
 
     def probe(self, plan: LaunchPlan) -> DerivedTolerance | None:
         """The baseline replayed ``runs`` times and every region classified (once).

@@ -34,7 +34,7 @@ from mneme.replay.engine import device_arch
 from mneme.replay.launch import Launcher, LaunchSettings, LoadedCode, RunFailure, measurements
 from mneme.replay.launch_attrs import LaunchPlan, plan_for
 from mneme.replay.nondeterminism import DerivedTolerance
-from mneme.replay.readiness import RESET_POLICIES, Readiness
+from mneme.replay.readiness import RESET_POLICIES, Readiness, ResetDecision
 from mneme.replay.state import DeviceState, heap_relocation
 from mneme.replay.tolerance import judged_overrides
 
@@ -72,6 +72,7 @@ class Replayer:
         timeout_s: float = 0.0,
         reset: str = "auto",
         store_tolerance: bool = True,
+        reset_decision: ResetDecision | None = None,
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
@@ -105,6 +106,8 @@ class Replayer:
             reset: ``auto`` (reset the written memory before every launch, unless the instance is
                 proven idempotent: then only before each configuration's first launch) or ``always``.
             store_tolerance: write derived ``auto`` bounds beside the recording.
+            reset_decision: the reset policy as a proof made elsewhere decided it (another process, after
+                this one's proof lost its context; a cached verdict): no proof is made here.
         """
         eng.require_driver()  # no GPU here: say so before reading anything
         if reset not in RESET_POLICIES:
@@ -149,7 +152,8 @@ class Replayer:
         self._launcher = Launcher(self.ctx, self.arch, recording, self.instance, self._state, settings,
                                   self.compile_options)  # fmt: skip
         self._readiness = Readiness(self._launcher, self.baseline(), self.overrides, verification, reset,
-                                    store_tolerance, self.record_id)  # fmt: skip
+                                    store_tolerance, self.record_id, reset_decision,
+                                    getattr(self.instance, "app_kernel_time_ns", None))  # fmt: skip
         unused = self.overrides.unused_selectors((r.name, r.recorded_base) for r in self._state.regions)
         if unused:
             names = ", ".join(r.label for r in self._state.regions)
@@ -249,6 +253,15 @@ class Replayer:
         """
         return self._readiness.uses_resets(self.launch_plan)
 
+    def reset_decision(self) -> ResetDecision | None:
+        """What this replayer's proof decided, for the process that replays the instance next (after a
+        proof that lost the context: resets before every launch, and why).
+
+        Returns:
+            The decision; None when none was made yet.
+        """
+        return self._readiness.decision()
+
     def get_ready(self) -> str:
         """Do now the one-time work that the first configuration would otherwise pay for (the reset
         policy's proof: two launches of the recorded baseline, ``uses_resets``), so that it is not
@@ -347,10 +360,21 @@ class Replayer:
             executed=True,
             failed=False,
             end_time=_now(),
+            reset_each_launch=resets_each_launch,
+            reset_reason=self._reset_reason(resets_each_launch),
             **judge.verdict(checks, out, found, self._readiness.derived, nondeterminism, note),
             **base,
             **measured,
         )
+
+    def _reset_reason(self, resets_each_launch: bool) -> str:
+        """Why every launch of a replay was reset ('' when not)."""
+        if not resets_each_launch:
+            return ""
+        if self._readiness.idempotent is False or self.reset == "always":
+            return self._readiness.reset_reason
+        return ("a later launch of this configuration, run on what the previous launch left, did not reproduce "
+                "the recording (the recorded launch is idempotent)")
 
     def _check_request(self, config: Any, iterations: int, warmup: int) -> None:
         """RunFailure for a Replayer that cannot run, or a request that is not a valid configuration."""

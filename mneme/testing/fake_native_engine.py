@@ -53,6 +53,7 @@ class AddressSpace:
     fail_map_at: int | None = None  # an absolute address whose mapping fails (out of memory)
     allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
     kernel: "FakeKernel | None" = None  # what loaded modules launch; None: loading a module fails
+    copied_since_run: bool = True  # device copies (resets) made since the last run
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
 
     def taken(self, start: int, end: int) -> bool:
@@ -146,7 +147,7 @@ class FakeContext:
         return bytes(size)
 
     def copy(self, dst: int, src: int, size: int) -> None:
-        pass
+        self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
 
     def load_module(self, image: bytes, options: dict | None = None):
         if self.space.kernel is None:
@@ -172,6 +173,7 @@ class FakeRun:
     cupti: bool
     attributes: list
     param_offsets: list
+    from_recorded: bool = True  # the memory was reset (copies) since the previous run
 
 
 @dataclass
@@ -239,6 +241,9 @@ class FakeFunction:
         run = FakeRun(self.module.image, tuple(grid), tuple(block), int(shared_mem), int(launches), list(resets),
                       list(checks), list(check_launches), int(queue_ahead_ns), int(l2_scrub_bytes),
                       float(timeout_s), bool(cupti), list(attributes), list(param_offsets))  # fmt: skip
+        space = self.module._space
+        run.from_recorded = space.copied_since_run
+        space.copied_since_run = False
         kernel.runs.append(run)
         error = kernel.errors.pop(0) if kernel.errors else None
         if error is not None:

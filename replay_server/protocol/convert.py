@@ -69,6 +69,7 @@ _SCALAR_RESULT_FIELDS = (
     "preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "verified", "executed", "failed",
     "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error",
     "status", "warmup", "shared_mem_usage", "compile_cached", "relocated", "relocation_reason",
+    "reset_each_launch", "reset_reason",
 )
 
 

@@ -64,7 +64,7 @@ class Configuration(_message.Message):
     def __init__(self, grid: _Optional[_Union[Dim3, _Mapping]] = ..., block: _Optional[_Union[Dim3, _Mapping]] = ..., shared_mem: _Optional[int] = ..., specialize: _Optional[bool] = ..., set_launch_bounds: _Optional[bool] = ..., max_threads: _Optional[int] = ..., min_blocks_per_sm: _Optional[int] = ..., specialize_dims: _Optional[bool] = ..., passes: _Optional[str] = ..., codegen_opt: _Optional[int] = ..., codegen_method: _Optional[str] = ..., prune: _Optional[bool] = ..., internalize: _Optional[bool] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason")
+    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason")
     PREPROCESS_IR_TIME_FIELD_NUMBER: _ClassVar[int]
     OPT_TIME_FIELD_NUMBER: _ClassVar[int]
     CODEGEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,8 @@ class Result(_message.Message):
     VERIFIED_WITHIN_FIELD_NUMBER: _ClassVar[int]
     NONDETERMINISM_FIELD_NUMBER: _ClassVar[int]
     RELOCATION_REASON_FIELD_NUMBER: _ClassVar[int]
+    RESET_EACH_LAUNCH_FIELD_NUMBER: _ClassVar[int]
+    RESET_REASON_FIELD_NUMBER: _ClassVar[int]
     preprocess_ir_time: float
     opt_time: float
     codegen_time: float
@@ -113,7 +115,9 @@ class Result(_message.Message):
     verified_within: _struct_pb2.Struct
     nondeterminism: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
     relocation_reason: str
-    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ...) -> None: ...
+    reset_each_launch: bool
+    reset_reason: str
+    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds")

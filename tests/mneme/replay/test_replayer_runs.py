@@ -18,6 +18,7 @@ from mneme.recording.execution import RecordedExecution
 from mneme.replay import engine as eng
 from mneme.replay import placement
 from mneme.replay.placement import ProcessReservations
+from mneme.replay.readiness import ResetDecision, proof_watchdog
 from mneme.testing.fake_native_engine import AddressSpace, FakeKernel, cuda_error, native_module
 
 N, BLOCK = 4096, 256
@@ -46,8 +47,16 @@ def _replayer(db, **options):
     return Replayer(rec, rec.single_instance().record_id, **options)
 
 
-def _is_proof(run) -> bool:
-    return run.launches == 2 and run.resets == [] and run.check_launches == [0, 1] and run.queue_ahead_ns == 0
+def _is_proof(first, second) -> bool:
+    """The proof: one launch from the recorded memory, then one more on what it left, under the proof's watchdog."""
+    return (first.launches == second.launches == 1 and first.resets == second.resets == []
+            and first.check_launches == second.check_launches == [0] and first.queue_ahead_ns == 0
+            and first.from_recorded and not second.from_recorded and second.timeout_s == pytest.approx(0.05))
+
+
+def _second_launch(run, launch) -> bool:
+    """Whether ``launch`` of ``run`` starts from what an earlier launch left (no reset before it)."""
+    return not run.resets and (launch > 0 or not run.from_recorded)
 
 
 def test_the_baseline_verifies_after_the_proof_and_skips_the_resets(kernel, vecadd_db):
@@ -56,8 +65,8 @@ def test_the_baseline_verifies_after_the_proof_and_skips_the_resets(kernel, veca
         result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
         assert result.status == "verified", result.error
         assert replayer.idempotent is True and replayer.healthy
-        proof, timed = kernel.runs
-        assert _is_proof(proof) and proof.grid == (N // BLOCK, 1, 1) and len(proof.checks) == 3
+        first, second, timed = kernel.runs
+        assert _is_proof(first, second) and first.grid == (N // BLOCK, 1, 1) and len(first.checks) == 3
         assert timed.launches == 7 and timed.resets == [] and timed.check_launches == [0, 6]
         assert timed.queue_ahead_ns == 20_000 + 20_000 * 7 and timed.l2_scrub_bytes == 0 and not timed.cupti
         assert replayer.last_timing == {
@@ -66,7 +75,7 @@ def test_the_baseline_verifies_after_the_proof_and_skips_the_resets(kernel, veca
             "reset_each_launch": False,
         }  # fmt: skip
         again = replayer.run(replayer.baseline(), iterations=1, warmup=0)
-        assert len(kernel.runs) == 3  # proven once
+        assert len(kernel.runs) == 4  # proven once
     assert result.exec_time == [1000] * 7 and result.warmup == 2 and result.executed and not result.failed
     assert result.reg_usage == 16 and result.shared_mem_usage == 0 and result.local_mem_usage == 0
     assert result.codegen_time == pytest.approx(0.001)  # the module's load, counted by the run that loaded it
@@ -93,7 +102,7 @@ def test_every_iteration_checks_every_launch(kernel, vecadd_db):
 
 
 def test_a_kernel_whose_second_launch_differs_is_not_idempotent_and_keeps_its_resets(kernel, vecadd_db):
-    kernel.differs = lambda run, launch, check: 4 if (check == C and launch > 0 and not run.resets) else 0
+    kernel.differs = lambda run, launch, check: 4 if (check == C and _second_launch(run, launch)) else 0
     with _replayer(vecadd_db) as replayer:
         assert replayer.get_ready() == "" and replayer.idempotent is False
         result = replayer.run(replayer.baseline(), iterations=3, warmup=1)
@@ -104,13 +113,13 @@ def test_a_kernel_whose_second_launch_differs_is_not_idempotent_and_keeps_its_re
 def test_a_variant_right_only_from_the_recorded_memory_is_judged_again_with_resets(kernel, vecadd_db):
     recorded_grid = (N // BLOCK, 1, 1)
     kernel.differs = lambda run, launch, check: (
-        8 if (check == C and launch > 0 and not run.resets and run.grid != recorded_grid) else 0)
+        8 if (check == C and _second_launch(run, launch) and run.grid != recorded_grid) else 0)
     with _replayer(vecadd_db) as replayer:
         config = replayer.baseline().replace(grid={"x": 32, "y": 1, "z": 1})
         result = replayer.run(config, iterations=3, warmup=1)
         assert result.status == "verified", result.error
-        proof, unreset, reset = kernel.runs
-        assert _is_proof(proof) and unreset.resets == [] and reset.resets
+        first, second, unreset, reset = kernel.runs
+        assert _is_proof(first, second) and unreset.resets == [] and reset.resets
         assert replayer.last_timing["reset_each_launch"] is True
         assert replayer.run(replayer.baseline()).verified
         assert replayer.last_timing["reset_each_launch"] is False
@@ -164,8 +173,8 @@ def test_auto_derives_bounds_stores_them_and_judges_with_them(kernel, vecadd_db)
     auto = VerificationSettings(mode="auto")
     with _replayer(vecadd_db, verification=auto) as replayer:
         assert replayer.get_ready() == ""
-        probe, proof = kernel.runs
-        assert probe.launches == 8 and _is_proof(proof)
+        probe, first, second = kernel.runs
+        assert probe.launches == 8 and _is_proof(first, second)
         assert replayer.idempotent is True  # the proof's checks judge with the derived bound
         assert replayer.derived_stored.startswith("written to ") and "tolerance.json" in replayer.derived_stored
         result = replayer.run(replayer.baseline(), iterations=3, warmup=1)
@@ -262,7 +271,7 @@ def test_a_proof_that_destroys_the_context_makes_the_replayer_unusable(kernel, v
         kernel.errors.append(cuda_error("cuLaunchKernel", 702, "CUDA_ERROR_LAUNCH_TIMEOUT"))
         result = replayer.run(replayer.baseline())
     assert result.status == "timeout" and result.executed and result.failed
-    assert result.error.startswith("the recorded baseline, launched to prove the kernel idempotent, failed")
+    assert result.error.startswith("the recorded baseline, launched to prove the kernel idempotent, did not finish")
 
 
 def test_a_refused_proof_only_means_not_proven(kernel, vecadd_db):
@@ -288,3 +297,53 @@ def test_module_globals_are_checked_where_the_module_has_them(kernel, tmp_path):
     with _replayer(synth.scale_by_global(tmp_path / "again"), reset="always") as replayer:
         result = replayer.run(replayer.baseline())
     assert result.status == "compile_error" and "the recorded module has no global 'g_hits'" in result.error
+
+
+# -- kernels that are not idempotent: the proof only ever speeds replays up ---------------------------------
+def test_a_kernel_that_changes_its_output_on_a_second_launch_resets_every_launch_and_says_why(kernel, vecadd_db):
+    kernel.differs = lambda run, launch, check: 4 if (check == C and _second_launch(run, launch)) else 0
+    with _replayer(vecadd_db) as replayer:
+        result = replayer.run(replayer.baseline(), iterations=3, warmup=1)
+        assert replayer.reset_decision() == ResetDecision(True, result.reset_reason)
+    assert result.verified and result.reset_each_launch
+    assert result.reset_reason.startswith("the kernel is not idempotent: a second launch without a reset changed c")
+
+
+@pytest.mark.parametrize(("code", "name", "what"), [(702, "CUDA_ERROR_LAUNCH_TIMEOUT", "did not finish"),
+                                                     (700, "CUDA_ERROR_ILLEGAL_ADDRESS", "failed")])
+def test_a_second_launch_that_hangs_or_faults_decides_resets_for_the_next_process(kernel, vecadd_db, code, name, what):
+    kernel.errors.extend([None, cuda_error("cuLaunchKernel", code, name)])  # the first launch runs, the second fails
+    with _replayer(vecadd_db) as replayer:
+        why = replayer.get_ready()
+        assert "replay in a fresh process with resets before every launch" in why and not replayer.healthy
+        decision = replayer.reset_decision()
+    assert decision.each_launch and f"a second launch without a reset (watchdog 0.05 s) {what}" in decision.reason
+    kernel.runs.clear()
+    with _replayer(vecadd_db, reset_decision=decision) as fresh:  # the next process: no proof, resets every launch
+        result = fresh.run(fresh.baseline(), iterations=2, warmup=1)
+        (timed,) = kernel.runs
+    assert result.verified and timed.resets and result.reset_each_launch and result.reset_reason == decision.reason
+
+
+def test_a_recorded_launch_that_fails_by_itself_decides_nothing(kernel, vecadd_db):
+    kernel.errors.append(cuda_error("cuLaunchKernel", 700, "CUDA_ERROR_ILLEGAL_ADDRESS"))
+    with _replayer(vecadd_db) as replayer:
+        assert "in its first launch" in replayer.get_ready()
+        assert replayer.reset_decision() is None  # resets before every launch would not help
+
+
+def test_idempotent_kernels_and_reset_always_say_so(kernel, vecadd_db):
+    with _replayer(vecadd_db) as replayer:
+        proven = replayer.run(replayer.baseline())
+        assert replayer.reset_decision() == ResetDecision(False, "")
+    with _replayer(vecadd_db, reset="always") as replayer:
+        always = replayer.run(replayer.baseline())
+        assert replayer.reset_decision() == ResetDecision(True, "the reset policy is always")
+    assert not proven.reset_each_launch and proven.reset_reason == ""
+    assert always.reset_each_launch and always.reset_reason == "the reset policy is always"
+
+
+def test_the_proofs_watchdog_comes_from_the_kernels_time():
+    assert proof_watchdog(None) == pytest.approx(1.0)  # unknown: 20 x 50 ms
+    assert proof_watchdog(1000) == pytest.approx(0.05)  # short kernels: the floor
+    assert proof_watchdog(10_000_000) == pytest.approx(0.2)  # 10 ms: 20 x
