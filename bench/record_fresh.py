@@ -177,7 +177,8 @@ def main(args) -> int:
     text = tables(fresh, startup)
     print("\n" + text)
     if args.results:
-        write_section(args.results, "fresh data and start-up (--fresh)", text, heading="Recording cost: measured")
+        title = "fresh data and start-up (--fresh)" if fresh else "start-up (--fresh --fresh-n 0)"
+        write_section(args.results, title, text, heading="Recording cost: measured")
     return 0
 
 
