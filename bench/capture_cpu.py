@@ -228,7 +228,8 @@ def main() -> int:
             first.unlink()
             second.unlink()
     if args.results:
-        write_section(args.results, "capture CPU (bench/capture_cpu.py)", "\n".join(out), heading="Recording cost: measured")
+        write_section(args.results, f"capture CPU, {os.cpu_count()} CPUs (bench/capture_cpu.py)", "\n".join(out),
+                      heading="Recording cost: measured")
     return 0
 
 
