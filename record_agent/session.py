@@ -132,7 +132,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
         from record_agent.feedback import STATS_ENV, ConversionProgress, pending_bytes, write_stats
         from record_agent.spool import abandoned_entries, read_json
 
-        converter = _converter(options, spool_dir, local_dir, base_env, uploader)
+        converter = _converter(options, rank, spool_dir, local_dir, base_env, uploader)
         while proc.poll() is None:
             if conversion_error is None:
                 try:
@@ -198,7 +198,8 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     return summary
 
 
-def _converter(options: RecordOptions, spool_dir: str, local_dir: str, base_env: dict[str, str], uploader) -> "SpoolConverter":
+def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_dir: str, base_env: dict[str, str],
+               uploader) -> "SpoolConverter":
     """The spool converter writing into ``local_dir`` (the destination, or the S3 upload's staging directory)."""
     import datetime
     import socket
@@ -214,7 +215,7 @@ def _converter(options: RecordOptions, spool_dir: str, local_dir: str, base_env:
     recorder_info = RecorderInfo(
         mneme.__version__,
         socket.gethostname(),
-        detect_rank(base_env),
+        rank,
         datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         tuple(options.command),
     )
