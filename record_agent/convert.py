@@ -318,7 +318,8 @@ class SpoolConverter:
         A region's pieces are whole multiples of the chunk size but the last, so
         chunking piece by piece equals chunking the region. Pieces the recorder
         did not copy (their GPU digest was captured before) take the chunks of
-        the piece that digest names.
+        the piece that digest names. Once the chunks are stored the entry's
+        stripe files are deleted (:func:`release_stripes`).
         """
         sources, copied = [], []
         for phase in PHASES:
@@ -328,6 +329,8 @@ class SpoolConverter:
                         sources.append(FileSlice(entry.stripe_path(phase, p.stripe), p.offset, p.size))
                         copied.append((phase, i, k))
         piece_refs = dict(zip(copied, writer.put_chunks(sources, stats)))
+        release_stripes(entry)
+        started = time.perf_counter()
         seen = self._digest_chunks.setdefault(entry.device, {})
         for (phase, i, k), refs in piece_refs.items():
             digest = entry.regions[i].digest(phase, k)
@@ -353,6 +356,7 @@ class SpoolConverter:
                 regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policies[r.base]))
             name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
             out[phase] = ObjectRef(name, sha, size)
+        stats.add(snapshot_s=time.perf_counter() - started)
         return out
 
     @staticmethod
@@ -404,7 +408,9 @@ class SpoolConverter:
             None, tuple(dict.fromkeys(warnings)), attributes, unsupported,
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
+        committing = time.perf_counter()
         db = writer.commit(db.add_instance(instance))
+        stats.add(commit_s=time.perf_counter() - committing)
         self._databases[(entry.device, db.static_hash)] = db
         self.stats.instances += 1
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)
@@ -437,6 +443,22 @@ def abandoned_reason(entry: SpoolEntry) -> str:
         f"the recorder abandoned this launch: {entry.abandoned}; its snapshots were not taken, so it cannot be "
         "replayed (docs/recording.md, Threads and deadlines)"
     )
+
+
+def release_stripes(entry: SpoolEntry) -> None:
+    """Delete an entry's stripe files once their pieces are stored.
+
+    What the database commit then makes durable (one ``syncfs`` of the file
+    system) no longer includes the spool's copy of the snapshot, which shares
+    the file system with the recording wherever both are under ``/tmp``, and
+    the recorder's back-pressure is relieved at once. Nothing is lost: a spool
+    is never converted again after its agent ends.
+    """
+    for stripe in entry.path.glob("*.bin"):
+        try:
+            stripe.unlink()
+        except OSError:
+            pass  # deleted with the entry directory afterwards
 
 
 def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> EntryStats:
