@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.model.verification import DEFAULT_RUNS
 from replay_server.kept_servers import DEFAULT_KEEP_ALIVE_S
 from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS

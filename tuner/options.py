@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mneme.errors import ConfigurationError
-from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.model.verification import DEFAULT_RUNS
 from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
