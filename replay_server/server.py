@@ -14,6 +14,7 @@ import grpc
 
 from mneme._proto import health_pb2_grpc, replay_pb2_grpc
 from mneme.errors import ConfigurationError
+from mneme.network import is_loopback
 from mneme.startup_trace import mark
 from replay_server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.compile_cache import CompileCache
@@ -82,19 +83,6 @@ class ServerOptions:
                                      "(or 0: run until stopped)")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a listen address: name, IPv4, ``[IPv6]``) is this machine's loopback only."""
-    import ipaddress
-
-    name = host.strip("[]")
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def listen_address(host: str) -> str:

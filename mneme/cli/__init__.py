@@ -17,11 +17,12 @@ from mneme import __version__
 from mneme.errors import MnemeError, Terminated
 from mneme.startup_trace import mark
 
-CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config"]
+CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config", "study_server"]
 #: The module of each command: `mneme NAME` imports just that one. A command missing here still works
 #: (then every module is imported); tests/unit/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
     "record": "record", "replay": "replay", "tune": "tune", "run": "run", "serve": "serve", "config": "config",
+    "study-server": "study_server",
     **{name: "store_cmds" for name in ("push", "pull", "ls", "gc", "clean", "copy", "move")},
 }
 

@@ -15,7 +15,8 @@ from server_helpers import free_port, make_server, request, store  # noqa: F401
 
 from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2_grpc
 from mneme.cli import main
-from replay_server.server import ServerOptions, exposure_error, is_loopback
+from mneme.network import is_loopback
+from replay_server.server import ServerOptions, exposure_error
 
 
 def listening(port: int) -> set[str]:
