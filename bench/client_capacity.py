@@ -29,9 +29,9 @@ servers, no gRPC): what the loop itself costs per trial, without servers competi
 ``--mode shared-study``: tuner processes (``--tuners``, default 1 then 2) share one Optuna study and
 the same servers; their trial rate together against one process's, where the servers are not
 saturated, and whether any configuration was evaluated twice. ``--storage`` says where the study is:
-``study-server`` (default: ``mneme study-server`` over a SQLite file, tuners on
-``grpc://127.0.0.1:PORT``), ``study-server:URL`` (the study server over that database), ``journal``
-(a journal file), or any ``--optuna-storage`` URL. The table goes to ``--results-file`` too (default
+``study-server`` (default: ``mneme study-server`` over a journal file of its own, tuners on
+``grpc://127.0.0.1:PORT``), ``study-server:URL`` (the study server over that storage: ``sqlite:///...``,
+``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. The table goes to ``--results-file`` too (default
 ``bench/results/client_capacity.md``, appended with the host, date and commit).
 
     python bench/client_capacity.py                         # the curve, executor and tuner levels
@@ -397,7 +397,7 @@ def study_storage(storage: str, work: Path, count: int) -> tuple[str, StudyServe
     if storage == "journal":
         return f"journal:{work / f'study-{count}.log'}", None
     if storage == "study-server" or storage.startswith("study-server:"):
-        url = storage.partition(":")[2] or f"sqlite:///{work / f'study-{count}.db'}"
+        url = storage.partition(":")[2] or f"journal:{work / f'study-{count}.log'}"
         server = StudyServer(url)
         return server.url, server
     return storage, None
@@ -472,7 +472,8 @@ def machine_header(command: list[str]) -> str:
         commit = "unknown"
     when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     return (f"## {when}, {socket.gethostname()}\n\n"
-            f"- host: {os.cpu_count()} CPUs ({cpu}), no GPU used (test-engine or echo servers on loopback)\n"
+            f"- host: {os.cpu_count()} CPUs ({cpu}), no GPU used (test-engine or echo servers on loopback); "
+            f"load average at the end {os.getloadavg()[0]:.1f}\n"
             f"- commit: {commit}\n- command: `python3 bench/client_capacity.py {' '.join(command)}`\n")
 
 
@@ -491,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare (default 1,2)")
     p.add_argument("--storage", default="study-server",
-                   help="--mode shared-study: study-server (default: mneme study-server over SQLite), "
+                   help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
                         "study-server:URL, journal, or an --optuna-storage URL")
     p.add_argument("--results-file", default=str(RESULTS_FILE),
                    help="--mode shared-study: markdown file the table is appended to ('' for none)")

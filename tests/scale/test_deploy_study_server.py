@@ -100,3 +100,25 @@ def test_a_tuner_says_when_no_study_server_answers(monkeypatch):
         open_storage("grpc://127.0.0.1:1")
     with pytest.raises(ConfigurationError, match="grpc://HOST:PORT"):
         open_storage("grpc://nowhere")
+
+
+def test_the_study_server_decides_claims_in_one_call(tmp_path, study_server):
+    from mneme.tuning.shared_study import DUPLICATE_ATTR, HASH_ATTR
+
+    server = study_server(f"journal:{tmp_path / 'study.log'}")
+    a, b = open_storage(server.url), open_storage(server.url)
+    study_a = optuna.create_study(storage=a, study_name="claims")
+    study_b = optuna.load_study(storage=b, study_name="claims")
+    first, second, third = study_a.ask(), study_b.ask(), study_b.ask()
+    sid = study_a._study_id
+    assert b.claim(sid, second._trial_id, "h1") == second.number  # first to claim owns, whatever its number
+    assert a.claim(sid, first._trial_id, "h1") == second.number
+    assert a.get_trial(first._trial_id).system_attrs == {HASH_ATTR: "h1", DUPLICATE_ATTR: second.number}
+    study_b.tell(second, state=optuna.trial.TrialState.FAIL)  # a stopped tuner: the hash is free again
+    assert b.claim(sid, third._trial_id, "h1") == third.number
+    # A new server over the same study takes the claims already in it.
+    server.close()
+    again = study_server(f"journal:{tmp_path / 'study.log'}")
+    c = open_storage(again.url)
+    late = optuna.load_study(storage=c, study_name="claims").ask()
+    assert c.claim(sid, late._trial_id, "h1") == third.number
