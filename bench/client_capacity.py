@@ -1,6 +1,6 @@
 """Client capacity: results per second one tuning process takes from 1, 2, 4, 8 and 16 replay servers.
 
-The servers run the test engine (``tests/server/fake_engine.py``: a replay costs ``--replay-us`` of
+The servers run the test engine (``replay_server/testing/fake_engine.py``: a replay costs ``--replay-us`` of
 sleep, no GPU), on loopback, so the servers answer as fast as a client asks and the client is what
 is measured. Two levels, each over the same servers:
 
@@ -60,22 +60,21 @@ from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-FAKE = REPO / "tests" / "server"
 # The checkout first: the client runs the code of the servers it starts (PYTHONPATH=REPO), not an older
 # installed mneme (the test engine and the client are pure Python: no native parts needed).
 sys.path.insert(0, str(REPO))
 
-import mneme.async_executor  # noqa: E402
-from mneme.async_executor import AsyncReplayExecutor, server_capacity  # noqa: E402
-from mneme.format.synthetic import write_vecadd_recording  # noqa: E402
-from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
+import replay_server.client.executor  # noqa: E402
+from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
+from mneme.testing.synthetic import write_vecadd_recording  # noqa: E402
+from replay_server.client.executor import AsyncReplayExecutor, server_capacity  # noqa: E402
 
 TARGET_RESULTS = 10_000
 TARGET_SHARED = {2: 1.8, 4: 3.2}  # tuner processes: their rate together / one process's
 RESULTS_FILE = REPO / "bench" / "results" / "client_capacity.md"
 SPACE = '''
-from mneme.mneme_types import ExperimentConfiguration
-from mneme.tuning.search_space import IntRangeParam, SearchSpace
+from mneme.model.experiment import ExperimentConfiguration
+from tuner.space.search_space import IntRangeParam, SearchSpace
 
 
 class LaunchGrid(SearchSpace):
@@ -160,7 +159,7 @@ def echo_serve(count: int) -> int:
 
     import grpc
 
-    from mneme._proto import replay_pb2, replay_pb2_grpc
+    from replay_server.protocol import replay_pb2, replay_pb2_grpc
 
     result = replay_pb2.Result(exec_time=[1000], verified=True, executed=True, status="verified")
 
@@ -197,13 +196,13 @@ class Servers:
 
     def __init__(self, count: int, store: Path, workers: int, replay_us: float, log_dir: Path) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(FAKE), os.environ.get("PYTHONPATH", "")]),
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
                "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(log_dir), "replay_seconds": replay_us / 1e6,
                                                 "with_compiler": False})}
         self.processes = [subprocess.Popen(
             [sys.executable, "-m", "replay_server", "--gpu", "0", "--port", "0", "--host", "127.0.0.1",
              "--store", str(store), "--workers", str(workers), "--log-level", "WARNING", "--compile-processes", "-1",
-             "--engine", "fake_engine:spec_from_env"],
+             "--engine", "replay_server.testing.fake_engine:spec_from_env"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) for _ in range(count)]
         self.addresses = []
         for process in self.processes:
@@ -303,14 +302,14 @@ class InstantExecutor:
     result's dict and JSON text as ``AsyncReplayExecutor``'s do (in a checkout that has them)."""
 
     def __init__(self) -> None:
-        from mneme.mneme_types import ExperimentResult
+        from mneme.model.experiment import ExperimentResult
 
         self.result = ExperimentResult(exec_time=[1000], verified=True, executed=True, status="verified",
                                        warmup=0, gpu_id=0)
         self.record = self.result.to_dict()
         self.text = json.dumps(self.record)
         try:
-            from mneme.async_executor import ReplayFuture as future_class
+            from replay_server.client.executor import ReplayFuture as future_class
         except ImportError:  # a checkout before ReplayFuture
             from concurrent.futures import Future as future_class
         self.future_class = future_class
@@ -507,8 +506,8 @@ def main(argv: list[str] | None = None) -> int:
         return echo_serve(args.echo_process)
     counts = [int(n) for n in args.servers.split(",")]
     if args.hold_responses is not None:  # both levels (the tuner makes its executor with the default)
-        mneme.async_executor.HOLD_RESPONSES_SECONDS = args.hold_responses
-    hold = getattr(mneme.async_executor, "HOLD_RESPONSES_SECONDS", 0.0)  # (a checkout before the hold: 0)
+        replay_server.client.executor.HOLD_RESPONSES_SECONDS = args.hold_responses
+    hold = getattr(replay_server.client.executor, "HOLD_RESPONSES_SECONDS", 0.0)  # (a checkout before the hold: 0)
     with tempfile.TemporaryDirectory(prefix="mneme-capacity-") as tmp:
         work = Path(tmp)
         recording = write_vecadd_recording(work / "store", n=40000 * 256 // 1000, block=256)

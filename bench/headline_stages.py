@@ -11,7 +11,7 @@ Stages:
   ``mneme.replay.Replayer`` and report its kernel times, to be set against the
   application's own kernel time.
 * ``tune``: sweep a search space through
-  ``mneme.async_executor.AsyncReplayExecutor`` and report verified
+  ``replay_server.client.executor.AsyncReplayExecutor`` and report verified
   configurations per second and the best speedup.
 """
 
@@ -49,8 +49,8 @@ SPACES = {
 
 def make_space(name: str, kernel: Any, has_bitcode: bool):
     """A ``SearchSpace`` over block size x compile variant, built from the recorded launch."""
-    from mneme.mneme_types import ExperimentConfiguration
-    from mneme.tuning.search_space import CategoricalParam, SearchSpace
+    from mneme.model.experiment import ExperimentConfiguration
+    from tuner.space.search_space import CategoricalParam, SearchSpace
 
     if name not in SPACES:
         raise ValueError(f"unknown space {name!r}; known: {', '.join(SPACES)}")
@@ -90,7 +90,7 @@ def make_space(name: str, kernel: Any, has_bitcode: bool):
 
 def baseline_configuration(kernel: Any):
     """The recorded launch with every other knob at its default (the application's own kernel)."""
-    from mneme.mneme_types import ExperimentConfiguration
+    from mneme.model.experiment import ExperimentConfiguration
 
     return ExperimentConfiguration.from_dict(
         {"grid": kernel.grid_dim.to_dict(), "block": kernel.block_dim.to_dict(), "shared_mem": kernel.shared_mem}
@@ -116,11 +116,13 @@ def _measured(result: Any) -> list[int]:
 
 def run_fidelity(database: str, record_id: str, iterations: int, warmup: int) -> dict[str, Any]:
     """Replay the recorded baseline ``iterations`` times after ``warmup`` launches."""
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
 
     recording = RecordedExecution.from_json(database)
     kernel = recording[record_id]
-    from mneme.replay import Replayer  # after the recording: a bad database is the first thing to report
+    from mneme.replay import (
+        Replayer,  # after the recording: a bad database is the first thing to report
+    )
     config = baseline_configuration(kernel)
     start = time.perf_counter()
     replayer = Replayer(recording, record_id)
@@ -146,7 +148,7 @@ def run_fidelity(database: str, record_id: str, iterations: int, warmup: int) ->
 
 def _executor(database: str, record_id: str, iterations: int, warmup: int, workers: int, results_dir: str):
     """An ``AsyncReplayExecutor``, passing ``warmup`` where the executor accepts it."""
-    from mneme.async_executor import AsyncReplayExecutor
+    from replay_server.client.executor import AsyncReplayExecutor
 
     kwargs: dict[str, Any] = dict(
         record_db=database, record_id=record_id, iterations=iterations, results_db_dir=results_dir,
@@ -159,7 +161,7 @@ def _executor(database: str, record_id: str, iterations: int, warmup: int, worke
 
 def _outcome(future: Any) -> Any:
     """The future's ExperimentResult; an exception becomes a failed result (counted, never fatal)."""
-    from mneme.mneme_types import STATUS_INTERNAL_ERROR, ExperimentResult
+    from mneme.model.experiment import STATUS_INTERNAL_ERROR, ExperimentResult
 
     try:
         return future.result()
@@ -170,7 +172,7 @@ def _outcome(future: Any) -> Any:
 def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool, iterations: int, warmup: int,
                workers: int, results_dir: str) -> dict[str, Any]:
     """Start an executor on the recording and sweep the space exhaustively (see ``sweep``)."""
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
 
     kernel = RecordedExecution.from_json(database)[record_id]
     space, compile_key = make_space(space_name, kernel, has_bitcode)
@@ -195,7 +197,7 @@ def sweep(executor: Any, space: Any, compile_key: str) -> dict[str, Any]:
     apart from the baseline, as the reference's 7.09 s for 80 configurations
     did. The baseline must verify: speedups over a wrong result mean nothing.
     """
-    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+    from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
     configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
     start = time.perf_counter()

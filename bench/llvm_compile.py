@@ -3,7 +3,7 @@
     python bench/llvm_compile.py [--repeats 5] [--json-out FILE] [--no-gpu]
 
 Part 1 (CPU only, runs anywhere with llvmlite and ptxas): for every kernel of
-tests/llvm/data/vecops.records and of the examples, the median time of each
+tests/mneme/llvm/data/vecops.records and of the examples, the median time of each
 compile phase per pipeline: preprocess (parse, internalize, prune), the
 ``passes`` pipeline, NVPTX code generation, and ptxas to a cubin. One table,
 all pipelines measured side by side in one run. The examples' IR is made with
@@ -125,7 +125,7 @@ def kernel_bitcode(examples: list) -> dict[str, bytes]:
     """Kernels to compile: vecops (committed records) and the examples' records."""
     from mneme.llvm.section import decode_records
 
-    out = {r.kernels[0]: r.bitcode for r in decode_records((REPO / "tests/llvm/data/vecops.records").read_bytes())}
+    out = {r.kernels[0]: r.bitcode for r in decode_records((REPO / "tests/mneme/llvm/data/vecops.records").read_bytes())}
     out.update((r.kernels[0], r.bitcode) for r in examples)
     return out
 
@@ -176,8 +176,7 @@ def print_compile_table(rows: list[CompileRow], repeats: int) -> None:
 
 
 def gpu_reason() -> str | None:
-    sys.path.insert(0, str(REPO / "tests"))
-    from gpu_env import gpu_unavailable_reason
+    from mneme.testing.gpu import gpu_unavailable_reason
 
     return gpu_unavailable_reason()
 
@@ -240,7 +239,7 @@ def _median_us(result) -> float:
 
 def describe(config, base) -> str:
     """``passes, codegen_opt, block`` of a configuration; nvcc's own code where passes is the baseline's."""
-    from mneme.mneme_types import DEFAULT_PASSES
+    from mneme.model.experiment import DEFAULT_PASSES
 
     code = "nvcc PTX" if config.passes == DEFAULT_PASSES else config.passes
     shape = "x".join(str(v) for v in config.block.as_tuple() if v > 1) or "1"
@@ -272,10 +271,10 @@ def record_example(name: str, build_dir: Path, work: Path):
 
 
 def tune_workload(name: str, build_dir: Path, work: Path, iterations: int, confirm: int, top: int) -> TuneRow:
-    from mneme.mneme_types import Dim3
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.model.experiment import Dim3
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay import Replayer
-    from tuner.launch_shapes import covering_grid
+    from tuner.space.launch_shapes import covering_grid
 
     instance = record_example(name, build_dir, work)
     recording = RecordedExecution.from_json(instance.database)

@@ -163,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeats < 2:
         parser.error("--repeats must be at least 2 (the first call is reported apart)")
 
-    from mneme.format import vecadd_code
     from mneme.replay import compile as cmp
+    from mneme.testing import vecadd_code
 
     library = cmp._library()
     if isinstance(library, str):

@@ -200,7 +200,7 @@ def main(args) -> int:
             exe = build_example(tmp_path, "minife_cg")
             _run([str(exe)], None, args.app_timeout)  # warm the driver and the file cache
             apps.append(App("minife_cg (headline)", [str(exe)]))
-        from record_agent.locate import recorder_library
+        from mneme._internal.native_libs import recorder_library
 
         lib = args.recorder_lib or str(recorder_library())
         rows = report(measure(apps, args.app_repeats, lib, args.app_timeout))

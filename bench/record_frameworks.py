@@ -118,7 +118,7 @@ def print_table(rows: list[dict], repeats: int) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from record_agent.locate import recorder_library
+    from mneme._internal.native_libs import recorder_library
 
     lib = args.recorder_lib or str(recorder_library())
     rows = []

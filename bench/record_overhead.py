@@ -45,12 +45,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/record_app_scale.py
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
 import record_app_scale  # noqa: E402
 import record_frameworks  # noqa: E402
-from record_agent.locate import cupti_library, recorder_library  # noqa: E402
+
+from mneme._internal.native_libs import cupti_library, recorder_library  # noqa: E402
 
 
 def build_vecadd(out: Path) -> Path:

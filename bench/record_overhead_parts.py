@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
-from record_agent.locate import cupti_library, recorder_library  # noqa: E402
+from mneme._internal.native_libs import cupti_library, recorder_library  # noqa: E402
 
 # A library that does as much of the recorder's CUPTI set-up as PARTS_LEVEL says (0: nothing; 1: dlopen CUPTI;
 # 2: + cuptiSubscribe; 3: + the recorder's callbacks), from InitializeInjection or, with PARTS_CTOR, its constructor.

@@ -32,7 +32,6 @@ import tempfile
 from pathlib import Path
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme (with its native parts) wins over the checkout
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "replay"))
 
 
 def in_app_time_ns(recording, instance, launches: int) -> dict[str, float]:
@@ -150,12 +149,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recording", action="append", default=[], help="recording databases to measure instead")
     args = parser.parse_args(argv)
 
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
 
     paths = [Path(p) for p in args.recording]
     tmp = tempfile.TemporaryDirectory(prefix="mneme-bench-")
     if not paths:
-        import synthetic_recordings as synth
+        import mneme.testing.synthetic_recordings as synth
 
         paths += sorted(COMMITTED.glob("*.json"))
         for n in (int(s) for s in args.sizes.split(",")):

@@ -55,8 +55,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
-from mneme.async_executor import TRANSPORTS, AsyncReplayExecutor  # noqa: E402
-from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
+from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
+from replay_server.client.executor import TRANSPORTS, AsyncReplayExecutor  # noqa: E402
 
 REFERENCE_SECONDS = 7.09
 REFERENCE_CONFIGS = 80
@@ -297,13 +297,13 @@ def main(argv: list[str] | None = None) -> int:
     if not args.compile_ahead or not set(args.compile_ahead.split(",")) <= {"no", "yes"}:
         p.error("--compile-ahead: no, yes, or no,yes")
 
-    from mneme.format.synthetic import write_vecadd_recording
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
+    from mneme.testing.synthetic import write_vecadd_recording
 
     if args.gpus is not None:
         visible = args.gpus
     else:
-        from replay_server.device_info import visible_gpu_count
+        from mneme._internal.devices import visible_gpu_count
 
         visible = min(visible_gpu_count(), 2)
     if visible < 1:

@@ -30,7 +30,6 @@ import numpy as np
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "tests" / "store"))  # the tests' moto server launcher
 
 from mneme.format.database import KernelParam, KernelSignature  # noqa: E402
 from mneme.format.hashing import static_hash  # noqa: E402
@@ -38,9 +37,9 @@ from mneme.format.writer import RecordingWriter, RegionSource, new_database  # n
 from mneme.store import LocalStore  # noqa: E402
 from mneme.store.config import S3Settings  # noqa: E402
 from mneme.store.s3 import S3Store  # noqa: E402
-from moto_s3 import start_moto_server, stop  # noqa: E402
 from mneme.store.summary import summarize  # noqa: E402
 from mneme.store.transfer import pull, push  # noqa: E402
+from mneme.testing.moto_s3 import start_moto_server, stop  # noqa: E402
 
 BASE = 0x7F0000000000
 MiB = 1 << 20

@@ -2,7 +2,7 @@
 
 The space is the tuner's own built-in space (>= 200 points). Every point is
 evaluated once up front (the exhaustive table); then, for several seeds, the
-tuner's Optuna strategies (``mneme.tuning.sample_strategy``) ask and are told
+tuner's Optuna strategies (``tuner.strategies.sample_strategy``) ask and are told
 the tabled values, exactly as in a tuning run, and we count the trials until
 the best verified value is within 5% of the table's optimum. Failed points
 (compile errors, invalid launches) are told as failures, as the tuner does.
@@ -33,10 +33,13 @@ from types import SimpleNamespace
 
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
 
-from mneme.mneme_types import Dim3, ExperimentConfiguration  # noqa: E402
-from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy, OptunaSamplingStrategy  # noqa: E402
-from mneme.tuning.search_space import Candidate  # noqa: E402
-from tuner.builtin_space import BuiltinSearchSpace, BuiltinSpaceSettings  # noqa: E402
+from mneme.model.experiment import Dim3, ExperimentConfiguration  # noqa: E402
+from tuner.space.builtin import BuiltinSearchSpace, BuiltinSpaceSettings  # noqa: E402
+from tuner.space.search_space import Candidate  # noqa: E402
+from tuner.strategies.sample_strategy import (  # noqa: E402
+    ExhaustiveSamplingStrategy,
+    OptunaSamplingStrategy,
+)
 
 PASS_FACTOR = {"default<O1>": 1.15, "default<O2>": 1.05, "default<O3>": 1.0, "default<Os>": 1.09, "default<Oz>": 1.12}
 CODEGEN_FACTOR = {0: 1.30, 1: 1.12, 2: 1.05, 3: 1.0, 4: 0.995}
@@ -66,9 +69,9 @@ def synthetic_table() -> tuple[BuiltinSearchSpace, dict[str, float | None]]:
 
 def measured_table(args: argparse.Namespace) -> tuple[BuiltinSearchSpace, dict[str, float | None]]:
     """Replay every point once on the GPU; the mean of the measured launches is the value."""
-    from mneme.async_executor import AsyncReplayExecutor
+    from replay_server.client.executor import AsyncReplayExecutor
     from tuner.recording import load_instance
-    from tuner.space_factory import kernel_has_bitcode
+    from tuner.space.factory import kernel_has_bitcode
 
     kernel, _ = load_instance(args.record_database, args.record_id)
     passes = list(PASS_FACTOR) if kernel_has_bitcode(kernel) else ["default<O3>"]

@@ -9,7 +9,7 @@ Builds and records the README's vector add (``make -C examples/vecadd``,
 launch preset of the README walkthrough and with the reference's 80-point
 space (examples/tuning_vecadd_exhaustive.py), ``--repeats`` times each. Every
 process of a run writes start-up trace points (``MNEME_STARTUP_TRACE``,
-mneme/startup_trace.py); the table splits the time to the first result into
+mneme/_internal/startup_trace.py); the table splits the time to the first result into
 its phases along the critical path: the command's interpreter and imports,
 reading the recording and building the space, the local server's start, its
 worker's start, CUDA context, window reservation and self-test, restoring the
@@ -24,15 +24,15 @@ Setups, interleaved run by run (``--setups``): ``fresh``, the default
 ``mneme tune`` that finds a local server left running (``mneme serve
 --local``, started by this benchmark with its own cache directory, after one
 run that is not counted: the server has restored the instance, as for a
-user's second run; mneme/kept_servers.py). ``--compare-tree DIR`` adds
+user's second run; replay_server/kept_servers.py). ``--compare-tree DIR`` adds
 ``fresh`` runs of another source tree of mneme (e.g. ``git archive REV | tar
 -x -C DIR``) beside them: a before/after of a change. The summary gives each
 setup's median and range and its ratio to ``fresh`` (of the medians, and the
 range of the run-by-run ratios).
 
 ``--engine test`` runs it all without a GPU: a synthetic vector-add recording
-(mneme.format.synthetic) and local servers running the test engine
-(tests/server/fake_engine.py: a replay costs ``--replay-us`` of sleep, a
+(mneme.testing.synthetic) and local servers running the test engine
+(replay_server/testing/fake_engine.py: a replay costs ``--replay-us`` of sleep, a
 compile ``--compile-ms``; no CUDA context, no restore), so what is measured
 is mneme's own part of the start-up: processes, imports, gRPC, the tuner.
 
@@ -57,12 +57,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.append(str(REPO))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
-from mneme import startup_trace  # noqa: E402
-from mneme.child_process import child_env, mneme_command  # noqa: E402
+from mneme._internal import startup_trace  # noqa: E402
+from mneme._internal.child_process import child_env, mneme_command  # noqa: E402
 
 TARGET_FIRST_S, TARGET_END_S = 1.0, 1.5
-FAKE_ENGINE_DIR = REPO / "tests" / "server"
-TEST_ENGINE = "fake_engine:spec_from_env"
+TEST_ENGINE = "replay_server.testing.fake_engine:spec_from_env"
 KEPT_SERVER_KEEP_ALIVE_S = 600
 SPACES = {
     "launch": ["--space-preset", "launch", "--launch-dim", "x", "--sampler", "exhaustive"],
@@ -165,7 +164,7 @@ def mneme_cli() -> list[str]:
 
 def prepare_recording(work: Path, setting: Setting) -> str:
     if setting.engine == "test":  # the README's vector add's shape: 13 launch-preset points
-        from mneme.format.synthetic import write_vecadd_recording
+        from mneme.testing.synthetic import write_vecadd_recording
 
         recordings = work / "recordings" / "vecadd"
         shutil.rmtree(recordings, ignore_errors=True)
@@ -240,7 +239,7 @@ class KeptServer:
     def warm(self, space: str, database: str, work: Path, setting: Setting) -> Run:
         self.first = one_run(space, -1, database, work, setting, "reused")
         if self.first.at("executor.reused") is None:
-            raise SystemExit("the reused setup did not find the server left running (see mneme/kept_servers.py)")
+            raise SystemExit("the reused setup did not find the server left running (see replay_server/kept_servers.py)")
         return self.first
 
     def stop(self) -> None:
@@ -345,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--setups", nargs="+", choices=["fresh", "reused"], default=["fresh", "reused"],
                         help="fresh: the run starts its own local server; reused: it finds one left running")
     parser.add_argument("--engine", choices=["cuda", "test"], default="cuda",
-                        help="test: no GPU, a synthetic recording and the test engine (tests/server/fake_engine.py)")
+                        help="test: no GPU, a synthetic recording and the test engine (replay_server/testing/fake_engine.py)")
     parser.add_argument("--replay-us", type=float, default=100.0, help="--engine test: what a replay costs (sleep)")
     parser.add_argument("--compile-ms", type=float, default=10.0, help="--engine test: what a compile costs (sleep)")
     parser.add_argument("--compare-tree", metavar="DIR",

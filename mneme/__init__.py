@@ -2,8 +2,8 @@
 standalone and bit-exact, and tune them.
 
 The public API lives under the module names users of the reference know:
-``mneme.mneme_types``, ``mneme.recorded_execution``, ``mneme.async_executor``,
-``mneme.tuning.search_space`` and ``mneme.tuning.sample_strategy``.
+``mneme.model.experiment``, ``mneme.recording.execution``, ``replay_server.client.executor``,
+``tuner.space.search_space`` and ``tuner.strategies.sample_strategy``.
 """
 
 __version__ = "0.1.0"

@@ -4,7 +4,6 @@
 
 * :mod:`record_agent.options`: the validated settings of one recording run (selection, limits, ranks)
 * :mod:`record_agent.ranks`: MPI rank detection from the launchers' environment variables
-* :mod:`record_agent.locate`: finding ``libmneme_recorder.so`` and ``libcupti``
 * :mod:`record_agent.spool`: reading the spool the recorder writes (the contract is README.md)
 * :mod:`record_agent.fatbin`: PTX and cubins out of CUDA fatbins and executables
 * :mod:`record_agent.convert`: spool entries -> recording databases (through ``mneme.format``)

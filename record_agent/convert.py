@@ -41,10 +41,16 @@ from mneme.format.database import LaunchAttribute, attributes_key
 from mneme.format.layout import PHASES
 from mneme.format.schema import JsonReader
 from mneme.format.snapshot import build_snapshot
-from mneme.mneme_types import Dim3
+from mneme.model.experiment import Dim3
 from mneme.store import LocalStore, Store, open_store
 from record_agent import fatbin, triton_cache
-from record_agent.spool import SpoolEntry, SpoolModule, committed_entries, read_entry, read_module
+from record_agent.spool import (
+    SpoolEntry,
+    SpoolModule,
+    committed_entries,
+    read_entry,
+    read_module,
+)
 from record_agent.support import unsupported_reasons
 
 POINTER_SIZE = 8

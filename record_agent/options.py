@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 
 from mneme.errors import ConfigurationError
-from mneme.recording_window import DEFAULT_VA_BASE
+from mneme.recording.window import DEFAULT_VA_BASE
 
 GIB = 1 << 30
 DEFAULT_VASS_GIB = 4.0

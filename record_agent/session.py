@@ -12,7 +12,6 @@ from __future__ import annotations
 import datetime
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -22,18 +21,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import mneme
+from mneme._internal.native_libs import cupti_library, recorder_library
+from mneme._internal.signals import exit_status, forward_signals, restore_signals
 from mneme.errors import MnemeError, NotAvailableError
 from mneme.format import RecorderInfo
 from mneme.store import LocalStore, open_store
 from record_agent.convert import SpoolConverter
-from record_agent.feedback import STATS_ENV, ConversionProgress, pending_bytes, recorded_line, write_stats
-from record_agent.locate import cupti_library, recorder_library
+from record_agent.feedback import (
+    STATS_ENV,
+    ConversionProgress,
+    pending_bytes,
+    recorded_line,
+    write_stats,
+)
 from record_agent.options import RecordOptions
 from record_agent.ranks import detect_rank, rank_selected
 from record_agent.spool import abandoned_entries, read_json
 
 POLL_INTERVAL_S = 0.05
-FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 @dataclass
@@ -61,27 +66,6 @@ class RecordSummary:
     pool_allocators: list[str] = field(default_factory=list)  # pool allocators that made `auto` pick reachable
 
 
-def forward_signals(proc: subprocess.Popen) -> dict:
-    """Pass Ctrl-C, SIGTERM, SIGHUP and SIGQUIT on to the application; the previous handlers."""
-
-    def forward(signum, _frame):
-        try:
-            proc.send_signal(signum)
-        except ProcessLookupError:
-            pass
-
-    return {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
-
-
-def restore_signals(previous: dict, proc: subprocess.Popen) -> None:
-    """Undo ``forward_signals``; an application still running then is killed (nothing outlives the run)."""
-    for s, handler in previous.items():
-        signal.signal(s, handler)
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
-
-
 def output_location(options: RecordOptions, rank: int | None) -> str:
     """Where the databases go: the directory/URL itself, or ``<it>/rank<N>`` in an MPI run (one database set per rank)."""
     base = options.record_db_dir.rstrip("/")
@@ -106,13 +90,9 @@ def application_environment(options: RecordOptions, spool_dir: str, rank: int | 
     return env
 
 
-def _exit_status(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def _run_unrecorded(command: tuple[str, ...]) -> int:
     try:
-        return _exit_status(subprocess.call(list(command)))
+        return exit_status(subprocess.call(list(command)))
     except FileNotFoundError as exc:
         raise NotAvailableError(f"cannot start {command[0]!r}: {exc.strerror}; check the path after '--'") from exc
 
@@ -183,7 +163,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
                 proc.wait(timeout=POLL_INTERVAL_S)  # returns as soon as the application ends
             except subprocess.TimeoutExpired:
                 pass
-        summary.exit_code = _exit_status(proc.returncode)
+        summary.exit_code = exit_status(proc.returncode)
         exited = time.monotonic()
         summary.app_s = exited - started
         if conversion_error is None:

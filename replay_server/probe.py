@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 
-from mneme._proto import health_pb2, health_pb2_grpc
+from replay_server.protocol import health_pb2, health_pb2_grpc
 
 
 def check(address: str, token: str | None = None, tls_ca: bytes | None = None, server_name: str | None = None,

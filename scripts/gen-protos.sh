@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the Python stubs of protos/ into mneme/_proto/ (checked in).
+# Regenerate the Python stubs of protos/ into replay_server/protocol/ (checked in).
 #
 # Usage: scripts/gen-protos.sh [OUT_DIR]
 #
@@ -9,11 +9,11 @@
 # grpcio-tools 1.84.0, installed once into a private --target directory
 # ($MNEME_GRPC_TOOLS_DIR, default /tmp/mneme-grpc-tools-1.84). Set
 # MNEME_GRPC_TOOLS_DIR=system to use the grpcio-tools of the current Python
-# (tests/server/test_protos_fresh.py does, and ignores the version stamps).
+# (tests/replay_server/protocol/test_protos_fresh.py does, and ignores the version stamps).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-OUT="${1:-$ROOT/mneme/_proto}"
+OUT="${1:-$ROOT/replay_server/protocol}"
 PY="${PYTHON:-python3}"
 TOOLS_VERSION="1.84.0"
 TOOLS_DIR="${MNEME_GRPC_TOOLS_DIR:-/tmp/mneme-grpc-tools-1.84}"
@@ -36,9 +36,9 @@ trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$OUT"
 for f in "$WORK"/mneme/v1/replay_pb2* "$WORK"/grpc/health/v1/health_pb2*; do
   # The protos' own packages (mneme.v1, grpc.health.v1) would shadow the mneme
-  # and grpc Python packages: the stubs live flat in mneme._proto instead.
-  sed -e 's/^from mneme\.v1 import /from mneme._proto import /' \
-      -e 's/^from grpc\.health\.v1 import /from mneme._proto import /' \
+  # and grpc Python packages: the stubs live flat in replay_server.protocol instead.
+  sed -e 's/^from mneme\.v1 import /from replay_server.protocol import /' \
+      -e 's/^from grpc\.health\.v1 import /from replay_server.protocol import /' \
       "$f" > "$OUT/$(basename "$f")"
 done
 echo "generated $(ls "$OUT" | grep -c _pb2) stub files in $OUT" >&2

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from gpu_env import gpu_unavailable_reason
+
+from mneme.testing.gpu import gpu_unavailable_reason
 
 
 def pytest_collection_modifyitems(config, items):

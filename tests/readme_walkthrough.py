@@ -2,7 +2,7 @@
 
 Used by tests/gpu/test_readme.py (which runs them, verbatim, from a copy of
 the checkout) and by a CPU test that checks the README still has them.
-Importable from any test folder, like gpu_env.
+Importable from any test folder (the tests folder is on sys.path through its conftest.py).
 """
 
 from __future__ import annotations

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 
 from mneme.replay.nondeterminism import DEFAULT_RUNS
-from mneme.kept_servers import DEFAULT_KEEP_ALIVE_S
-from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
-from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
+from replay_server.kept_servers import DEFAULT_KEEP_ALIVE_S
 from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
+from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
+from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
 S = argparse.SUPPRESS
 

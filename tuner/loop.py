@@ -5,7 +5,7 @@ Up to ``in_flight`` candidates are replaying at once; each result is scored
 strategy as soon as it arrives. A failed candidate is recorded with its
 reason and the run goes on (unless ``fail_fast``). The executor is anything
 with ``submit(config) -> Future[ExperimentResult]``, ``evaluate(config)`` and
-``shutdown()``: :class:`mneme.async_executor.AsyncReplayExecutor` in real
+``shutdown()``: :class:`replay_server.client.executor.AsyncReplayExecutor` in real
 runs (its futures also carry the result as it wrote it to ``results.jsonl``,
 which ``trials.jsonl`` reuses).
 
@@ -26,20 +26,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Protocol
 
-from mneme.mneme_types import (
+from mneme.model.experiment import (
     STATUS_INVALID_CONFIG,
     STATUS_INVALID_LAUNCH,
     STATUS_VERIFIED,
     ExperimentConfiguration,
     ExperimentResult,
 )
-from mneme.tuning.sample_strategy import SamplingStrategy
-from mneme.tuning.search_space import Candidate
 from tuner.errors import TuningError
 from tuner.interrupts import interrupts_held
 from tuner.objective import Objective, Outcome
 from tuner.progress import Reporter, format_ns
-from tuner.results_dir import ResultsDirectory
+from tuner.results.directory import ResultsDirectory
+from tuner.space.search_space import Candidate
+from tuner.strategies.sample_strategy import SamplingStrategy
 
 # Executor calls that raise (rather than return a failed result) this many times in a
 # row mean the executor itself is broken (servers gone): stop instead of burning the space.

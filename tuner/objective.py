@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-from mneme.mneme_types import (
+from mneme.model.experiment import (
     STATUS_FAILED_VERIFICATION,
     STATUS_INTERNAL_ERROR,
     STATUS_VERIFIED,

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 from mneme.errors import ConfigurationError
 from mneme.replay.nondeterminism import DEFAULT_RUNS
 from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags
-from tuner.builtin_space import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
-from tuner.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
+from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
+from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
 SAMPLERS = ("exhaustive", "grid", "random", "tpe", "nsga2")
 BUDGETED_SAMPLERS = ("random", "tpe", "nsga2")
@@ -82,7 +82,7 @@ class TuneOptions:
     tls_ca: str | None = None  # TLS to the remote servers, verified with this CA bundle
     tls_server_name: str | None = None  # the name in their certificates (servers dialed by IP)
     # local servers: leave the ones this run starts running for later runs, exiting after this many idle
-    # seconds (0: stop them at the end); live kept servers that match are used in any case (mneme.kept_servers)
+    # seconds (0: stop them at the end); live kept servers that match are used in any case (replay_server.kept_servers)
     keep_servers: float = 0.0
     server_engine: str | None = None  # the local servers' --engine (tests and benchmarks: module:factory)
     # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
@@ -356,7 +356,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
 
 
 def _validate_keep_servers(o: TuneOptions) -> None:
-    from mneme.kept_servers import MIN_KEEP_ALIVE_S
+    from replay_server.kept_servers import MIN_KEEP_ALIVE_S
 
     if o.keep_servers and o.keep_servers < MIN_KEEP_ALIVE_S:
         raise ConfigurationError(f"--keep-servers {o.keep_servers:g}: give at least {MIN_KEEP_ALIVE_S:g} seconds "

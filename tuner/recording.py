@@ -6,7 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mneme.errors import ArtifactError, ConfigurationError, MnemeError, NotAvailableError
+from mneme.errors import (
+    ArtifactError,
+    ConfigurationError,
+    MnemeError,
+    NotAvailableError,
+)
 
 
 @dataclass(frozen=True)
@@ -29,10 +34,10 @@ def _first_attr(obj: Any, names: tuple[str, ...]) -> Any:
 def load_instance(record_database: str, record_id: str | None) -> tuple[Any, KernelIdentity]:
     """The ``KernelInstance`` of ``record_id`` in the database (the only one when None), and its identity."""
     try:
-        from mneme.recorded_execution import RecordedExecution
+        from mneme.recording.execution import RecordedExecution
     except ImportError as exc:
         raise NotAvailableError(
-            f"mneme.recorded_execution is not available in this installation ({exc}); reinstall mneme"
+            f"mneme.recording.execution is not available in this installation ({exc}); reinstall mneme"
         ) from exc
     if "://" not in record_database and not Path(record_database).exists():
         raise ConfigurationError(

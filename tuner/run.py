@@ -12,23 +12,32 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from mneme import __version__
+from mneme._internal.startup_trace import mark
 from mneme.apply.device import driver_version
 from mneme.errors import ConfigurationError, NotAvailableError
-from mneme.mneme_types import STATUS_VERIFIED, ExperimentConfiguration, ExperimentResult
-from mneme.startup_trace import mark
-from mneme.tuning.sample_strategy import make_strategy
-from mneme.tuning.search_space import SearchSpace, baseline_checked, code_variants, describe_space
+from mneme.model.experiment import (
+    STATUS_VERIFIED,
+    ExperimentConfiguration,
+    ExperimentResult,
+)
 from tuner.errors import TuningError
-from tuner.export import write_export
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
-from tuner.results_dir import ResultsDirectory, default_results_dir, dumps
-from tuner.space_factory import build_space
-from tuner.summary import best_document, summary_document, verification_counts
+from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
+from tuner.results.export import write_export
+from tuner.results.summary import best_document, summary_document, verification_counts
+from tuner.space.factory import build_space
+from tuner.space.search_space import (
+    SearchSpace,
+    baseline_checked,
+    code_variants,
+    describe_space,
+)
+from tuner.strategies import make_strategy
 
 #: (options, results directory, configurations whose code to compile ahead) -> executor
 ExecutorFactory = Callable[[TuneOptions, Path, "list[ExperimentConfiguration]"], Executor]
@@ -41,12 +50,12 @@ def default_executor(options: TuneOptions, results_dir: Path,
     compile ``compile_ahead``'s code while they prepare the instance. ``local_servers``: the local
     servers the run started early (:class:`PrestartedServers`)."""
     try:
-        from mneme.async_executor import AsyncReplayExecutor
+        from replay_server.client.executor import AsyncReplayExecutor
     except ImportError as exc:
-        raise NotAvailableError(f"mneme.async_executor is not available ({exc}); reinstall mneme") from exc
+        raise NotAvailableError(f"replay_server.client.executor is not available ({exc}); reinstall mneme") from exc
     servers = options.servers
-    if options.servers_from:  # the servers announced there now; the rest as they join (mneme.discovery)
-        from mneme.discovery import follow, wait_for_servers
+    if options.servers_from:  # the servers announced there now; the rest as they join (replay_server.discovery)
+        from replay_server.discovery import follow, wait_for_servers
 
         servers = wait_for_servers(options.servers_from)
     executor = AsyncReplayExecutor(
@@ -83,7 +92,7 @@ class PrestartedServers:
     them to stop in any case (the executor did already, unless it failed to start).
 
     Local servers left running by an earlier run or by ``mneme serve --local`` that match are used
-    instead (:mod:`mneme.kept_servers`); those, and the ones started with ``--keep-servers``, are never
+    instead (:mod:`replay_server.kept_servers`); those, and the ones started with ``--keep-servers``, are never
     told to stop."""
 
     def __init__(self, options: TuneOptions) -> None:
@@ -98,7 +107,7 @@ class PrestartedServers:
             if self._servers is not None:
                 mark("executor", "reused")
                 return
-            from mneme.local_servers import LocalServers, split_database
+            from replay_server.client.local_servers import LocalServers, split_database
 
             # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
             self._servers = LocalServers.start(
@@ -130,9 +139,9 @@ class PrestartedServers:
 
 
 def _reusable_servers(options: TuneOptions) -> Any:
-    """Kept local servers this run can use (mneme.kept_servers), or None; a failure to look is no reason to
+    """Kept local servers this run can use (replay_server.kept_servers), or None; a failure to look is no reason to
     fail the run: it starts its own servers."""
-    from mneme.kept_servers import find_reusable
+    from replay_server.client.reuse import find_reusable
 
     try:
         return find_reusable(options.record_database, options.workers, options.server_engine)

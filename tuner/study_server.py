@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from mneme.errors import ConfigurationError
-from mneme.network import is_loopback
+from mneme._internal.network import is_loopback
 
 log = logging.getLogger("mneme.study_server")
 
@@ -52,7 +52,7 @@ def open_proxied_storage(url: str) -> Any:
     """
     import optuna
 
-    from mneme.tuning.shared_study import open_storage
+    from tuner.strategies.shared_study import open_storage
 
     scheme = url.split(":", 1)[0].split("+", 1)[0] if isinstance(url, str) else ""
     if scheme not in ("journal", "sqlite", "postgresql", "postgres", "mysql"):
@@ -71,7 +71,7 @@ _TRIAL_WRITES = ("create_new_trial", "set_trial_param", "set_trial_state_values"
 
 class ChangeLog:
     """The storage the proxy serves, with a log of which trial each change touched, so that a tuner fetches
-    only the trials changed since its last look (``mneme.tuning.shared_study.CHANGES_METHOD``) instead of
+    only the trials changed since its last look (``tuner.strategies.shared_study.CHANGES_METHOD``) instead of
     every unfinished trial each time (Optuna's client cache: with hundreds of trials in flight, every call
     carried them all). Everything else is the storage's own."""
 
@@ -134,7 +134,7 @@ class Claims:
         duplicate of it when it is another)."""
         from optuna.trial import TrialState
 
-        from mneme.tuning.shared_study import DUPLICATE_ATTR, HASH_ATTR
+        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
 
         with self._lock:
             owners = self._owners.get(study_id)
@@ -156,7 +156,7 @@ class Claims:
     def _existing(self, study_id: int) -> dict[str, int]:
         from optuna.trial import TrialState
 
-        from mneme.tuning.shared_study import DUPLICATE_ATTR, HASH_ATTR
+        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
 
         owners: dict[str, int] = {}
         for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
@@ -167,7 +167,7 @@ class Claims:
 
 
 def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[Callable, Callable]]]:
-    """mneme's additions to Optuna's service (``mneme.tuning.shared_study``'s ``APPLY_METHOD`` and
+    """mneme's additions to Optuna's service (``tuner.strategies.shared_study``'s ``APPLY_METHOD`` and
     ``CHANGES_METHOD``; JSON requests). ``Apply``: ``{"ops": [[NAME, ARGS...], ...]}`` runs a tuner's changes
     of its own trials in order (``create_new_trial`` STUDY, ``set_trial_param`` TRIAL NAME VALUE
     DISTRIBUTION_JSON, ``set_trial_system_attr`` TRIAL KEY VALUE, ``set_trial_user_attrs`` TRIAL {..},
@@ -182,7 +182,7 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
     from optuna.storages._grpc.servicer import _to_proto_trial
     from optuna.trial import TrialState
 
-    from mneme.tuning.shared_study import APPLY_METHOD, CHANGES_METHOD
+    from tuner.strategies.shared_study import APPLY_METHOD, CHANGES_METHOD
 
     service = APPLY_METHOD.strip("/").split("/")[0]
     set_all = getattr(storage, "set_trial_user_attrs", None)

@@ -18,7 +18,7 @@ from typing import Iterable
 from mneme.apply.results import TunedKernel
 from mneme.errors import ConfigurationError
 from mneme.format.database import POINTER_SIZE
-from mneme.mneme_types import Dim3
+from mneme.model.experiment import Dim3
 
 APPLY_TO = ("exact", "similar")
 PLAN_HEADER = "mneme-apply-plan 1"
@@ -162,7 +162,7 @@ def _fixed_arguments(kernel: TunedKernel, params, arguments: bytes) -> tuple[tup
 
 def plan_entry(kernel: TunedKernel, options: ApplyOptions, code_dir: Path, index: int) -> PlanEntry:
     """Compile the tuned code (once, here) and describe what the apply library matches."""
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import compile_for
 
     if "://" not in kernel.record_database and not Path(kernel.record_database).exists():

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme.errors import ConfigurationError
-from mneme.mneme_types import ExperimentConfiguration
+from mneme.model.experiment import ExperimentConfiguration
 
 EXPORT_NAME = "proteus_tuned_kernels.json"
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from mneme._internal.signals import exit_status, forward_signals, restore_signals
 from mneme.apply.device import driver_version
 from mneme.apply.plan import ApplyOptions, ApplyPlan, build_plan
 from mneme.apply.results import read_results
@@ -30,7 +31,7 @@ LIBRARY_NAME = "libmneme_apply.so"
 
 def apply_library(env: Mapping[str, str] = os.environ) -> Path:
     """``libmneme_apply.so``: ``MNEME_APPLY_LIB``, else the copy installed in ``mneme/lib``."""
-    from record_agent.locate import native_library
+    from mneme._internal.native_libs import native_library
 
     return native_library(LIBRARY_NAME, LIBRARY_ENV, "mneme_apply", env)
 
@@ -62,7 +63,7 @@ class RunResult:
 
 
 def application_environment(plan_path: Path, report_path: Path, base: Mapping[str, str]) -> dict[str, str]:
-    from record_agent.locate import cupti_library
+    from mneme._internal.native_libs import cupti_library
 
     library = str(apply_library(base))
     env = dict(base)
@@ -92,8 +93,6 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
 
     ``notes`` hears about results the plan leaves out, before the application starts.
     """
-    from record_agent.session import forward_signals, restore_signals
-
     if not command:
         raise ConfigurationError("no application given: mneme run --apply RESULTS... -- ./app args")
     base = dict(os.environ if env is None else env)
@@ -115,6 +114,6 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
             code = proc.wait()
         finally:
             restore_signals(previous, proc)
-        return RunResult(128 - code if code < 0 else code, plan, read_report(report_path))
+        return RunResult(exit_status(code), plan, read_report(report_path))
     finally:
         shutil.rmtree(work, ignore_errors=True)

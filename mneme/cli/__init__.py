@@ -14,16 +14,16 @@ import importlib
 import sys
 
 from mneme import __version__
-from mneme.errors import MnemeError, Terminated
-from mneme.startup_trace import mark
+from mneme._internal.startup_trace import mark
+from mneme.errors import run_command
 
-CLI_MODULES = ["record", "replay", "tune", "run", "serve", "store_cmds", "config", "study_server"]
+CLI_MODULES = ["record", "replay", "reproducer", "tune", "run", "serve", "store_cmds", "config", "study_server"]
 #: The module of each command: `mneme NAME` imports just that one. A command missing here still works
-#: (then every module is imported); tests/unit/test_cli.py checks this table against the modules.
+#: (then every module is imported); tests/mneme/cli/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
-    "record": "record", "replay": "replay", "tune": "tune", "run": "run", "serve": "serve", "config": "config",
-    "study-server": "study_server",
-    **{name: "store_cmds" for name in ("push", "pull", "ls", "gc", "clean", "copy", "move")},
+    "record": "record", "replay": "replay", "export-reproducer": "reproducer", "tune": "tune", "run": "run",
+    "serve": "serve", "config": "config", "study-server": "study_server",
+    **{name: "store_cmds" for name in ("push", "pull", "ls", "check", "gc", "clean", "copy", "move")},
 }
 
 
@@ -59,17 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(_command_name(argv)).parse_args(argv)
     mark("cli", "parsed")
     command = args._command
-    try:
-        return int(command.run(args) or 0)
-    except MnemeError as exc:
-        print(f"mneme {command.name}: error: {exc}", file=sys.stderr)
-        return 2
-    except Terminated:
-        print(f"mneme {command.name}: terminated (SIGTERM)", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print(f"mneme {command.name}: interrupted", file=sys.stderr)
-        return 130
+    return run_command(command.name, lambda: command.run(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

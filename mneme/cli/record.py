@@ -68,7 +68,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mneme.recording_window import DEFAULT_VA_BASE
+    from mneme.recording.window import DEFAULT_VA_BASE
     from record_agent.options import RecordOptions, parse_instances, parse_ranks
     from record_agent.session import record
 

@@ -36,21 +36,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="dynamic instance id (may be omitted when the database holds one instance)")
     parser.add_argument("passes", nargs="?", default=None,
                         help="LLVM pass pipeline, e.g. 'default<O3>' (other pipelines need a recording with bitcode)")
-    for key, short, long in _DIMS:
-        for axis in "xyz":
-            parser.add_argument(f"-{short}{axis}", f"--{long}-{axis}", dest=f"{key}_{axis}", type=int,
-                                metavar="N", help=f"{key}Dim.{axis} (default: recorded)")
-    parser.add_argument("-shem", "--shared-mem", type=int, metavar="BYTES", help="dynamic shared memory (default: recorded)")
-    parser.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
-                        help="recorded scalar arguments as constants in the code")
-    parser.add_argument("-slb", "--set-launch-bounds", action=argparse.BooleanOptionalAction, default=None,
-                        help="put launch bounds (.maxntid/.minnctapersm) on the kernel")
-    parser.add_argument("--max-threads", type=int, metavar="N", help="launch bound: max threads per block")
-    parser.add_argument("--min-blocks-per-sm", type=int, metavar="N", help="launch bound: min resident blocks per SM")
-    parser.add_argument("-sdims", "--specialize-dims", action=argparse.BooleanOptionalAction, default=None,
-                        help="block and grid dimensions as constants in the code")
-    parser.add_argument("-co", "--codegen-opt", type=int, metavar="0-4", help="code generation optimization level")
-    parser.add_argument("--max-registers", type=int, metavar="N", help="register cap per thread (ptxas --maxrregcount)")
+    add_knob_arguments(parser)
     parser.add_argument("-it", "--iterations", type=int, default=3, metavar="N", help="timed launches (default 3)")
     parser.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed-for-ranking launches first (default 2)")
     parser.add_argument("--config", metavar="FILE", help="configuration file (JSON or YAML Replay-config dict)")
@@ -80,6 +66,31 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
+def add_knob_arguments(parser: argparse.ArgumentParser) -> None:
+    """The configuration's knobs as flags (launch shape, specialization, launch bounds, code generation).
+
+    ``mneme replay`` and ``mneme export-reproducer`` take the same ones; ``build_config`` reads them.
+
+    Args:
+        parser: the command's parser.
+    """
+    for key, short, long in _DIMS:
+        for axis in "xyz":
+            parser.add_argument(f"-{short}{axis}", f"--{long}-{axis}", dest=f"{key}_{axis}", type=int,
+                                metavar="N", help=f"{key}Dim.{axis} (default: recorded)")
+    parser.add_argument("-shem", "--shared-mem", type=int, metavar="BYTES", help="dynamic shared memory (default: recorded)")
+    parser.add_argument("--specialize", action=argparse.BooleanOptionalAction, default=None,
+                        help="recorded scalar arguments as constants in the code")
+    parser.add_argument("-slb", "--set-launch-bounds", action=argparse.BooleanOptionalAction, default=None,
+                        help="put launch bounds (.maxntid/.minnctapersm) on the kernel")
+    parser.add_argument("--max-threads", type=int, metavar="N", help="launch bound: max threads per block")
+    parser.add_argument("--min-blocks-per-sm", type=int, metavar="N", help="launch bound: min resident blocks per SM")
+    parser.add_argument("-sdims", "--specialize-dims", action=argparse.BooleanOptionalAction, default=None,
+                        help="block and grid dimensions as constants in the code")
+    parser.add_argument("-co", "--codegen-opt", type=int, metavar="0-4", help="code generation optimization level")
+    parser.add_argument("--max-registers", type=int, metavar="N", help="register cap per thread (ptxas --maxrregcount)")
+
+
 def load_config_file(path: str) -> dict[str, Any]:
     """A configuration dict from JSON or YAML; a ``{"Replay-config": {...}}`` wrapper is accepted."""
     try:
@@ -104,7 +115,7 @@ def load_config_file(path: str) -> dict[str, Any]:
 
 def build_config(args: argparse.Namespace, instance: Any):
     """Recorded launch, then the config file, then the flags."""
-    from mneme.mneme_types import ExperimentConfiguration
+    from mneme.model.experiment import ExperimentConfiguration
 
     data: dict[str, Any] = {
         "grid": instance.grid_dim.to_dict(),
@@ -154,16 +165,20 @@ def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_j
 
 
 def run(args: argparse.Namespace) -> int:
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.model.verification import VerificationSettings
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
-    from mneme.replay.tolerance import ToleranceOverrides, tolerance_flags
+    from mneme.replay.tolerance import tolerance_flags
 
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
     config = build_config(args, instance)
     mode, policies = tolerance_flags(args.tolerance, args.tolerance_file)
+    verification = VerificationSettings(mode=mode or "exact", runs=args.tolerance_runs, overrides=policies,
+                                        relocate=False if args.no_relocate else None,
+                                        every_iteration=args.verify_every_launch)
     options = CompileOptions(max_registers=args.max_registers)
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
@@ -173,15 +188,11 @@ def run(args: argparse.Namespace) -> int:
         recording,
         instance.record_id,
         device=args.device,
-        tolerance_overrides=ToleranceOverrides.from_mapping(policies),
+        verification=verification,
         compile_options=options,
-        verify_every_iteration=args.verify_every_launch,
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
-        tolerance=mode or "exact",
-        tolerance_runs=args.tolerance_runs,
-        relocate=False if args.no_relocate else None,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:

@@ -1,9 +1,11 @@
-"""Artifact-store subcommands: push, pull, ls, gc, clean, copy, move.
+"""Artifact-store subcommands: push, pull, ls, check, gc, clean, copy, move.
 
 Every location is a directory or an ``s3://bucket/prefix`` URL (settings of
 S3 in docs/store.md). The work is done by :mod:`mneme.store.transfer`,
-:mod:`mneme.store.cleanup` and :mod:`mneme.store.summary`; this module only
-parses arguments and prints reports.
+:mod:`mneme.store.check`, :mod:`mneme.store.cleanup` and
+:mod:`mneme.store.summary`; this module only parses arguments and prints
+reports. Exit status: 0 done, 2 bad input or an unusable store (one line on
+stderr); ``check`` exits 1 when it found damage.
 """
 
 from __future__ import annotations
@@ -26,10 +28,18 @@ def _transfer_arguments(parser: argparse.ArgumentParser, *, recordings: bool = T
     parser.add_argument("--resume", action="store_true",
                         help="continue a killed transfer: keep files the destination already holds intact "
                              "(chunks are never sent twice in any case)")
-    parser.add_argument("--workers", type=int, default=8, help="parallel object transfers (default 8)")
+    parser.add_argument("--repair", action="store_true",
+                        help="verify what the destination already holds of these recordings (every chunk and "
+                             "file read and hashed, even for unchanged recordings) and replace damaged objects "
+                             "with the source's verified copy; implies --resume")
+    _workers_arguments(parser, "parallel object transfers")
+    _retries_argument(parser)
+
+
+def _workers_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--workers", type=int, default=8, help=f"{what} (default 8)")
     parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                         help="show a progress bar (default: when stderr is a terminal)")
-    _retries_argument(parser)
 
 
 def _retries_argument(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +83,8 @@ def _run_transfer(args: argparse.Namespace) -> int:
 
     _check_workers(args)
     report = transfer(args.source, args.destination, recordings=getattr(args, "recordings", None) or None,
-                      resume=args.resume, workers=args.workers, progress=args.progress, retry=_retry(args))
+                      resume=args.resume, repair=args.repair, workers=args.workers, progress=args.progress,
+                      retry=_retry(args))
     if not report.recordings:
         from mneme.errors import ArtifactError
 
@@ -92,7 +103,8 @@ def _run_move(args: argparse.Namespace) -> int:
 
     _check_workers(args)
     report, cleaned = move(args.source, args.destination, recordings=args.recordings or None, grace_s=_grace(args),
-                           resume=args.resume, workers=args.workers, progress=args.progress, retry=_retry(args))
+                           resume=args.resume, repair=args.repair, workers=args.workers, progress=args.progress,
+                           retry=_retry(args))
     print(report.summary())
     print(cleaned.summary())
     return 0
@@ -156,6 +168,40 @@ def _run_ls(args: argparse.Namespace) -> int:
     return 0
 
 
+def _configure_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
+    parser.add_argument("recordings", nargs="*", metavar="RECORDING",
+                        help="static hashes (or <static>.json names) of the recordings to check; default: all")
+    parser.add_argument("--read-data", action="store_true",
+                        help="also read every chunk and code file and check it against its hash (else: every "
+                             "database and snapshot manifest is read and verified, every other object must exist "
+                             "with its size)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    _workers_arguments(parser, "parallel reads")
+    _retries_argument(parser)
+
+
+def _run_check(args: argparse.Namespace) -> int:
+    from mneme.errors import ArtifactError
+    from mneme.store.check import check_store
+
+    _check_workers(args)
+    report = check_store(args.location, args.recordings or None, read_data=args.read_data, workers=args.workers,
+                         retry=_retry(args), progress=args.progress)
+    if not report.recordings:
+        raise ArtifactError(f"no recording database (<static-hash>.json) in {report.store}; check the path")
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        for line in report.lines():
+            print(line)
+        print(report.summary())
+        if not report.ok:
+            print(f"repair: mneme push --repair GOOD_COPY {report.store} "
+                  f"{' '.join(r.removesuffix('.json') for r in report.damaged_recordings)}")
+    return 0 if report.ok else 1
+
+
 def _configure_gc(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
     _grace_argument(parser)
@@ -199,6 +245,9 @@ COMMANDS = [
     Command("pull", "download recordings from a store (into an empty directory: the same layout, byte-exact)",
             _transfer_arguments, _run_transfer),
     Command("ls", "list recordings, kernels, instances, sizes and the dedupe ratio of a store", _configure_ls, _run_ls),
+    Command("check", "check that every object the recordings of a store name is present and intact (--read-data: "
+            "re-hash every chunk and file); exit status 1 when damage is found, as restic check",
+            _configure_check, _run_check),
     Command("gc", "remove chunks and files no recording references (older than --grace)", _configure_gc, _run_gc),
     Command("clean", "delete recordings from a store", _configure_clean, _run_clean),
     Command("copy", "copy recordings between stores", _transfer_arguments, _run_transfer),

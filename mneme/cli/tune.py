@@ -27,10 +27,10 @@ def run(args: argparse.Namespace) -> int:
         if len(action) > 2 or storage:  # several processes' runs, or a shared study: one merged view
             import sys
 
-            from tuner.shared_report import report_command
+            from tuner.results.shared_report import report_command
 
             return report_command(action[1:], storage, given.get("study_name"), given.get("results_dir"), sys.stdout)
-        from tuner.report import write_report
+        from tuner.results.report import write_report
 
         summary = write_report(action[1])
         for path in summary["written"]:

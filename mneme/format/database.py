@@ -22,7 +22,7 @@ from mneme.format.hashing import dynamic_hash
 from mneme.format.layout import database_name, is_hash_id
 from mneme.format.objects import ObjectRef
 from mneme.format.schema import JsonReader
-from mneme.mneme_types import MAX_BLOCK_DIM, MAX_GRID_DIM, Dim3
+from mneme.model.experiment import MAX_BLOCK_DIM, MAX_GRID_DIM, Dim3
 from mneme.store.base import Store
 
 DATABASE_FORMAT = "mneme.recording"

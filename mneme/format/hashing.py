@@ -13,7 +13,7 @@ import hashlib
 import struct
 from typing import Any
 
-from mneme.mneme_types import Dim3
+from mneme.model.experiment import Dim3
 
 STATIC_TAG = b"mneme-static-v1\0"
 DYNAMIC_TAG = b"mneme-dynamic-v1\0"

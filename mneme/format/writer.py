@@ -13,7 +13,14 @@ from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
 from mneme.format.capture import ContentIndex, PipelineStats
-from mneme.format.chunks import DEFAULT_CHUNK_SIZE, DEFAULT_LEVEL, ChunkRef, ChunkSource, FileSlice, put_many
+from mneme.format.chunks import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_LEVEL,
+    ChunkRef,
+    ChunkSource,
+    FileSlice,
+    put_many,
+)
 from mneme.format.database import (
     AddressSpace,
     DeviceInfo,
@@ -31,7 +38,7 @@ from mneme.format.layout import bitcode_name, cubin_name, database_name, ptx_nam
 from mneme.format.objects import ObjectRef
 from mneme.format.policy import VerifyPolicy
 from mneme.format.snapshot import Region, build_snapshot, write_snapshot
-from mneme.mneme_types import Dim3
+from mneme.model.experiment import Dim3
 from mneme.store.base import Store
 
 #: How often a database commit re-reads and retries when another writer raced it.

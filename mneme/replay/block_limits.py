@@ -8,7 +8,7 @@ threads. ptxas carries both into the cubin (:mod:`mneme.replay.nv_info`), so a
 kernel recorded without PTX (cuBLAS/cuDNN's SASS-only kernels) says the same
 there. The tuner uses this to refuse block-shape tuning of a kernel whose shape
 is fixed, and to keep the shapes of a bounded one under its bound, instead of
-failing every such trial with a launch error (tuner/knobs.py).
+failing every such trial with a launch error (tuner/space/knobs.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mneme.errors import MnemeError
-from mneme.mneme_types import Dim3
+from mneme.model.experiment import Dim3
 from mneme.replay.nv_info import EIATTR_MAX_THREADS, EIATTR_REQNTID, kernel_attributes
 from mneme.replay.ptx import find_entry
 

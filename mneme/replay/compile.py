@@ -44,9 +44,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
-from mneme.cache_dir import cache_root
+from mneme._internal.cache_dir import cache_root
 from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
-from mneme.mneme_types import DEFAULT_PASSES, ExperimentConfiguration
+from mneme.model.experiment import DEFAULT_PASSES, ExperimentConfiguration
 from mneme.replay import ptx as ptxrw
 
 #: codegen_opt of the baseline (the recorded code was built at ptxas' default -O3).
@@ -226,7 +226,9 @@ def _cubin_runs_on(recorded_arch: str, device_arch: str) -> bool:
 def _llvm_ptx(recording: Any, instance: Any, config: ExperimentConfiguration, arch: str) -> tuple[str, Any]:
     """PTX from the recorded bitcode through mneme.llvm, and its phase timings."""
     try:
-        from mneme.llvm.compile import compile_to_ptx_timed  # lazy: llvmlite is an optional dependency
+        from mneme.llvm.compile import (
+            compile_to_ptx_timed,  # lazy: llvmlite is an optional dependency
+        )
     except ImportError as exc:
         raise CompileError(
             f"the LLVM tier is not available in this installation ({exc}); install mneme[llvm] (llvmlite)"

@@ -10,8 +10,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from mneme._internal.startup_trace import mark
 from mneme.errors import NotAvailableError
-from mneme.startup_trace import mark
 
 # CUresults after which the context is unusable (a fault in a kernel poisons the
 # context: every later call returns the same error). The process must go.
@@ -90,8 +90,8 @@ def open_context(device: int = 0) -> Any:
     if _first_context:
         _first_context = False
         mark("engine", "context")
+        from mneme.recording.window import DEFAULT_VA_BASE
         from mneme.replay.placement import process_reservations
-        from mneme.recording_window import DEFAULT_VA_BASE
 
         process_reservations().guard(ctx, DEFAULT_VA_BASE)  # before the driver's own first allocations
         mark("engine", "window")

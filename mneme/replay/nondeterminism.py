@@ -38,6 +38,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from mneme.model.verification import DEFAULT_RUNS, DEFAULT_SAFETY
 from mneme.errors import ArtifactError
 from mneme.format.policy import DTYPES, VerifyPolicy
 from mneme.replay.tolerance import (
@@ -52,8 +53,6 @@ from mneme.replay.tolerance import (
     NAN_MISMATCH,
 )
 
-DEFAULT_RUNS = 8
-DEFAULT_SAFETY = 4.0
 EXACT, DETERMINISTIC_MISMATCH, NONDETERMINISTIC = "exact", "deterministic_mismatch", "nondeterministic"
 SIDECAR_FORMAT = 1
 

@@ -10,7 +10,7 @@ cuDNN, a Triton cubin without its PTX) carries them only here.
 Each entry is a format byte (``EIFMT_NVAL`` 1: no value, ``EIFMT_BVAL`` 2: a
 byte, ``EIFMT_HVAL`` 3: a 16-bit value, each inline in 2 bytes; ``EIFMT_SVAL``
 4: a 16-bit size, then that many bytes), an attribute byte, and the value. The
-codes were checked against nvcc 13.0's cubins (tests/replay/test_block_limits.py
+codes were checked against nvcc 13.0's cubins (tests/mneme/replay/test_block_limits.py
 builds them from CUDA sources with ``__block_size__`` and ``__launch_bounds__``).
 """
 

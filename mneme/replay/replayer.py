@@ -17,10 +17,16 @@ import math
 import traceback
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
-from mneme.errors import ArtifactError, ConfigurationError, MnemeError, NotAvailableError
-from mneme.mneme_types import (
+from mneme._internal.startup_trace import mark
+from mneme.errors import (
+    ArtifactError,
+    ConfigurationError,
+    MnemeError,
+    NotAvailableError,
+)
+from mneme.model.experiment import (
     STATUS_COMPILE_ERROR,
     STATUS_FAILED_VERIFICATION,
     STATUS_INTERNAL_ERROR,
@@ -32,21 +38,20 @@ from mneme.mneme_types import (
     ExperimentConfiguration,
     ExperimentResult,
 )
+from mneme.model.verification import VerificationSettings
 from mneme.replay import engine as eng
-from mneme.replay.compile import CompileError, CompileOptions, CompiledCode, compile_for
+from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for
 from mneme.replay.launch_attrs import plan_for
+from mneme.replay.nondeterminism import DerivedTolerance, summarize
 from mneme.replay.state import DeviceState
-from mneme.replay.nondeterminism import DEFAULT_RUNS, DEFAULT_SAFETY, DerivedTolerance, summarize
 from mneme.replay.tolerance import (
-    TOLERANCE_MODES,
-    ToleranceOverrides,
     deviation,
     engine_check,
     is_exact,
     judge,
+    judged_overrides,
     worse,
 )
-from mneme.startup_trace import mark
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
@@ -90,74 +95,61 @@ class Replayer:
         record_id: str,
         device: int = 0,
         *,
-        tolerance_overrides: ToleranceOverrides | Mapping[str, Any] | None = None,
+        verification: VerificationSettings | None = None,
         compile_options: CompileOptions | None = None,
-        verify_every_iteration: bool = False,
         queue_ahead: bool = True,
         l2_scrub: bool = False,
         timing: str = "events",
         timeout_s: float = 0.0,
-        relocate: bool | None = None,
         reset: str = "auto",
-        tolerance: str = "exact",
-        tolerance_runs: int = DEFAULT_RUNS,
-        tolerance_safety: float = DEFAULT_SAFETY,
         store_tolerance: bool = True,
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
-        ``tolerance_overrides`` replace the recorded verification policies per
-        region; ``compile_options`` carry replay-time compile settings (register
-        cap); ``verify_every_iteration`` compares after every launch instead
-        of after the first and the last (which already catches a reset that
-        does not work, at a fraction of the cost for large states);
-        ``queue_ahead`` keeps the GPU busy while the launches are enqueued, so
-        that the events time the kernel rather than the host; ``l2_scrub``
-        reads a scratch buffer after the resets so that the kernel does not
-        start with an L2 full of the reset's dirty lines (off by default:
-        bench/replay_fidelity.py measured it further from the in-application
-        time than leaving the L2 as the reset leaves it); ``timing`` is
-        ``events`` (CUDA events around each launch) or ``cupti`` (CUPTI
-        activity records of the kernel itself); ``timeout_s`` > 0 bounds each run's wait for the GPU (a kernel
-        still running then makes the Replayer unhealthy); ``relocate``: None
-        (default) restores heap buffers at their recorded addresses and relocates
-        them, as a reported fallback (``relocation_reason``), where those cannot
-        be had in this process, or when the recording is relocatable; False
-        restores them there or raises RelocationRefusedError saying why; True
-        relocates them;
-        ``reset`` is ``auto`` (reset the written memory before every launch,
-        unless the instance is proven idempotent: then only before each
-        configuration's first launch) or ``always`` (see ``uses_resets``).
-        The recorded launch attributes (cluster dimensions, cooperative...) are
-        repeated on every launch; one that cannot be is a NotAvailableError
-        naming it.
+        The recorded launch attributes (cluster dimensions, cooperative...) are repeated on every
+        launch; one that cannot be is a NotAvailableError naming it.
 
-        ``tolerance="auto"`` judges the regions that the baseline's own runs show
-        to be nondeterministic with a bound derived from that spread (``tolerance_runs``
-        launches of the baseline, ``tolerance_safety`` x the worst deviation), read
-        from the recording's ``<static>.tolerance.json`` when it holds one and
-        written there otherwise (``store_tolerance``); overrides and recorded
-        annotations still win. With either mode a baseline that does not verify is
-        replayed ``tolerance_runs`` times to say which regions are nondeterministic
-        (``result.nondeterminism``).
+        Args:
+            recording: the :class:`mneme.recording.execution.RecordedExecution`.
+            record_id: the instance's dynamic hash.
+            device: the GPU's index.
+            verification: how replays verify (:class:`mneme.model.verification.VerificationSettings`:
+                tolerance mode, baseline runs, overrides, relocation, every launch or first and last).
+                With ``mode="auto"`` the regions the baseline's own runs show to be nondeterministic
+                are judged with bounds derived from that spread, read from the recording's
+                ``<static>.tolerance.json`` when it holds them and written there otherwise
+                (``store_tolerance``). In either mode a baseline that does not verify is replayed
+                ``runs`` times to say which regions are nondeterministic (``result.nondeterminism``).
+                ``relocate``: None restores heap buffers at their recorded addresses and moves them,
+                as a reported fallback (``relocation_reason``), only where those cannot be had or the
+                recording is relocatable; False raises RelocationRefusedError instead; True moves them.
+            compile_options: replay-time compile settings (register cap).
+            queue_ahead: keep the GPU busy while the launches are enqueued, so that the events time
+                the kernel rather than the host.
+            l2_scrub: read a scratch buffer after the resets so that the kernel does not start with
+                an L2 full of the reset's dirty lines (off: bench/replay_fidelity.py measured it
+                further from the in-application time).
+            timing: ``events`` (CUDA events around each launch) or ``cupti`` (CUPTI activity records
+                of the kernel itself).
+            timeout_s: when > 0, bounds each run's wait for the GPU (a kernel still running then
+                makes the Replayer unhealthy).
+            reset: ``auto`` (reset the written memory before every launch, unless the instance is
+                proven idempotent: then only before each configuration's first launch) or ``always``.
+            store_tolerance: write derived ``auto`` bounds beside the recording.
         """
         eng.require_driver()  # no GPU here: say so before reading anything
         if reset not in RESET_POLICIES:
             raise ConfigurationError(f"reset={reset!r}: use one of {', '.join(RESET_POLICIES)}")
+        verification = verification or VerificationSettings()
+        self.verification = verification
         self.recording = recording
         self.instance = recording[record_id]
         self.instance.require_supported()  # a launch the recorder could not capture: its reasons, not a CUDA fault
         self.launch_plan = plan_for(getattr(self.instance, "launch_attributes", ()))
         self.reset = reset
-        if tolerance not in TOLERANCE_MODES:
-            raise ConfigurationError(f"tolerance={tolerance!r}: use one of {', '.join(TOLERANCE_MODES)}")
-        if int(tolerance_runs) < 2:
-            raise ConfigurationError(f"tolerance_runs={tolerance_runs}: at least 2 runs are needed to see a spread")
-        if not float(tolerance_safety) >= 1:
-            raise ConfigurationError(f"tolerance_safety={tolerance_safety}: use a factor of at least 1")
-        self.tolerance = tolerance
-        self.tolerance_runs = int(tolerance_runs)
-        self.tolerance_safety = float(tolerance_safety)
+        self.tolerance = verification.mode
+        self.tolerance_runs = verification.runs
+        self.tolerance_safety = verification.safety
         self.store_tolerance = store_tolerance
         self.derived: DerivedTolerance | None = None  # what auto judges with (stored or derived here)
         self.derived_stored = ""  # where it was read from or written to
@@ -167,7 +159,7 @@ class Replayer:
         self.record_id = str(record_id)
         self.device = int(device)
         self.compile_options = compile_options or CompileOptions()
-        self.verify_every_iteration = verify_every_iteration
+        self.verify_every_iteration = verification.every_iteration
         self.queue_ahead = queue_ahead
         self.l2_scrub = l2_scrub
         if timing not in ("events", "cupti"):
@@ -178,12 +170,8 @@ class Replayer:
                 raise NotAvailableError(f"CUPTI timing is not available here: {reason}; use timing='events'")
         self.timing = timing
         self.timeout_s = float(timeout_s)
-        if isinstance(tolerance_overrides, ToleranceOverrides):
-            self.overrides = tolerance_overrides
-        elif tolerance_overrides:
-            self.overrides = ToleranceOverrides.from_mapping(tolerance_overrides)
-        else:
-            self.overrides = ToleranceOverrides.empty()
+        self.overrides = judged_overrides(verification)
+        relocate = verification.relocate
         self.healthy = True
         self.last_timing: dict[str, Any] = {}
         self._modules: OrderedDict[str, _LoadedCode] = OrderedDict()

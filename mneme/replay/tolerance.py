@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mneme.errors import ArtifactError, ConfigurationError
-from mneme.format.policy import DTYPES, MODES, NORMS, VerifyPolicy
+from mneme.format.policy import DTYPES, NORMS, VerifyPolicy
+from mneme.format.policy import MODES as POLICY_MODES
+from mneme.model.verification import DEFAULT_RUNS, MODES, VerificationSettings
 
 #: dtype codes of the engine's tolerance kernels (native/engine/engine.cpp kDtypes).
 DTYPE_CODES = {
@@ -39,7 +41,7 @@ COUNTER_WORDS = 11  # 5 counters + 6 hashes
 #: Where a region's policy came from (``verified_within`` names it).
 SOURCE_FLAG, SOURCE_RECORDED, SOURCE_AUTO, SOURCE_DEFAULT = "flag", "recorded", "auto", "bitwise default"
 #: The verification modes: recorded annotations else bitwise, or also bounds derived for nondeterministic regions.
-TOLERANCE_MODES = ("exact", "auto")
+TOLERANCE_MODES = MODES
 
 
 @dataclass(frozen=True)
@@ -184,56 +186,69 @@ def tolerance_flags(values: Iterable[str], files: Iterable[str | Path] = ()) -> 
     return (modes[-1] if modes else None), policies
 
 
-@dataclass(frozen=True)
-class InstanceTolerance:
-    """How a replay server verifies the replays of one prepared instance (from its ``InstanceRef``)."""
+def judged_overrides(settings: VerificationSettings) -> ToleranceOverrides:
+    """The policies a replay judges with besides the recorded annotations: the explicit overrides, then
+    the derived policies for the regions they do not select.
 
-    mode: str  # exact or auto
-    overrides: ToleranceOverrides  # explicit policies first, then the policies the setting gave
-    runs: int = 0  # baseline runs that derive auto bounds; 0: the Replayer's default
+    Args:
+        settings: the verification settings.
 
-    def replayer_arguments(self) -> dict[str, Any]:
-        """The ``Replayer`` keyword arguments."""
-        out: dict[str, Any] = {"tolerance": self.mode, "tolerance_overrides": self.overrides}
-        if self.runs:
-            out["tolerance_runs"] = self.runs
-        return out
+    Returns:
+        The overrides (checked: every policy parses).
+    """
+    explicit = ToleranceOverrides.from_mapping(settings.overrides, "tolerance overrides")
+    return explicit.over(ToleranceOverrides.from_mapping(settings.derived, "derived tolerance"))
 
 
-def instance_tolerance(setting: str, overrides: str = "", runs: int = 0) -> InstanceTolerance:
-    """``InstanceRef.tolerance`` (see :func:`parse_tolerance_setting`), ``.tolerance_overrides`` (a JSON
-    object of explicit policies, which win over the setting's and over recorded annotations) and
-    ``.tolerance_runs`` (0, or at least 2) as one checked setting."""
-    mode, from_setting = parse_tolerance_setting(setting)
-    explicit = ToleranceOverrides.empty()
+def verification_from_wire(setting: str, overrides: str = "", runs: int = 0,
+                           no_relocate: bool = False) -> VerificationSettings:
+    """The settings an ``InstanceRef`` carries: ``tolerance`` (see :func:`parse_tolerance_setting`),
+    ``tolerance_overrides`` (a JSON object of explicit policies, which win over the setting's and over
+    recorded annotations), ``tolerance_runs`` (0: the default, or at least 2) and ``no_relocate``.
+
+    Args:
+        setting: ``InstanceRef.tolerance``.
+        overrides: ``InstanceRef.tolerance_overrides``.
+        runs: ``InstanceRef.tolerance_runs``.
+        no_relocate: ``InstanceRef.no_relocate``.
+
+    Returns:
+        The settings, checked.
+    """
+    mode, derived = parse_tolerance_setting(setting)
+    explicit: Any = {}
     if (overrides or "").strip():
         try:
-            data = json.loads(overrides)
+            explicit = json.loads(overrides)
         except ValueError:
             raise ConfigurationError(
                 f"tolerance overrides {overrides[:80]!r}: expected a JSON object of policies by region"
             ) from None
-        explicit = ToleranceOverrides.from_mapping(data, "tolerance overrides")
     if runs and int(runs) < 2:
         raise ConfigurationError(f"tolerance runs {runs}: at least 2 runs are needed to see a spread (0: the default)")
-    return InstanceTolerance(mode, explicit.over(from_setting), int(runs))
+    settings = VerificationSettings(mode=mode, runs=int(runs) or DEFAULT_RUNS, overrides=explicit,
+                                    derived=derived, relocate=False if no_relocate else None)
+    judged_overrides(settings)  # every policy parses
+    return settings
 
 
-def parse_tolerance_setting(text: str) -> tuple[str, ToleranceOverrides]:
+def parse_tolerance_setting(text: str) -> tuple[str, dict[str, Any]]:
     """An instance's tolerance on the wire (``InstanceRef.tolerance``): ``""``/``exact``, ``auto``, or a
-    JSON object of overrides ``{"SEL": "dtype:mode:threshold[:norm]"}``; (replayer mode, overrides)."""
+    JSON object of policies ``{"SEL": "dtype:mode:threshold[:norm]"}`` (the bounds a tuner derived);
+    (mode, policies)."""
     text = (text or "").strip()
     if text in ("", "exact"):
-        return "exact", ToleranceOverrides.empty()
+        return "exact", {}
     if text == "auto":
-        return "auto", ToleranceOverrides.empty()
+        return "auto", {}
     try:
         data = json.loads(text)
     except ValueError:
         raise ConfigurationError(
             f"tolerance {text[:80]!r}: use 'exact', 'auto' or a JSON object of policies by region"
         ) from None
-    return "exact", ToleranceOverrides.from_mapping(data)
+    ToleranceOverrides.from_mapping(data)  # checked here
+    return "exact", dict(data)
 
 
 def _policy(value: Any, what: str) -> VerifyPolicy:
@@ -255,7 +270,7 @@ def parse_policy_spec(spec: str) -> VerifyPolicy:
     if len(parts) not in (3, 4):
         raise ConfigurationError(
             f"tolerance {spec!r}: expected dtype:mode:threshold[:norm] (dtype one of {', '.join(DTYPES)}; "
-            f"mode one of {', '.join(MODES)}; norm one of {', '.join(NORMS)}) or 'bitwise'"
+            f"mode one of {', '.join(POLICY_MODES)}; norm one of {', '.join(NORMS)}) or 'bitwise'"
         )
     dtype, mode, threshold = parts[:3]
     norm = parts[3] if len(parts) == 4 else "none"

@@ -2,7 +2,8 @@
 
 Every backend (a local directory, S3/MinIO) offers the same few operations so
 that the recorder, the replay servers and the tuner never care where a
-recording lives. Names are checked on *every* call by :func:`validate_name`:
+recording lives. Names are checked on *every* call by :func:`validate_name`
+(:mod:`mneme._internal.names`):
 names can come from clients over the network, and a name must never reach
 outside the store (no ``..``, no absolute paths, no hidden files).
 """
@@ -10,19 +11,21 @@ outside the store (no ``..``, no absolute paths, no hidden files).
 from __future__ import annotations
 
 import abc
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from mneme._internal.names import (  # the one rule for object names, re-exported here
+    MAX_COMPONENT_LENGTH,
+    MAX_NAME_LENGTH,
+    InvalidNameError,
+    validate_name,
+    validate_prefix,
+)
 from mneme.errors import ArtifactError, MnemeError
 
-#: Longest accepted object name (S3 keys are limited to 1024 bytes including the prefix).
-MAX_NAME_LENGTH = 512
-#: Longest accepted path component (common file-system limit).
-MAX_COMPONENT_LENGTH = 255
-_COMPONENT_CHARS = re.compile(r"[A-Za-z0-9._+=@,~-]+")
-
+__all__ = ["MAX_COMPONENT_LENGTH", "MAX_NAME_LENGTH", "InvalidNameError", "ObjectInfo", "Store",
+           "StoreUnavailableError", "validate_name", "validate_prefix"]
 
 class StoreUnavailableError(MnemeError):
     """The store could not be reached (network down, server gone): worth retrying later."""
@@ -35,56 +38,6 @@ class ObjectInfo:
     name: str
     size: int
     modified: float
-
-
-class InvalidNameError(ArtifactError, ValueError):
-    """An object name that is not acceptable to any store (both an ArtifactError and a ValueError)."""
-
-
-def validate_name(name: str) -> str:
-    """Return ``name`` unchanged if it is a safe object name, else raise :class:`InvalidNameError`.
-
-    A name is relative and ``/``-separated; each component is non-empty, does not
-    start with a dot (hidden files and ``.``/``..`` are reserved: temporary files
-    of atomic writes are hidden), and uses only letters, digits and ``._+=@,~-``.
-    """
-    if not isinstance(name, str):
-        raise InvalidNameError(f"an object name is a string, got {type(name).__name__}")
-    if not name:
-        raise InvalidNameError("an object name must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise InvalidNameError(
-            f"object name {name[:60]!r}... is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}"
-        )
-    if "\\" in name:
-        raise InvalidNameError(f"object name {name!r} contains a backslash; use '/' to separate components")
-    if name.startswith("/"):
-        raise InvalidNameError(f"object name {name!r} is absolute; names are relative to the store")
-    for component in name.split("/"):
-        if not component:
-            raise InvalidNameError(f"object name {name!r} has an empty component ('//' or a trailing '/')")
-        if component in (".", ".."):
-            raise InvalidNameError(f"object name {name!r} contains {component!r}; names cannot leave the store")
-        if component.startswith("."):
-            raise InvalidNameError(f"object name {name!r} has a hidden component {component!r}")
-        if len(component) > MAX_COMPONENT_LENGTH:
-            raise InvalidNameError(
-                f"object name {name!r} has a component longer than {MAX_COMPONENT_LENGTH} characters"
-            )
-        if not _COMPONENT_CHARS.fullmatch(component):
-            raise InvalidNameError(
-                f"object name {name!r} has characters outside letters, digits and '._+=@,~-'"
-            )
-    return name
-
-
-def validate_prefix(prefix: str) -> str:
-    """A listing prefix: empty, or a name prefix (may end with '/', may stop mid-component)."""
-    if prefix == "":
-        return prefix
-    stripped = prefix[:-1] if prefix.endswith("/") else prefix
-    validate_name(stripped)
-    return prefix
 
 
 class Store(abc.ABC):

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
-from mneme.cache_dir import cache_root
+from mneme._internal.cache_dir import cache_root
 from mneme.errors import ArtifactError
 from mneme.store import LocalStore, Store, open_store
 from mneme.store.base import validate_name

@@ -18,8 +18,8 @@ from mneme.format.layout import CHUNKS_DIR
 from mneme.store import Store
 from mneme.store.contents import (
     Location,
-    as_store,
     database_names,
+    existing_store,
     list_info,
     object_info,
     read_recording,
@@ -96,7 +96,7 @@ def gc(
     younger than the grace period. Keep the grace period longer than the
     longest upload of one recording.
     """
-    store = as_store(store_or_url)
+    store = existing_store(store_or_url)
     report = CleanReport(store.url, dry_run=dry_run)
     keep = referenced_names(store, with_retries(lambda: database_names(store), retry), retry)
     now = time.time()
@@ -137,7 +137,7 @@ def clean(
     next; chunks are shared, so they are left to :func:`gc` (run here unless
     ``collect_chunks`` is false, with the same grace period).
     """
-    store = as_store(store_or_url)
+    store = existing_store(store_or_url)
     report = CleanReport(store.url, dry_run=dry_run)
     doomed = with_retries(lambda: select_databases(store, recordings), retry)
     remaining = [n for n in with_retries(lambda: database_names(store), retry) if n not in doomed]

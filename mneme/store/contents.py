@@ -5,11 +5,14 @@ The helpers every store verb (transfer, cleanup, summary, uploader) builds on.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator, Sequence, Union
 
 import zstandard
@@ -31,6 +34,33 @@ DATABASE_NAME = re.compile(r"[0-9]{1,20}\.json")
 
 def as_store(store_or_url: Location) -> Store:
     return store_or_url if isinstance(store_or_url, Store) else open_store(store_or_url)
+
+
+def existing_store(store_or_url: Location) -> Store:
+    """The store at ``store_or_url``, after checking that a directory store exists (for ls, check, gc, sources).
+
+    Writing verbs create a missing directory; reading ones must not take a
+    typo for an empty store. (An S3 store's listing says when its bucket is
+    missing; an empty prefix is an empty store.)
+
+    Args:
+        store_or_url: a Store, a directory path or an ``s3://bucket/prefix`` URL.
+
+    Returns:
+        The opened store.
+
+    Raises:
+        ArtifactError: ``no store at <path>: <reason>`` when the directory is missing or not a directory.
+    """
+    store = as_store(store_or_url)
+    root = getattr(store, "root", None)
+    if isinstance(root, Path):
+        try:
+            if not stat.S_ISDIR(root.stat().st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(root))
+        except OSError as exc:
+            raise ArtifactError(f"no store at {store.url}: {exc.strerror or exc}; check the path") from None
+    return store
 
 
 def database_names(store: Store) -> list[str]:
@@ -98,23 +128,43 @@ def read_recording(
     return RecordingContents(name, raw, database, objects, tuple(chunks), sum(per_instance.values()), per_instance)
 
 
-def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = None) -> None:
-    """Raise ArtifactError unless ``blob`` (a stored chunk) decompresses to content with hash ``sha256``.
+def chunk_problem(blob: bytes, sha256: str, length: int | None = None) -> str | None:
+    """What is wrong with ``blob`` as the stored chunk of content ``sha256``, or None when it is intact.
 
-    ``length`` (from the snapshot, when known) is checked against the size the
-    zstd frame declares before anything is allocated.
+    The zstd frame must declare at most ``length`` bytes (the snapshot's
+    length, when known; checked before anything is allocated), decompress to
+    exactly that many, and the content must hash to ``sha256``.
+
+    Args:
+        blob: the stored (compressed) bytes.
+        sha256: the chunk's name (the SHA-256 of its content, hex).
+        length: the content length the snapshot records, if known.
+
+    Returns:
+        ``corrupt: ...`` saying what failed, or None.
     """
     declared = zstandard.frame_content_size(blob) if len(blob) >= 4 else -2
     limit = MAX_CHUNK_SIZE if length is None else length
     if declared == -2 or declared > limit or (length is not None and declared not in (-1, length)):
-        raise ArtifactError(f"{what} is corrupt: its header declares {declared} bytes"
-                            + ("" if length is None else f", the snapshot says {length}"))
+        snapshot = "" if length is None else f", the snapshot says {length}"
+        return f"corrupt: its header declares {declared} bytes{snapshot}"
     try:
         piece = zstandard.ZstdDecompressor().decompress(blob, max_output_size=max(limit, 1))
     except zstandard.ZstdError as exc:
-        raise ArtifactError(f"{what} is corrupt (zstd: {exc})") from None
+        return f"corrupt (zstd: {exc})"
     if (length is not None and len(piece) != length) or hashlib.sha256(piece).hexdigest() != sha256:
-        raise ArtifactError(f"{what} is corrupt: its content does not match its name")
+        return "corrupt: its content does not match its name"
+    return None
+
+
+def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = None) -> None:
+    """Raise ArtifactError (``<what> is corrupt...``) unless ``blob`` is the intact chunk ``sha256``.
+
+    See :func:`chunk_problem` for what is checked.
+    """
+    problem = chunk_problem(blob, sha256, length)
+    if problem is not None:
+        raise ArtifactError(f"{what} is {problem}")
 
 
 def verified_chunk(store: Store, ref: ChunkRef) -> bytes:
@@ -136,8 +186,10 @@ def object_info(store: Store, name: str) -> ObjectInfo | None:
     if path is not None:
         try:
             st = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            raise ArtifactError(f"cannot read {name} from {store.url}: {exc.strerror or exc}") from exc
         return ObjectInfo(name, st.st_size, st.st_mtime)
     if not store.exists(name):
         return None

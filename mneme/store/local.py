@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -49,7 +50,7 @@ class LocalStore(Store):
         path = self._path(name)
         try:
             return path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise self.not_found(name) from None
         except IsADirectoryError:
             raise ArtifactError(f"{name} in {self.url} is a directory, not an object") from None
@@ -77,9 +78,12 @@ class LocalStore(Store):
     def _write_atomically(self, path: Path, write) -> None:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ArtifactError(f"cannot write {exc.filename or path.parent}: {_reason(exc)}") from exc
+        try:
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         except OSError as exc:
-            raise ArtifactError(f"cannot write to {self.url}: {exc.strerror or exc}") from exc
+            raise ArtifactError(f"cannot write {path.parent}: {_reason(exc)}") from exc
         try:
             with os.fdopen(fd, "wb") as f:
                 write(f)
@@ -93,8 +97,7 @@ class LocalStore(Store):
             except OSError:
                 pass
             if isinstance(exc, OSError):
-                hint = "; free some space" if exc.errno == errno.ENOSPC else ""
-                raise ArtifactError(f"cannot write {path} in {self.url}: {exc.strerror or exc}{hint}") from exc
+                raise ArtifactError(f"cannot write {path}: {_reason(exc)}") from exc
             raise
         if self.sync:
             _fsync_directory(path.parent)
@@ -110,9 +113,11 @@ class LocalStore(Store):
         path = self._path(name)
         try:
             st = path.stat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise self.not_found(name) from None
-        if not path.is_file():
+        except OSError as exc:
+            raise ArtifactError(f"cannot read {name} from {self.url}: {exc.strerror or exc}") from exc
+        if not stat.S_ISREG(st.st_mode):
             raise ArtifactError(f"{name} in {self.url} is not a regular file")
         return st.st_size
 
@@ -149,6 +154,12 @@ class LocalStore(Store):
                     names.append(name)
         names.sort()
         return iter(names)
+
+
+def _reason(exc: OSError) -> str:
+    """The OS's reason for a failed write, with what to do about a full disk."""
+    hint = "; free some space" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
+    return f"{exc.strerror or exc}{hint}"
 
 
 def _is_valid_name(name: str) -> bool:

@@ -10,6 +10,8 @@ transfer layer retries (with backoff).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import io
 import os
 from datetime import datetime, timezone
@@ -22,6 +24,7 @@ import urllib3
 from minio import Minio
 from minio.commonconfig import REPLACE, CopySource
 from minio.error import InvalidResponseError, S3Error, ServerError
+from minio.helpers import MAX_PART_SIZE, MIN_PART_SIZE, check_bucket_name
 
 from mneme.errors import ArtifactError, ConfigurationError, MnemeError
 from mneme.store.base import ObjectInfo, Store, StoreUnavailableError, validate_name, validate_prefix
@@ -45,8 +48,43 @@ CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 300.0
 
 
+#: One PUT takes at most 5 GiB (S3's limit); every object mneme writes is smaller.
+MAX_SINGLE_PUT = MAX_PART_SIZE
+#: S3 error codes that mean "the body the server received is not the one the request described".
+CHECKSUM_ERROR_CODES = frozenset(
+    {"BadDigest", "XAmzContentSHA256Mismatch", "XAmzContentChecksumMismatch"}
+)
+
+
 class CredentialsError(MnemeError):
     """The server refused the credentials."""
+
+
+class TransferDamagedError(StoreUnavailableError):
+    """The server received other bytes than were sent (its checksum of the body differs): sent again."""
+
+
+def checksum_headers(sha256: bytes) -> dict[str, str]:
+    """The request headers that make an S3 server verify a PUT's body: its SHA-256, base64.
+
+    ``x-amz-checksum-sha256`` is the flexible checksum of the S3 API: AWS S3
+    and MinIO compute the SHA-256 of the body they received and refuse the
+    PUT (``BadDigest``/``XAmzContentChecksumMismatch``) when it differs, and
+    keep it with the object (``HEAD`` with ``x-amz-checksum-mode: ENABLED``
+    returns it). ``x-amz-sdk-checksum-algorithm`` names the algorithm, as the
+    AWS SDKs send it. Over plain HTTP the minio client also signs the body's
+    SHA-256 (``x-amz-content-sha256``); over HTTPS it sends ``Content-MD5``.
+
+    Args:
+        sha256: the digest (32 bytes) of the body.
+
+    Returns:
+        Header name -> value, for ``put_object(metadata=...)`` (``x-amz-`` headers pass through unchanged).
+    """
+    return {
+        "x-amz-sdk-checksum-algorithm": "SHA256",
+        "x-amz-checksum-sha256": base64.b64encode(sha256).decode("ascii"),
+    }
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -56,6 +94,10 @@ def parse_s3_url(url: str) -> tuple[str, str]:
         raise ConfigurationError(f"{url!r} is not an S3 URL; write s3://bucket or s3://bucket/prefix")
     if parts.query or parts.fragment:
         raise ConfigurationError(f"S3 URL {url!r} has a query or fragment; write s3://bucket/prefix")
+    try:
+        check_bucket_name(parts.netloc)
+    except ValueError as exc:
+        raise ConfigurationError(f"{url!r} does not name a valid S3 bucket ({exc}); write s3://bucket/prefix") from None
     prefix = parts.path.strip("/")
     if prefix:
         validate_name(prefix)
@@ -120,6 +162,11 @@ class S3Store(Store):
                 return self.not_found(name)
             if exc.code == "NoSuchBucket":
                 return self._missing_bucket()
+            if exc.code in CHECKSUM_ERROR_CODES:
+                return TransferDamagedError(
+                    f"S3 at {where} received other bytes than were sent while trying to {action} ({exc.code}: "
+                    f"{exc.message}); the object was not stored, and is sent again"
+                )
             if exc.code in CREDENTIAL_ERROR_CODES:
                 return CredentialsError(
                     f"S3 at {where} refused the credentials while trying to {action} ({exc.code}: "
@@ -163,15 +210,38 @@ class S3Store(Store):
         return self._call(f"read {name}", name, fetch)
 
     def put(self, name: str, data: bytes | bytearray | memoryview) -> None:
+        """Store ``data`` as ``name`` in one PUT that carries its SHA-256 (``x-amz-checksum-sha256``).
+
+        The server computes the checksum of the body it received and refuses the
+        object when they differ (AWS S3, MinIO), so bytes damaged on the way are
+        never stored; :func:`checksum_headers` says more.
+        """
         key = self._key(name)
-        view = memoryview(data)
-        self._call(
-            f"write {name}", None, self._client.put_object, self._bucket, key, io.BytesIO(view), view.nbytes
-        )
+        view = memoryview(data).cast("B")
+        self._put(name, key, io.BytesIO(view), view.nbytes, hashlib.sha256(view).digest())
 
     def put_file(self, name: str, path: str | Path) -> None:
+        """Store a local file as ``name``: hashed first, then sent like :meth:`put` (with its checksum)."""
         key = self._key(name)
-        self._call(f"write {name}", None, self._client.fput_object, self._bucket, key, str(path))
+        digest = hashlib.sha256()
+        try:
+            with open(path, "rb") as f:
+                while piece := f.read(1 << 20):
+                    digest.update(piece)
+                size = f.tell()
+                f.seek(0)
+                self._put(name, key, f, size, digest.digest())
+        except OSError as exc:  # the local file (network errors were translated by _put)
+            raise ArtifactError(f"cannot store {name}: cannot read {path}: {exc.strerror or exc}") from exc
+
+    def _put(self, name: str, key: str, stream, size: int, sha256: bytes) -> None:
+        """One PUT of ``size`` bytes with their checksum (objects up to 5 GiB; larger ones go multipart)."""
+        if size <= MAX_SINGLE_PUT:
+            # One part of exactly the object's size: a single PutObject, which is what carries the checksum.
+            self._call(f"write {name}", None, self._client.put_object, self._bucket, key, stream, size,
+                       part_size=max(size, MIN_PART_SIZE), metadata=checksum_headers(sha256))
+        else:  # mneme writes no object this large; multipart parts are each signed/MD5'd by the client
+            self._call(f"write {name}", None, self._client.put_object, self._bucket, key, stream, size)
 
     def exists(self, name: str) -> bool:
         return self.stat(name) is not None

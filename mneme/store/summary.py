@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mneme.format.layout import CHUNKS_DIR
-from mneme.store.contents import Location, as_store, database_names, list_info, read_recording
+from mneme.store.contents import Location, database_names, existing_store, list_info, read_recording
 from mneme.store.retry import RetryPolicy, with_retries
 
 
@@ -65,7 +65,7 @@ class StoreSummary:
 
 def summarize(store_or_url: Location, retry: RetryPolicy = RetryPolicy()) -> StoreSummary:
     """Read every database and snapshot manifest of a store and size what they use."""
-    store = as_store(store_or_url)
+    store = existing_store(store_or_url)
     sizes = {info.name: info.size for info in with_retries(lambda: list(list_info(store, CHUNKS_DIR + "/")), retry)}
     summaries = []
     all_chunks: set[str] = set()

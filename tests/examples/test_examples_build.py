@@ -25,7 +25,7 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc (CUDA
 
 
 def _gpu_present() -> bool:
-    from gpu_env import gpu_unavailable_reason
+    from mneme.testing.gpu import gpu_unavailable_reason
 
     return gpu_unavailable_reason() is None
 

@@ -12,16 +12,15 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
+import headline
+import headline_apps as apps
+import headline_report as report
+import headline_stages as stages
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
+from mneme.model.experiment import Dim3
 
-import headline  # noqa: E402
-import headline_apps as apps  # noqa: E402
-import headline_report as report  # noqa: E402
-import headline_stages as stages  # noqa: E402
-from mneme.mneme_types import Dim3  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 CG_OUTPUT = """minife_cg: grid 88x88x88, 681472 rows, 17984728 nonzeros, 50 iterations
 KERNEL_TIME kernel=spmv_csr launches=51 mean_us=151.250 median_us=150.125 min_us=149.000
@@ -137,7 +136,7 @@ def _kernel(grid: Dim3, block: Dim3, shared_mem: int = 0):
 
 def test_reference_vecadd_space_is_the_references_80_configurations():
     space, key = stages.make_space("reference_vecadd", _kernel(Dim3(40000), Dim3(256)), has_bitcode=True)
-    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+    from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
     configs = list(ExhaustiveSamplingStrategy(space))
     assert key == "passes" and len(configs) == 80
@@ -150,7 +149,7 @@ def test_reference_vecadd_space_is_the_references_80_configurations():
 
 def test_spmv_space_covers_the_rows_with_every_block_size():
     space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
-    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+    from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
     configs = list(ExhaustiveSamplingStrategy(space))
     assert key == "codegen_opt" and len(configs) == 32 * len(stages.CODEGEN_LEVELS)
@@ -280,14 +279,14 @@ class _ScriptedExecutor:
         self.submitted = []
 
     def evaluate(self, config):
-        from mneme.mneme_types import ExperimentResult
+        from mneme.model.experiment import ExperimentResult
 
         return ExperimentResult(exec_time=[999, 100_000, 100_000], warmup=1, verified=self.baseline_verified,
                                 status="verified" if self.baseline_verified else "failed_verification",
                                 error="" if self.baseline_verified else "buffer 2 differs")
 
     def submit(self, config):
-        from mneme.mneme_types import ExperimentResult
+        from mneme.model.experiment import ExperimentResult
 
         self.submitted.append(config)
         if config.block.x == 1024 and config.codegen_opt == 4:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_env import child_env  # noqa: E402
+from mneme.testing.gpu import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 PROGRAMS = Path(__file__).resolve().parent / "programs"

@@ -1,7 +1,7 @@
 """On a GPU: code that fixes (``.reqntid``) or caps (``.maxntid``) its block refuses other blocks at launch,
 which is why ``mneme tune`` refuses or limits ``block_shape`` for it (tests/tuner/test_knobs.py, on the CPU).
 
-The kernels are tests/replay/data/block_shapes.cu (``__block_size__((128, 1, 1))``,
+The kernels are tests/mneme/replay/data/block_shapes.cu (``__block_size__((128, 1, 1))``,
 ``__launch_bounds__(256)``), recorded synthetically with vecadd's memory.
 """
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from mneme.format.synthetic import VecaddCode, write_vecadd_recording
-from mneme.recorded_execution import RecordedExecution
-from tuner.knobs import knob_applicability
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.synthetic import VecaddCode, write_vecadd_recording
+from tuner.space.knobs import knob_applicability
 
 pytestmark = pytest.mark.gpu
-DATA = Path(__file__).resolve().parents[1] / "replay" / "data"
+DATA = Path(__file__).resolve().parents[1] / "mneme" / "replay" / "data"
 N = 1 << 16
 
 

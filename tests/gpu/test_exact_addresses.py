@@ -15,15 +15,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: F401 (fixtures)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-import synthetic_recordings as synth  # noqa: E402
-
-from gpu_env import child_env  # noqa: E402
-from mneme.errors import RelocationRefusedError  # noqa: E402
-from mneme.recorded_execution import RecordedExecution  # noqa: E402
-from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES  # noqa: E402
-from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: E402,F401 (fixtures)
+import mneme.testing.synthetic_recordings as synth
+from mneme.errors import RelocationRefusedError
+from mneme.model.verification import VerificationSettings
+from mneme.recording.execution import RecordedExecution
+from mneme.recording.window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 FRESH_PROCESSES = 8
@@ -82,8 +81,8 @@ def test_one_process_holds_recordings_at_several_bases_and_reports_a_busy_range(
             result = second.run(second.baseline())
             assert result.verified and result.relocated and result.relocation_reason == second.relocation_reason
         with pytest.raises(RelocationRefusedError, match="in use by another replay"):
-            Replayer(new, new.single_instance().record_id, relocate=False)
-    with Replayer(new, new.single_instance().record_id, relocate=False) as again:  # released: placed again
+            Replayer(new, new.single_instance().record_id, verification=VerificationSettings(relocate=False))
+    with Replayer(new, new.single_instance().record_id, verification=VerificationSettings(relocate=False)) as again:  # released: placed again
         assert not again.relocated_heap
 
 

@@ -14,12 +14,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from headline import default_arch, gpu_description
+from headline_apps import build_examples, parse_kernel_times, verdict
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-from headline import default_arch, gpu_description  # noqa: E402
-from headline_apps import build_examples, parse_kernel_times, verdict  # noqa: E402
 
 EXAMPLES = REPO / "examples"
 pytestmark = pytest.mark.gpu

@@ -13,17 +13,14 @@ known to be able to fail.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
+import headline_apps as apps
 import pytest
+from headline_stages import baseline_configuration
+from test_examples import built  # noqa: F401  (the module-scoped build of every example)
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-import headline_apps as apps  # noqa: E402
-from headline_stages import baseline_configuration  # noqa: E402
-from test_examples import built  # noqa: E402,F401  (the module-scoped build of every example)
 
 pytestmark = pytest.mark.gpu
 
@@ -46,7 +43,7 @@ def _record(workload: str, build: Path, tmp_path: Path, args: list[str]) -> apps
 
 
 def _replay(instance: apps.RecordedInstance, **changes):
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay import Replayer
 
     recording = RecordedExecution.from_json(instance.database)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-
-from gpu_env import child_env
-from mneme.recorded_execution import RecordedExecution
 from test_record import PROGRAMS, _nvcc, mneme_record, recorder_lib  # noqa: F401 (fixture)
+
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 

@@ -1,10 +1,10 @@
 """The LLVM tier end to end on a GPU: instrumented build, `mneme record`, replay through
 each pipeline, specialization, and a broken IR transformation that verification catches.
 
-The program is tests/llvm/data/vecops.cu. Where clang and the LLVM tools are
+The program is tests/mneme/llvm/data/vecops.cu. Where clang and the LLVM tools are
 installed it is built through the c++ wrapper; elsewhere (the GPU machine may
 have no clang) nvcc builds it and the committed records of the same source
-(tests/llvm/data/vecops.records, made by tests/llvm/data/regenerate.py) are
+(tests/mneme/llvm/data/vecops.records, made by tests/mneme/llvm/data/regenerate.py) are
 embedded with objcopy: the same section the wrapper would have written.
 """
 
@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from gpu_env import child_env  # noqa: E402
+
+from mneme.testing.gpu import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
-DATA = REPO / "tests" / "llvm" / "data"
+DATA = REPO / "tests" / "mneme" / "llvm" / "data"
 KERNELS = {"saxpy": "_Z5saxpyifPKfPf", "wave": "_Z4waveiPKfPf", "stencil": "_Z7stencilPKdPdii",
            "affine": "_Z6affine6AffinePf6float4", "rowsum": "_Z6rowsumiiPKfPf"}
 PIPELINES = ["default<O0>", "default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>",
@@ -95,7 +96,7 @@ def recorded(tmp_path_factory) -> dict[str, tuple[str, str]]:
 
 
 def _replayer(recorded, key):
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
     from mneme.replay import Replayer
 
     database, record_id = recorded[key]

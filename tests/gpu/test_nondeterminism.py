@@ -23,12 +23,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from gpu_env import child_env
-from mneme.format.database import DATABASE_NAME
-from mneme.recorded_execution import RecordedExecution
-from mneme.replay.nondeterminism import sidecar_name
 from test_record import mneme_record, programs, recorder_lib  # noqa: F401  (fixtures)
+
+from mneme.format.database import DATABASE_NAME
+from mneme.recording.execution import RecordedExecution
+from mneme.replay.nondeterminism import sidecar_name
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 

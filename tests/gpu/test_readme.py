@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from readme_walkthrough import Step, python_example, walkthrough_steps
 
-from mneme.child_process import child_env, mneme_command
+from mneme._internal.child_process import child_env, mneme_command
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]

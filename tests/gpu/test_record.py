@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from mneme.format.layout import is_hash_id
-from mneme.recorded_execution import RecordedExecution
-from mneme.recording_window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
-from gpu_env import child_env  # noqa: E402
+from mneme.recording.execution import RecordedExecution
+from mneme.recording.window import DEFAULT_VA_BASE, FALLBACK_VA_BASES
+from mneme.testing.gpu import child_env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -53,6 +53,7 @@ def recorder_lib(tmp_path_factory) -> str:
     (build / "src").mkdir()
     (build / "src" / "CMakeLists.txt").write_text(
         "cmake_minimum_required(VERSION 3.18)\nproject(recorder_only CXX)\n"
+        f"add_subdirectory({ROOT / 'native' / 'common'} common)\n"
         f"add_subdirectory({ROOT / 'native' / 'recorder'} recorder)\n"
     )
     subprocess.run(["cmake", "-S", build / "src", "-B", build / "b", "-DCMAKE_BUILD_TYPE=Release"], check=True, capture_output=True)

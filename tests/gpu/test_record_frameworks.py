@@ -23,7 +23,7 @@ from test_record import mneme_record, recorder_lib  # noqa: F401  (fixture)
 from test_record_replay import assert_verified, replay_all
 from test_tune import common_flags, mneme_tune, tune_env
 
-from mneme.recorded_execution import RecordedExecution
+from mneme.recording.execution import RecordedExecution
 from mneme.store.summary import summarize
 
 pytestmark = pytest.mark.gpu

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: F401  (fixtures)
 
-from mneme.mneme_types import ExperimentConfiguration
-from mneme.recorded_execution import RecordedExecution
+from mneme.model.experiment import ExperimentConfiguration
+from mneme.recording.execution import RecordedExecution
 
 pytestmark = pytest.mark.gpu
 

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "replay"))
-import synthetic_recordings as synth  # noqa: E402
-
-from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
-from mneme.recorded_execution import RecordedExecution  # noqa: E402
-from gpu_env import child_env  # noqa: E402
+import mneme.testing.synthetic_recordings as synth
+from mneme.model.experiment import ExperimentConfiguration
+from mneme.model.verification import VerificationSettings
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -205,7 +204,7 @@ def test_in_place_and_atomic_kernel_verifies_on_every_launch(tmp_path):
     from mneme.replay import Replayer
 
     rec = RecordedExecution.from_json(str(synth.axpy_count(tmp_path)))
-    replayer = Replayer(rec, rec.single_instance().record_id, verify_every_iteration=True)
+    replayer = Replayer(rec, rec.single_instance().record_id, verification=VerificationSettings(every_iteration=True))
     with replayer:
         result = replayer.run(replayer.baseline(), iterations=5, warmup=2)
         assert result.status == "verified", result.error
@@ -220,7 +219,7 @@ def test_in_place_kernel_without_resets_fails_from_the_second_launch(tmp_path, m
     from mneme.replay import Replayer
 
     rec = RecordedExecution.from_json(str(synth.axpy_count(tmp_path)))
-    with Replayer(rec, rec.single_instance().record_id, verify_every_iteration=True) as replayer:
+    with Replayer(rec, rec.single_instance().record_id, verification=VerificationSettings(every_iteration=True)) as replayer:
         monkeypatch.setattr(replayer._state, "iteration_resets", lambda homes: [])
         result = replayer.run(replayer.baseline(), iterations=3, warmup=0)
         assert result.status == "failed_verification"
@@ -249,7 +248,7 @@ def test_fixed_recording_replays_relocated_when_asked(vecadd_path):
     from mneme.replay import Replayer
 
     rec = RecordedExecution.from_json(str(vecadd_path))
-    with Replayer(rec, rec.single_instance().record_id, relocate=True) as replayer:
+    with Replayer(rec, rec.single_instance().record_id, verification=VerificationSettings(relocate=True)) as replayer:
         assert replayer.relocated
         result = replayer.run(replayer.baseline())
         assert result.status == "verified", result.error
@@ -322,7 +321,7 @@ def test_in_place_kernel_is_not_idempotent_and_keeps_its_resets(tmp_path):
     from mneme.replay import Replayer
 
     rec = RecordedExecution.from_json(str(synth.axpy_count(tmp_path)))
-    with Replayer(rec, rec.single_instance().record_id, verify_every_iteration=True) as replayer:
+    with Replayer(rec, rec.single_instance().record_id, verification=VerificationSettings(every_iteration=True)) as replayer:
         assert replayer.uses_resets() and replayer.idempotent is False
         result = replayer.run(replayer.baseline(), iterations=4, warmup=1)
         assert result.status == "verified", result.error
@@ -339,10 +338,10 @@ def test_tolerance_policy_from_overrides(tmp_path):
         result = bitwise.run(bitwise.baseline())
         assert result.status == "failed_verification"
     for spec in ("f32:relative:1e-5", "f32:relative:1e-5:l2", "f32:absolute:1e-3:linf", "f32:relative:1e-5:l1"):
-        with Replayer(rec, rid, tolerance_overrides={"c": spec}) as tolerant:
+        with Replayer(rec, rid, verification=VerificationSettings(overrides={"c": spec})) as tolerant:
             result = tolerant.run(tolerant.baseline())
             assert result.status == "verified", (spec, result.error)
-    with Replayer(rec, rid, tolerance_overrides={"c": "f32:relative:1e-9"}) as strict:
+    with Replayer(rec, rid, verification=VerificationSettings(overrides={"c": "f32:relative:1e-9"})) as strict:
         result = strict.run(strict.baseline())
         assert result.status == "failed_verification"
         assert result.mismatches[0]["mismatched_elements"] > 0
@@ -382,7 +381,7 @@ def test_faulting_kernel_is_a_runtime_error_and_poisons_the_replayer(tmp_path):
     code = textwrap.dedent(
         f"""
         import json
-        from mneme.recorded_execution import RecordedExecution
+        from mneme.recording.execution import RecordedExecution
         from mneme.replay import Replayer
         rec = RecordedExecution.from_json({str(path)!r})
         r = Replayer(rec, rec.single_instance().record_id)
@@ -406,7 +405,7 @@ def test_hanging_kernel_times_out_and_poisons_the_replayer(tmp_path):
     code = textwrap.dedent(
         f"""
         import json, time
-        from mneme.recorded_execution import RecordedExecution
+        from mneme.recording.execution import RecordedExecution
         from mneme.replay import Replayer
         rec = RecordedExecution.from_json({str(path)!r})
         r = Replayer(rec, rec.single_instance().record_id, timeout_s=1.0)

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from mneme.recorded_execution import RecordedExecution
 from test_record import mneme_record, programs, recorder_lib  # noqa: F401  (fixtures)
+
+from mneme.model.verification import VerificationSettings
+from mneme.recording.execution import RecordedExecution
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def replay_all(db: Path) -> list[str]:
     rec = RecordedExecution.from_json(str(db))
     problems = []
     for rid in rec:
-        with Replayer(rec, rid, verify_every_iteration=True) as replayer:
+        with Replayer(rec, rid, verification=VerificationSettings(every_iteration=True)) as replayer:
             base = replayer.run(replayer.baseline(), iterations=3, warmup=1)
             if base.status != "verified":
                 problems.append(f"{db.name} {rec.kernel_name} {rid} baseline: {base.status}: {base.error}")

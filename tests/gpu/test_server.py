@@ -1,7 +1,7 @@
 """GPU tests of the replay server with the real engine (mneme.replay) in its workers.
 
 Good configurations are mixed with ones that trap, write to an illegal address
-or spin forever (tests/server/data/faulty.cu); every good one must still
+or spin forever (mneme/testing/data/faulty.cu); every good one must still
 verify, each bad one must come back as a failed result with its reason, and
 the server must keep serving (workers replaced, health SERVING).
 """
@@ -16,19 +16,23 @@ from pathlib import Path
 import grpc
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "server"))
-from faulty_recording import (  # noqa: E402
+from mneme.model.experiment import ExperimentConfiguration
+from mneme.testing.faulty_recording import (
     ILLEGAL_ADDRESS_BLOCK,
     SPIN_BLOCK,
     TRAP_BLOCK,
     write_faulty_recording,
 )
+from mneme.testing.gpu import child_env
+from replay_server.protocol import (
+    health_pb2,
+    health_pb2_grpc,
+    replay_pb2,
+    replay_pb2_grpc,
+)
+from replay_server.protocol.convert import config_to_proto, result_from_proto
 
-from mneme._proto import health_pb2, health_pb2_grpc, replay_pb2, replay_pb2_grpc  # noqa: E402
-from mneme._proto.convert import config_to_proto, result_from_proto  # noqa: E402
-from mneme.mneme_types import ExperimentConfiguration  # noqa: E402
-from gpu_env import child_env  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.gpu
 GOOD_BLOCKS = (64, 128, 192, 256, 512, 1024)
@@ -49,7 +53,7 @@ def _cache_dir(tmp_path, monkeypatch):
 
 
 def _config(path, block_x: int, **knobs) -> ExperimentConfiguration:
-    from mneme.recorded_execution import RecordedExecution
+    from mneme.recording.execution import RecordedExecution
 
     instance = RecordedExecution.from_json(str(path)).single_instance()
     return ExperimentConfiguration.from_dict({
@@ -58,7 +62,7 @@ def _config(path, block_x: int, **knobs) -> ExperimentConfiguration:
 
 
 def test_good_configurations_verify_while_bad_ones_fault_or_hang(faulty):
-    from replay_server.server import ReplayServer, ServerOptions
+    from replay_server.server.serve import ReplayServer, ServerOptions
 
     directory, path, record_id = faulty
     server = ReplayServer(ServerOptions(
@@ -104,7 +108,7 @@ def test_good_configurations_verify_while_bad_ones_fault_or_hang(faulty):
 
 
 def test_async_executor_with_local_servers(faulty, tmp_path):
-    from mneme.async_executor import AsyncReplayExecutor
+    from replay_server.client.executor import AsyncReplayExecutor
 
     directory, path, record_id = faulty
     with AsyncReplayExecutor(
@@ -121,7 +125,7 @@ def test_async_executor_with_local_servers(faulty, tmp_path):
 def test_code_compiled_ahead_by_prepare_is_what_the_replays_run(faulty, tmp_path):
     """compile_ahead: the server compiles each named code variant (nvPTXCompiler or ptxas) while it prepares;
     the replays of those variants find their code compiled and verify."""
-    from mneme.async_executor import AsyncReplayExecutor
+    from replay_server.client.executor import AsyncReplayExecutor
 
     directory, path, record_id = faulty
     ahead = [_config(path, 128, codegen_opt=level) for level in range(5)]
@@ -141,9 +145,9 @@ def test_two_gpus_each_get_a_server_and_share_the_work(tmp_path):
     import collections
     import json
 
-    from mneme.async_executor import AsyncReplayExecutor
-    from mneme.format.synthetic import write_vecadd_recording
-    from replay_server.device_info import visible_gpu_count
+    from mneme._internal.devices import visible_gpu_count
+    from mneme.testing.synthetic import write_vecadd_recording
+    from replay_server.client.executor import AsyncReplayExecutor
 
     gpus = visible_gpu_count()
     if gpus < 2:
@@ -168,7 +172,7 @@ def test_two_gpus_each_get_a_server_and_share_the_work(tmp_path):
 
 
 def _run_example(script: Path, tmp_path: Path) -> subprocess.CompletedProcess:
-    from mneme.format.synthetic import write_vecadd_recording
+    from mneme.testing.synthetic import write_vecadd_recording
 
     recording = write_vecadd_recording(str(tmp_path / "rec"), n=1 << 20, block=256)
     env = child_env(MNEME_CACHE_DIR=str(tmp_path / "cache"))

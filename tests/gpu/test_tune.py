@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from mneme.format.synthetic import write_vecadd_recording
-from mneme.recorded_execution import RecordedExecution
-from gpu_env import child_env  # noqa: E402
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env  # noqa: E402
+from mneme.testing.synthetic import write_vecadd_recording
 
 pytestmark = pytest.mark.gpu
 REPO = Path(__file__).resolve().parents[2]
@@ -122,7 +122,7 @@ def test_builtin_quick_preset_on_a_synthetic_recording_then_report(tmp_path):
 def test_tune_from_a_directory_holding_a_mneme_source_tree_without_native_parts(tmp_path):
     """A checkout's source tree in the current directory shadows nothing: the local servers, their workers
     and compile processes import the mneme this test imported (with its native engine)."""
-    from mneme.child_process import mneme_command
+    from mneme._internal.child_process import mneme_command
 
     checkout = tmp_path / "checkout"
     for package in ("mneme", "replay_server", "tuner"):

@@ -12,8 +12,9 @@ import subprocess
 import sys
 
 import pytest
-from gpu_env import child_env
 from test_record import mneme_record, only_database, programs, recorder_lib  # noqa: F401 (fixtures)
+
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 

@@ -1,18 +1,14 @@
-"""Helpers of the scale tests: they reuse the server tests' fake-engine servers and the store tests'
-moto S3 server (modules of those folders, put on sys.path here)."""
+"""Helpers of the scale tests (the test-engine servers and the S3 server come from
+``replay_server.testing`` and ``mneme.testing``)."""
 
 from __future__ import annotations
 
 import random
 import socket
-import sys
 import time
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
-for folder in ("server", "store"):
-    if str(TESTS / folder) not in sys.path:
-        sys.path.insert(0, str(TESTS / folder))
 
 
 def wait_until(condition, timeout: float = 20.0, every: float = 0.1):

@@ -17,7 +17,7 @@ import yaml
 from kustomize_lite import build, kubectl_kustomize
 
 from mneme.cli import build_parser
-from replay_server.server import ServerOptions, exposure_error
+from replay_server.server.serve import ServerOptions, exposure_error
 from tuner.options import resolve_options
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from scale_helpers import TESTS, free_port_run  # noqa: F401  (puts tests/server on sys.path)
+from scale_helpers import TESTS, free_port_run
 
-from mneme.format.synthetic import write_vecadd_recording
-from mneme.slurm import SlurmTask, tune_command
+from mneme.testing.synthetic import write_vecadd_recording
+from replay_server.slurm import SlurmTask, tune_command
 
 ROOT = TESTS.parent
 SBATCH = ROOT / "deploy" / "slurm" / "mneme-tune.sbatch"
@@ -31,12 +31,12 @@ def job_env(tmp_path: Path, job_id: str, **extra: str) -> dict[str, str]:
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "server")]),
+        "PYTHONPATH": str(ROOT),
         "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(tmp_path / "log"), "replay_seconds": 0.01}),
         "SLURM_JOB_ID": job_id, "SLURM_JOB_NAME": "vecadd-sweep", "SLURM_JOB_NUM_NODES": "1",
         "SLURM_SUBMIT_DIR": str(tmp_path), "SLURMD_NODENAME": "127.0.0.1", "SLURM_CPUS_ON_NODE": "4",
         "MNEME_PYTHON": sys.executable, "MNEME_STORE": str(tmp_path / "store"), "MNEME_TUNERS": "2",
-        "MNEME_SERVE_ARGS": "--engine fake_engine:spec_from_env --host 127.0.0.1 --log-level WARNING --lease 5",
+        "MNEME_SERVE_ARGS": "--engine replay_server.testing.fake_engine:spec_from_env --host 127.0.0.1 --log-level WARNING --lease 5",
         **extra,
     }
     for name in ("SLURM_GPUS_ON_NODE", "SLURM_GPUS_PER_NODE"):

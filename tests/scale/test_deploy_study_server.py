@@ -11,7 +11,7 @@ from test_shared_study import check_cooperation
 
 from mneme.cli import main
 from mneme.errors import ConfigurationError
-from mneme.tuning.shared_study import open_storage
+from tuner.strategies.shared_study import open_storage
 from tuner.study_server import serve
 
 
@@ -93,7 +93,7 @@ def test_refusals_are_one_line_with_exit_status_2(tmp_path, capsys):
 
 
 def test_a_tuner_says_when_no_study_server_answers(monkeypatch):
-    import mneme.tuning.shared_study as shared
+    import tuner.strategies.shared_study as shared
 
     monkeypatch.setattr(shared, "GRPC_WAIT_S", 0.5)
     with pytest.raises(ConfigurationError, match="no study server answered"):
@@ -103,7 +103,7 @@ def test_a_tuner_says_when_no_study_server_answers(monkeypatch):
 
 
 def test_the_study_server_decides_claims_in_one_call(tmp_path, study_server):
-    from mneme.tuning.shared_study import DUPLICATE_ATTR, HASH_ATTR
+    from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
 
     server = study_server(f"journal:{tmp_path / 'study.log'}")
     a, b = open_storage(server.url), open_storage(server.url)

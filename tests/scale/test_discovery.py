@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 from scale_helpers import wait_until
-from moto_s3 import make_bucket, s3_environment, start_moto_server, stop
-from server_helpers import RECORD_DB, RECORD_ID, start_server, store  # noqa: F401
 
 from mneme import __version__
-from mneme.async_executor import AsyncReplayExecutor
-from mneme.discovery import follow, live_servers, read_announcements, wait_for_servers
 from mneme.errors import NotAvailableError
-from mneme.mneme_types import ExperimentConfiguration
+from mneme.model.experiment import ExperimentConfiguration
+from mneme.testing.moto_s3 import make_bucket, s3_environment, start_moto_server, stop
+from replay_server.client.executor import AsyncReplayExecutor
+from replay_server.discovery import (
+    follow,
+    live_servers,
+    read_announcements,
+    wait_for_servers,
+)
+from replay_server.testing.servers import RECORD_DB, RECORD_ID, start_server, store  # noqa: F401
 
 LEASE = "1.5"
 
@@ -112,7 +116,7 @@ def test_no_announced_server_says_what_to_start(tmp_path):
 
 
 def test_an_announcement_is_live_only_while_fresh_and_serving():
-    from mneme.discovery import Announcement
+    from replay_server.discovery import Announcement
 
     fresh = Announcement(address="h:1", gpu=0, lease_s=10, refreshed=100.0)
     assert fresh.live(now=105.0) and not fresh.live(now=110.5)

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import signal
 
-from scale_helpers import TESTS  # noqa: F401  (puts tests/server on sys.path)
-from server_helpers import free_port, start_server, store  # noqa: F401
-
 from replay_server.probe import main
+from replay_server.testing.servers import free_port, start_server, store  # noqa: F401
 
 
 def test_probe_says_serving_with_or_without_the_token(store, tmp_path, capsys):

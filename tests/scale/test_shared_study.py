@@ -13,22 +13,24 @@ import optuna
 import pytest
 
 from mneme.errors import ConfigurationError
-from mneme.mneme_types import STATUSES, ExperimentConfiguration
-from mneme.tuning.search_space import CategoricalParam, IntRangeParam, SearchSpace
-from mneme.tuning.shared_study import DUPLICATE_ATTR, HASH_ATTR, SharedStudyStrategy, open_storage
-from tuner.shared_report import report_command
+from mneme.model.experiment import STATUSES, ExperimentConfiguration
+from tuner.results.shared_report import report_command
+from tuner.space.search_space import IntRangeParam, SearchSpace
+from tuner.strategies.shared_study import (
+    DUPLICATE_ATTR,
+    HASH_ATTR,
+    SharedStudyStrategy,
+    open_storage,
+)
+from tuner.testing import CUSTOM_SPACE
 
 HERE = Path(__file__).resolve().parent
-SPACE = (HERE.parents[0] / "tuner" / "tuner_fakes.py", "CUSTOM_SPACE")
 BLOCK_STEP, BLOCK_HIGH = 32, 512  # 16 block sizes x 2 pipelines = 32 configurations
 
 
 def space_module(tmp_path: Path) -> str:
-    sys.path.insert(0, str(SPACE[0].parent))
-    import tuner_fakes
-
     path = tmp_path / "block_space.py"
-    path.write_text(tuner_fakes.CUSTOM_SPACE)
+    path.write_text(CUSTOM_SPACE)
     return f"{path}:BlockSpace"
 
 

@@ -1,4 +1,4 @@
-"""Slurm: deploy/slurm/mneme-tune.sbatch and mneme/slurm.py with Slurm's variables, on loopback.
+"""Slurm: deploy/slurm/mneme-tune.sbatch and replay_server/slurm.py with Slurm's variables, on loopback.
 
 The sbatch script runs for real under bash with an ``srun`` stand-in (fake_srun.py: tasks with
 SLURM_PROCID/SLURM_LOCALID and one GPU each): fake-engine servers announce themselves in a directory,
@@ -15,12 +15,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from scale_helpers import TESTS, free_port_run  # noqa: F401  (puts tests/server on sys.path)
+from scale_helpers import TESTS, free_port_run
 
-from mneme.child_process import mneme_command
+from mneme._internal.child_process import mneme_command
 from mneme.errors import ConfigurationError
-from mneme.format.synthetic import write_vecadd_recording
-from mneme.slurm import SlurmTask, serve_command, tune_command
+from mneme.testing.synthetic import write_vecadd_recording
+from replay_server.slurm import SlurmTask, serve_command, tune_command
 
 ROOT = TESTS.parent
 SBATCH = ROOT / "deploy" / "slurm" / "mneme-tune.sbatch"
@@ -62,14 +62,14 @@ def test_the_sbatch_script_runs_servers_and_sharing_tuners(tmp_path):
     job = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS / "server")]),
+        "PYTHONPATH": str(ROOT),
         "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(tmp_path / "log"), "replay_seconds": 0.02}),
         "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "job77", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": str(tmp_path),
         "SLURMD_NODENAME": "127.0.0.1", "SLURM_GPUS_ON_NODE": "2",
         "MNEME_PYTHON": sys.executable, "MNEME_STORE": str(store), "MNEME_TUNERS": "2",
         "MNEME_RECORD_DB": str(store / recording.database), "MNEME_RECORD_ID": recording.dynamic_hash,
         "MNEME_BASE_PORT": str(free_port_run(2)),  # the two GPUs' servers
-        "MNEME_SERVE_ARGS": "--engine fake_engine:spec_from_env --host 127.0.0.1 --log-level WARNING --lease 5",
+        "MNEME_SERVE_ARGS": "--engine replay_server.testing.fake_engine:spec_from_env --host 127.0.0.1 --log-level WARNING --lease 5",
     }
     done = subprocess.run(["bash", str(SBATCH), "--space-preset", "launch", "--launch-dim", "x",
                            "--launch-safety", "aggressive", "--fixed-codegen-opt", "3", "--sampler", "random", "--trials", "16",

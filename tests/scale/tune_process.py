@@ -9,14 +9,11 @@ from __future__ import annotations
 import io
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tuner"))
-
-from tuner_fakes import FakeExecutor, vecadd_kernel  # noqa: E402
-from tuner.options import resolve_options  # noqa: E402
-from tuner.recording import KernelIdentity  # noqa: E402
-from tuner.run import run_tune  # noqa: E402
+from tuner.options import resolve_options
+from tuner.recording import KernelIdentity
+from tuner.run import run_tune
+from tuner.testing import FakeExecutor, vecadd_kernel
 
 
 def main() -> int:

@@ -4,12 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from tuner_fakes import vecadd_kernel
 from mneme.errors import ConfigurationError
-from mneme.mneme_types import Dim3
-from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
-from tuner.builtin_space import BuiltinSearchSpace, BuiltinSpaceSettings, preset_settings
-from tuner.launch_shapes import RecordedLaunch, axis_candidates, block_shapes, covering_grid, tuned_axes
+from mneme.model.experiment import Dim3
+from tuner.space.builtin import (
+    BuiltinSearchSpace,
+    BuiltinSpaceSettings,
+    preset_settings,
+)
+from tuner.space.launch_shapes import (
+    RecordedLaunch,
+    axis_candidates,
+    block_shapes,
+    covering_grid,
+    tuned_axes,
+)
+from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
+from tuner.testing import vecadd_kernel
 
 
 def test_axis_candidates_hold_recorded_powers_scales_and_divisors():

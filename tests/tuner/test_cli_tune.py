@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-import tuner.report
+import tuner.results.report
 import tuner.run
-from tuner_fakes import FakeExecutor, NondeterministicExecutor
 from mneme.cli import main
 from tuner.options import resolve_options
 from tuner.recording import KernelIdentity
+from tuner.testing import FakeExecutor, NondeterministicExecutor
 
 
 @pytest.fixture
@@ -70,7 +70,7 @@ def test_report_says_which_package_to_install(tmp_path, wired, space_module, mon
     assert main(["tune", "-rdb", "r.json", "-rid", "1", "--space-module", space_module,
                  "--results-dir", str(run), "--quiet"]) == 0
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(tuner.report.importlib.util, "find_spec",
+    monkeypatch.setattr(tuner.results.report.importlib.util, "find_spec",
                         lambda name, *a: None if name in ("matplotlib", "plotly") else real_find_spec(name, *a))
     assert main(["tune", "report", str(run)]) == 2
     err = capsys.readouterr().err
@@ -108,7 +108,7 @@ def test_report_counts_trials_verified_exactly_and_within_tolerance(tmp_path, ke
     verified = [r for r in records if r["status"] == "verified"]
     exact = sum(1 for r in verified if all(e["exact"] for e in r["result"]["verified_within"].values()))
     assert 0 < exact < len(verified)  # both kinds are there to count
-    monkeypatch.setattr(tuner.report, "PLOTS", ("optimization_history",))  # one plot is enough here
+    monkeypatch.setattr(tuner.results.report, "PLOTS", ("optimization_history",))  # one plot is enough here
     capsys.readouterr()
     assert main(["tune", "report", str(run)]) == 0
     out = capsys.readouterr().out
@@ -128,10 +128,10 @@ def test_no_relocate_is_a_tune_option(tmp_path, wired):
 
 def test_no_relocate_reaches_the_replay_servers(tmp_path, monkeypatch):
     """The run's executor asks its servers to refuse, not relocate (InstanceRef.no_relocate)."""
-    import mneme.async_executor
+    import replay_server.client.executor
 
     seen = {}
-    monkeypatch.setattr(mneme.async_executor, "AsyncReplayExecutor", lambda **kwargs: seen.update(kwargs))
+    monkeypatch.setattr(replay_server.client.executor, "AsyncReplayExecutor", lambda **kwargs: seen.update(kwargs))
     options = resolve_options({"record_database": "a.json", "record_id": "1", "no_relocate": True})
     tuner.run.default_executor(options, tmp_path)
     assert seen["no_relocate"] is True

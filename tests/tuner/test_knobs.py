@@ -9,11 +9,11 @@ import pytest
 
 from mneme.cli import main
 from mneme.errors import ConfigurationError
-from mneme.format.synthetic import VecaddCode, write_vecadd_recording
-from tuner.builtin_space import BuiltinSearchSpace
-from tuner.knobs import knob_applicability
+from mneme.testing.synthetic import VecaddCode, write_vecadd_recording
 from tuner.options import TuneOptions
-from tuner.space_factory import build_space
+from tuner.space.builtin import BuiltinSearchSpace
+from tuner.space.factory import build_space
+from tuner.space.knobs import knob_applicability
 
 
 def _kernel(ptx: bool, bitcode: bool = False):
@@ -55,9 +55,9 @@ def test_the_recorded_codes_own_level_is_not_a_request():
     build_space(TuneOptions(fixed_codegen_opt=3, fixed_passes="default<O3>"), _kernel(ptx=False))
 
 
-# -- code that fixes or caps its block shape (tests/replay/data/block_shapes.cu: nvcc __block_size__, __launch_bounds__) --
+# -- code that fixes or caps its block shape (tests/mneme/replay/data/block_shapes.cu: nvcc __block_size__, __launch_bounds__) --
 
-BLOCK_SHAPES = Path(__file__).parents[1] / "replay" / "data"
+BLOCK_SHAPES = Path(__file__).parents[1] / "mneme" / "replay" / "data"
 
 
 def _bounded_kernel(name: str, block: tuple[int, int, int], ptx: bool = True):

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from mneme.cli import main
-from mneme.format.synthetic import write_vecadd_recording
-from mneme.recorded_execution import RecordedExecution
-from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+from mneme.recording.execution import RecordedExecution
+from mneme.testing.synthetic import write_vecadd_recording
 from tuner.recording import load_instance
-from tuner.space_factory import load_space_class
+from tuner.space.factory import load_space_class
+from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tuning_vecadd_exhaustive.py"
 N = 10_000
@@ -88,7 +88,7 @@ def test_space_module_errors(tmp_path, recording, capsys):
     assert main(base + [f"{EXAMPLE}:EntireSpace", "--space-arg", "tile=3"]) == 2
     assert "--space-arg" in capsys.readouterr().err
     assert main(base + ["json:JSONDecoder"]) == 2
-    assert "not a mneme.tuning.search_space.SearchSpace" in capsys.readouterr().err
+    assert "not a tuner.space.search_space.SearchSpace" in capsys.readouterr().err
 
 
 def test_without_bitcode_the_preset_keeps_only_the_default_pipeline(recording, capsys):

@@ -7,13 +7,19 @@ import math
 import pytest
 
 from mneme.errors import ConfigurationError
-from mneme.mneme_types import ExperimentConfiguration
-from mneme.tuning.sample_strategy import (
+from mneme.model.experiment import ExperimentConfiguration
+from tuner.space.search_space import (
+    BoolParam,
+    IntRangeParam,
+    PipelineParam,
+    RealParam,
+    SearchSpace,
+)
+from tuner.strategies import make_strategy
+from tuner.strategies.sample_strategy import (
     ExhaustiveSamplingStrategy,
     OptunaSamplingStrategy,
-    make_strategy,
 )
-from mneme.tuning.search_space import BoolParam, IntRangeParam, PipelineParam, RealParam, SearchSpace
 
 
 class BlockAndPasses(SearchSpace):

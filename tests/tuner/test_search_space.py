@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mneme.errors import ConfigurationError
-from mneme.mneme_types import ExperimentConfiguration
-from mneme.tuning.search_space import (
+from mneme.model.experiment import ExperimentConfiguration
+from tuner.space.search_space import (
     BoolParam,
     CategoricalParam,
     FixedParam,
@@ -127,7 +127,7 @@ def test_dimensions_are_checked():
 
 
 def test_a_crashing_space_is_named():
-    from mneme.tuning.sample_strategy import ExhaustiveSamplingStrategy
+    from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
     class Crashing(TwoDims):
         def derived(self, params):
@@ -152,7 +152,7 @@ def test_a_crashing_space_is_named():
 
 
 def test_a_bad_baseline_is_named():
-    from mneme.tuning.search_space import baseline_checked
+    from tuner.space.search_space import baseline_checked
 
     class Oversized(TwoDims):
         def baseline(self):

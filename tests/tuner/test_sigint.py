@@ -13,14 +13,12 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
+from mneme._internal.child_process import child_env
 
 DRIVER = textwrap.dedent("""
     import sys
-    sys.path[:0] = [{repo!r}, {here!r}]
     import tuner.run
-    from tuner_fakes import FakeExecutor, vecadd_kernel
+    from tuner.testing import FakeExecutor, vecadd_kernel
     from tuner.recording import KernelIdentity
     from mneme.cli import main
 
@@ -33,14 +31,14 @@ DRIVER = textwrap.dedent("""
 
 def driver(tmp_path: Path, delay: float) -> Path:
     path = tmp_path / f"driver_{int(delay * 1000)}.py"
-    path.write_text(DRIVER.format(repo=str(REPO), here=str(HERE), delay=delay, results=str(tmp_path / "run")))
+    path.write_text(DRIVER.format(delay=delay, results=str(tmp_path / "run")))
     return path
 
 
 @pytest.mark.parametrize("signum, status, said", [(signal.SIGINT, 130, "interrupted"),
                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)")], ids=["sigint", "sigterm"])
 def test_stopped_by_signal_then_resume(tmp_path, signum, status, said):
-    proc = subprocess.Popen([sys.executable, str(driver(tmp_path, 0.02))], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(driver(tmp_path, 0.02))], env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     trials = tmp_path / "run" / "trials.jsonl"
     deadline = time.monotonic() + 60
@@ -54,7 +52,7 @@ def test_stopped_by_signal_then_resume(tmp_path, signum, status, said):
     assert summary["stopped"] == "interrupted" and 5 <= summary["trials"] < summary["space_size"]
     done = summary["trials"]
 
-    proc = subprocess.run([sys.executable, str(driver(tmp_path, 0.0)), "--resume"], capture_output=True,
+    proc = subprocess.run([sys.executable, str(driver(tmp_path, 0.0)), "--resume"], env=child_env(), capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

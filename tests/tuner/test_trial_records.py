@@ -9,13 +9,13 @@ from datetime import datetime, timezone
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_tune_run import tune, trials
-from tuner_fakes import FakeExecutor
+from test_tune_run import trials, tune
 
 import tuner.loop
-import tuner.results_dir
-from mneme.async_executor import ReplayFuture
-from tuner.results_dir import dumps, dumps_record
+import tuner.results.directory
+from replay_server.client.executor import ReplayFuture
+from tuner.results.directory import dumps, dumps_record
+from tuner.testing import FakeExecutor
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
 values = st.recursive(scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c, max_size=3),
@@ -77,7 +77,7 @@ def test_trials_written_from_the_executors_texts_are_the_same_records(tmp_path, 
                                                                      monkeypatch):
     tune(tmp_path, loader, FakeExecutor(), space_module=space_module, results_dir=str(tmp_path / "plain"))
     from_parts = []
-    monkeypatch.setattr(tuner.results_dir, "dumps_record",
+    monkeypatch.setattr(tuner.results.directory, "dumps_record",
                         lambda record, known: from_parts.append(known) or dumps_record(record, known))
     tune(tmp_path, loader, TextCarryingExecutor(), space_module=space_module, results_dir=str(tmp_path / "texts"))
     lines = (tmp_path / "texts" / "trials.jsonl").read_text().splitlines()

@@ -10,7 +10,7 @@ from mneme.errors import ConfigurationError
 from tuner.cli_args import add_arguments
 from tuner.options import parse_space_args, resolve_options
 from tuner.run import dump_options
-from tuner.space_factory import builtin_settings
+from tuner.space.factory import builtin_settings
 
 REQUIRED = {"record_database": "db.json", "record_id": "42"}
 

@@ -9,11 +9,11 @@ import signal
 
 import pytest
 
-from tuner_fakes import FakeExecutor, NondeterministicExecutor
 from mneme.errors import ConfigurationError
 from tuner.errors import TuningError
 from tuner.options import resolve_options
 from tuner.run import default_executor, run_tune
+from tuner.testing import FakeExecutor, NondeterministicExecutor
 
 TRIAL_KEYS = {"trial", "status", "params", "configuration", "hash", "result", "metric", "speedup", "error"}
 
@@ -149,7 +149,7 @@ def test_interrupted_run_resumes_where_it_stopped(tmp_path, loader, space_module
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_a_signal_while_a_trial_is_written_still_counts_it(tmp_path, loader, space_module, monkeypatch, signum):
     """SIGINT or SIGTERM between writing a trial and counting it: the summary agrees with trials.jsonl."""
-    from tuner.results_dir import ResultsDirectory
+    from tuner.results.directory import ResultsDirectory
     write = ResultsDirectory.append_trial
 
     def write_then_ctrl_c(self, record, *known):
@@ -327,10 +327,10 @@ def test_nondeterministic_baseline_is_judged_with_the_tolerance_derived_once(tmp
 
 
 def test_explicit_policies_and_runs_reach_the_executor_and_the_outputs(tmp_path, loader, monkeypatch):
-    import mneme.async_executor
+    import replay_server.client.executor
 
     made = {}
-    monkeypatch.setattr(mneme.async_executor, "AsyncReplayExecutor", lambda *a, **kwargs: made.update(kwargs))
+    monkeypatch.setattr(replay_server.client.executor, "AsyncReplayExecutor", lambda *a, **kwargs: made.update(kwargs))
     settings = dict(tolerance=["acc=f32:ulp:16"], tolerance_runs=12)
     default_executor(resolve_options({"record_database": "rec/159.json", **settings}), tmp_path, [],
                      local_servers=object())

@@ -1,7 +1,5 @@
 #include "applier.hpp"
 
-#include <cxxabi.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,16 +12,20 @@
 #include <unordered_map>
 #include <vector>
 
-#include "driver_api.hpp"
-#include "elf_symbols.hpp"
-#include "gpu_digest.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/elf_symbols.hpp"
+#include "mneme/common/gpu_digest.hpp"
+#include "mneme/common/text.hpp"
+
 #include "plan.hpp"
 
 namespace mneme::apply {
 namespace {
 
-using rec::driver;
-using rec::error_string;
+using common::demangle;
+using common::driver;
+using common::error_string;
+using common::json_string;
 
 struct EntryState {
   const PlanEntry* plan = nullptr;
@@ -43,7 +45,7 @@ struct State {
   std::unordered_map<std::string, std::set<uint64_t>> module_fnv;  // kernel name -> loaded module cubins
   std::unordered_map<CUfunction, long> functions;                  // -> entry index, -1: not planned
   std::map<CUcontext, std::string> device_mismatch;                // per context: "" when it matches
-  std::map<CUcontext, rec::GpuDigest> digests;
+  std::map<CUcontext, common::GpuDigest> digests;
   std::string report_path;
 };
 
@@ -57,29 +59,6 @@ struct Deciding {
   Deciding() { t_deciding = true; }
   ~Deciding() { t_deciding = false; }
 };
-
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  std::free(d);
-  return out;
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
 
 void write_report();
 
@@ -264,8 +243,8 @@ std::vector<Region> argument_regions(const EntryState& e, const LaunchCall& c) {
   return out;
 }
 
-bool digest_regions(rec::GpuDigest& g, const std::vector<Region>& regions, CUstream s, std::vector<rec::Digest>* out,
-                    std::string* why) {
+bool digest_regions(common::GpuDigest& g, const std::vector<Region>& regions, CUstream s,
+                    std::vector<common::Digest>* out, std::string* why) {
   std::vector<std::pair<CUdeviceptr, uint64_t>> pieces;
   const uint64_t piece = 16ull << 20;
   for (const auto& r : regions)
@@ -283,7 +262,7 @@ CUresult verified_launch(State& st, EntryState& e, const LaunchCall& c, CUfuncti
     *why = "cannot verify: arguments passed through 'extra'";
     return raw_launch(c, c.f, original_shape(c));
   }
-  rec::GpuDigest& g = st.digests[ctx];
+  common::GpuDigest& g = st.digests[ctx];
   if (!g.available()) {
     *why = "cannot verify: the device-side digest kernel is not available (MNEME_DIGESTS=0, or built without nvcc)";
     return raw_launch(c, c.f, original_shape(c));
@@ -308,7 +287,7 @@ CUresult verified_launch(State& st, EntryState& e, const LaunchCall& c, CUfuncti
     }
     return r;
   };
-  std::vector<rec::Digest> tuned_digest, original_digest;
+  std::vector<common::Digest> tuned_digest, original_digest;
   CUresult r = copy_all(true);
   if (r == CUDA_SUCCESS) r = raw_launch(c, tuned, shape);
   bool tuned_ok = r == CUDA_SUCCESS && digest_regions(g, regions, s, &tuned_digest, why);
@@ -369,7 +348,7 @@ bool active() { return state().plan.loaded; }
 void on_module_loaded(const void* cubin, size_t size) {
   State& st = state();
   if (t_deciding || !st.plan.loaded || !cubin || !size) return;
-  rec::CubinSymbols syms = rec::read_cubin_symbols(cubin, size);
+  common::CubinSymbols syms = common::read_cubin_symbols(cubin, size);
   std::lock_guard<std::mutex> lock(g_mu);
   uint64_t h = 0;
   for (const auto& k : syms.kernels) {

@@ -8,8 +8,9 @@
 #include <cstdio>
 #include <string>
 
+#include "mneme/common/cupti_loader.hpp"
+
 #include "applier.hpp"
-#include "cupti_loader.hpp"
 
 namespace {
 
@@ -30,7 +31,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
   if (done || !mneme::apply::active()) return 1;
   done = true;
   std::string path;
-  void* h = mneme::rec::open_cupti(&path);
+  void* h = mneme::common::open_cupti(&path);
   auto subscribe = h ? reinterpret_cast<SubscribeFn>(dlsym(h, "cuptiSubscribe")) : nullptr;
   auto enable = h ? reinterpret_cast<EnableCallbackFn>(dlsym(h, "cuptiEnableCallback")) : nullptr;
   CUpti_SubscriberHandle sub;

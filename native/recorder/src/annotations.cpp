@@ -7,8 +7,12 @@
 #include <map>
 #include <mutex>
 
+#include "mneme/common/text.hpp"
+
 #include "memory_window.hpp"
 #include "spool.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {

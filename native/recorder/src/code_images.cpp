@@ -4,8 +4,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "driver_api.hpp"
-#include "elf_symbols.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/elf_symbols.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {

@@ -11,9 +11,12 @@
 #include <unordered_map>
 #include <vector>
 
-#include "driver_api.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
+
 #include "launch_recorder.hpp"
-#include "settings.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "cupti_loader.hpp"
+#include "mneme/common/cupti_loader.hpp"
+#include "mneme/common/settings.hpp"
+
 #include "graph_expansion.hpp"
 #include "launch_recorder.hpp"
-#include "settings.hpp"
 
+using namespace mneme::common;
 using namespace mneme::rec;
 
 namespace {

@@ -1,33 +1,28 @@
-// Allocation redirection for unmodified programs (design.md section 4): cudart
-// (static or shared) and most frameworks reach the driver through
-// dlsym(handle, "cuGetProcAddress_v2") and then ask that function for every
-// other entry point. Our exported `dlsym` hands out a wrapper of
-// cuGetProcAddress which in turn hands out our allocation functions; programs
-// linked against libcuda directly get the same functions through symbol
-// interposition (LD_PRELOAD), since we export them under the driver's names.
+// Allocation redirection for unmodified programs: the recorder's replacements
+// of the driver's allocation functions, handed out by native/common's dlsym
+// and cuGetProcAddress wrapper (mneme/common/interpose.hpp) and exported under
+// the driver's names for programs linked against libcuda directly.
 // cuGraphLaunch is handed out the same ways (graph_expansion.hpp).
-#include <dlfcn.h>
-
 #include <atomic>
 #include <cstring>
 
-#include "driver_api.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/interpose.hpp"
+#include "mneme/common/settings.hpp"
+
 #include "graph_expansion.hpp"
 #include "memory_window.hpp"
-#include "settings.hpp"
 #include "uncaptured.hpp"
 
+using namespace mneme::common;
 using namespace mneme::rec;
 
 namespace {
 
-using GpaV1 = CUresult (*)(const char*, void**, int, cuuint64_t);
-using GpaV2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
 using AllocAsyncFn = CUresult (*)(CUdeviceptr*, size_t, CUstream);
 using FreeAsyncFn = CUresult (*)(CUdeviceptr, CUstream);
 using AllocManagedFn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
 
-std::atomic<GpaV1> g_real_gpa_v1{nullptr};
 std::atomic<AllocManagedFn> g_real_alloc_managed{nullptr};
 // The driver's cuGraphLaunch as cuGetProcAddress handed it out, per variant
 // (legacy and per-thread default stream).
@@ -145,9 +140,6 @@ static CUresult mneme_cuMemAllocManaged(CUdeviceptr* dptr, size_t bytesize, unsi
   return r;
 }
 
-static CUresult mneme_gpa_v2(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
-static CUresult mneme_gpa_v1(const char*, void**, int, cuuint64_t);
-
 // Whether cuGetProcAddress answered `symbol` with its per-thread-default-stream
 // variant: asked for, or (default flags) the same function as that variant.
 static bool per_thread_variant(const char* symbol, void* pfn, int version, cuuint64_t flags) {
@@ -165,18 +157,17 @@ static void substitute_graph_launch(const char* symbol, void** pfn, int version,
   *pfn = per_thread ? reinterpret_cast<void*>(&cuGraphLaunch_ptsz) : reinterpret_cast<void*>(&cuGraphLaunch);
 }
 
-// Replaces the driver's answer for the entry points the recorder serves.
-static void substitute(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  if (!pfn || !*pfn || !redirecting()) return;
-  if (std::strcmp(symbol, "cuGetProcAddress") == 0) {
-    if (version >= 12000) {
-      *pfn = reinterpret_cast<void*>(&mneme_gpa_v2);
-    } else {
-      g_real_gpa_v1.store(reinterpret_cast<GpaV1>(*pfn));
-      *pfn = reinterpret_cast<void*>(&mneme_gpa_v1);
-    }
-    return;
-  }
+}  // extern "C"
+
+// What native/common's interposition asks the recorder (mneme/common/interpose.hpp).
+namespace mneme::common::interposer {
+
+bool watches_dlsym() { return settings().active; }
+
+bool replaces_proc_addresses() { return redirecting(); }
+
+// The entry points the recorder serves, as cuGetProcAddress names them.
+void replace_proc_address(const char* symbol, void** pfn, int version, cuuint64_t flags) {
   if (version < 3020) return;  // 32-bit size variants: leave them to the driver
   if (std::strcmp(symbol, "cuMemAlloc") == 0) *pfn = reinterpret_cast<void*>(&cuMemAlloc_v2);
   else if (std::strcmp(symbol, "cuMemAllocPitch") == 0) *pfn = reinterpret_cast<void*>(&cuMemAllocPitch_v2);
@@ -192,40 +183,9 @@ static void substitute(const char* symbol, void** pfn, int version, cuuint64_t f
   }
 }
 
-static CUresult mneme_gpa_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
-                             CUdriverProcAddressQueryResult* status) {
-  auto real = driver().cuGetProcAddress_v2;
-  if (!real) return CUDA_ERROR_NOT_INITIALIZED;
-  CUresult r = real(symbol, pfn, version, flags, status);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
-  return r;
-}
-
-static CUresult mneme_gpa_v1(const char* symbol, void** pfn, int version, cuuint64_t flags) {
-  GpaV1 real = g_real_gpa_v1.load();
-  if (!real) return mneme_gpa_v2(symbol, pfn, version, flags, nullptr);
-  CUresult r = real(symbol, pfn, version, flags);
-  if (r == CUDA_SUCCESS && symbol) substitute(symbol, pfn, version, flags);
-  return r;
-}
-
-__attribute__((visibility("default"))) CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
-                                                                     cuuint64_t flags,
-                                                                     CUdriverProcAddressQueryResult* status) {
-  return mneme_gpa_v2(symbol, pfn, version, flags, status);
-}
-
-static void* substitute_cuda_symbol(void* handle, const char* name) {
-  void* p = real_dlsym(handle, name);
-  if (!p) return p;
-  if (std::strcmp(name, "cuGetProcAddress_v2") == 0) {
-    if (p == reinterpret_cast<void*>(driver().cuGetProcAddress_v2)) return reinterpret_cast<void*>(&mneme_gpa_v2);
-  } else if (std::strcmp(name, "cuGetProcAddress") == 0) {
-    if (driver().handle && p == real_dlsym(driver().handle, "cuGetProcAddress")) {
-      g_real_gpa_v1.store(reinterpret_cast<GpaV1>(p));
-      return reinterpret_cast<void*>(&mneme_gpa_v1);
-    }
-  } else if (std::strcmp(name, "cuMemAlloc_v2") == 0 && p == reinterpret_cast<void*>(driver().cuMemAlloc_v2)) {
+// The same entry points as libcuda exports them.
+void* replace_symbol(const char* name, void* p) {
+  if (std::strcmp(name, "cuMemAlloc_v2") == 0 && p == reinterpret_cast<void*>(driver().cuMemAlloc_v2)) {
     return reinterpret_cast<void*>(&cuMemAlloc_v2);
   } else if (std::strcmp(name, "cuMemGetAddressRange_v2") == 0 &&
              p == reinterpret_cast<void*>(driver().cuMemGetAddressRange_v2)) {
@@ -246,16 +206,4 @@ static void* substitute_cuda_symbol(void* handle, const char* name) {
   return p;
 }
 
-// Shadows the C library's dlsym for the whole process (we are preloaded).
-// Everything but the driver's entry points goes to the real dlsym through a
-// sibling call, so the real one sees the original caller's return address and
-// RTLD_NEXT keeps its meaning for other libraries.
-__attribute__((visibility("default"), optimize("O2", "optimize-sibling-calls"))) void* dlsym(void* handle,
-                                                                                              const char* name) {
-  if (name[0] == 'c' && name[1] == 'u' && handle != RTLD_NEXT && settings().active && !driver_loading())
-    return substitute_cuda_symbol(handle, name);
-  return real_dlsym_function()(handle, name);
-}
-
-}  // extern "C"
-
+}  // namespace mneme::common::interposer

@@ -25,18 +25,22 @@
 #include <utility>
 #include <vector>
 
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/elf_symbols.hpp"
+#include "mneme/common/settings.hpp"
+#include "mneme/common/text.hpp"
+
 #include "annotations.hpp"
 #include "code_images.hpp"
 #include "graph_expansion.hpp"
-#include "driver_api.hpp"
-#include "elf_symbols.hpp"
 #include "memory_window.hpp"
 #include "name_filter.hpp"
 #include "pool_allocators.hpp"
-#include "settings.hpp"
 #include "spool.hpp"
 #include "uncaptured.hpp"
 #include "usage_warnings.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {

@@ -4,8 +4,10 @@
 
 #include <cstdio>
 
-#include "driver_api.hpp"
-#include "settings.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {

@@ -1,10 +1,11 @@
 #include "name_filter.hpp"
 
-#include <cxxabi.h>
-
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
+
+#include "mneme/common/text.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
 namespace {
@@ -35,14 +36,6 @@ bool plain_identifier(const std::string& s) {
 }
 
 }  // namespace
-
-std::string demangle(const std::string& name) {
-  int status = 0;
-  char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
-  std::string out = (status == 0 && d) ? d : name;
-  std::free(d);
-  return out;
-}
 
 NameFilter::NameFilter(const std::vector<std::string>& regexes) : all_(regexes.empty()) {
   for (const auto& r : regexes) {

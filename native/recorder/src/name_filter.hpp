@@ -10,8 +10,6 @@
 
 namespace mneme::rec {
 
-std::string demangle(const std::string& name);
-
 class NameFilter {
  public:
   explicit NameFilter(const std::vector<std::string>& regexes);  // invalid ones are ignored, with a warning

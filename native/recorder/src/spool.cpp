@@ -17,27 +17,12 @@
 #include <mutex>
 #include <thread>
 
-#include "driver_api.hpp"
-#include "settings.hpp"
+#include "mneme/common/driver_api.hpp"
+#include "mneme/common/settings.hpp"
+
+using namespace mneme::common;
 
 namespace mneme::rec {
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + "\"";
-}
 
 std::string hex(const void* data, size_t n) {
   static const char* digits = "0123456789abcdef";

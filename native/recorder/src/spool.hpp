@@ -10,12 +10,11 @@
 #include <unordered_set>
 #include <vector>
 
-#include "gpu_digest.hpp"
+#include "mneme/common/gpu_digest.hpp"
 
 namespace mneme::rec {
 
-// Minimal JSON text builder: the recorder writes only flat metadata.
-std::string json_string(const std::string& s);
+// Lower-case hex of `n` bytes (JSON strings: mneme/common/text.hpp).
 std::string hex(const void* data, size_t n);
 
 bool make_dirs(const std::string& path);
@@ -31,11 +30,11 @@ struct Piece {
   uint64_t offset = 0;
   uint64_t size = 0;
   bool has_digest = false;  // computed on the GPU (gpu_digest.hpp)
-  Digest digest;
+  common::Digest digest;
   bool copied = true;  // false: the same bytes were captured before (its digest says which); a hole in the stripe
 };
 
-using DigestSet = std::unordered_set<Digest, DigestHash>;
+using DigestSet = std::unordered_set<common::Digest, common::DigestHash>;
 
 struct DeviceRegion {
   uint64_t base = 0;

@@ -5,7 +5,7 @@
 set -o pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-mkdir -p /tmp/recsrc && printf "cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory($PWD/native/recorder recorder)\n" > /tmp/recsrc/CMakeLists.txt
+mkdir -p /tmp/recsrc && printf "cmake_minimum_required(VERSION 3.18)\nproject(r CXX)\nadd_subdirectory($PWD/native/common common)\nadd_subdirectory($PWD/native/recorder recorder)\n" > /tmp/recsrc/CMakeLists.txt
 cmake -S /tmp/recsrc -B /tmp/recbuild -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && cmake --build /tmp/recbuild >/dev/null || exit 1
 export MNEME_RECORDER_LIB=/tmp/recbuild/recorder/libmneme_recorder.so
 if [ "$REPLAY" = 1 ]; then  # the replay engine too, for tests/gpu/test_record_replay.py

@@ -1,0 +1,8 @@
+"""The experiment model: what a configuration is, what a replay reports, how verification is set.
+
+* :mod:`mneme.model.experiment`: ``ExperimentConfiguration``, ``Dim3``, ``ExperimentResult``, statuses
+* :mod:`mneme.model.verification`: ``VerificationSettings``, how replays verify (passed whole)
+* :mod:`mneme.model.json_text`: the configurations' JSON texts, made once per configuration
+
+The reference's module name for these is :mod:`mneme.mneme_types`, an alias of this package.
+"""

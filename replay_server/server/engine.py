@@ -1,0 +1,89 @@
+"""The replay engine as the server sees it: a small interface with two sides.
+
+``EngineSpec`` is a picklable description that crosses into worker processes
+(``spawn``) and, there, proves the GPU works (``self_test``) and opens
+``PreparedInstance``s: one recorded instance restored on the device, ready to
+replay configurations. ``compiler()`` names a top-level function the CPU
+compile pool may run ahead of the GPU (or None).
+
+This module is the interface only and imports no implementation. The real
+implementation is ``replay_server.server.cuda_engine.CudaEngineSpec`` (over
+``mneme.replay``), which depends on it; ``replay_server.server.engines`` picks the
+implementation a server runs. The CPU tests plug in a test engine that
+crashes, hangs or dawdles on request, so that fault isolation is tested with
+real processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
+
+
+@dataclass(frozen=True)
+class InstanceKey:
+    """One recorded instance inside one store: what a worker prepares."""
+
+    store: str  # store URL (a directory or s3://bucket/prefix)
+    record_db: str  # validated store key of the recording database
+    record_id: str  # dynamic hash
+    tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
+    tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
+    tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
+    no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
+    # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
+    # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
+    revision: str = ""
+
+
+# A compile function: (instance, configuration dict, GPU arch) -> picklable product.
+CompileFunction = Callable[[InstanceKey, dict, str], Any]
+
+
+class PreparedInstance(Protocol):
+    """An instance restored on the device; replays configurations of it."""
+
+    @property
+    def device_bytes(self) -> int: ...
+
+    @property
+    def healthy(self) -> bool:
+        """False once a fault destroyed the CUDA context: the worker must go."""
+        ...
+
+    def get_ready(self) -> str:
+        """The one-time device work a first replay would otherwise pay for, done when the instance is
+        prepared (``Prepare``, under the replay watchdog). '' when ready, else why the instance cannot
+        replay on this worker (then ``healthy`` may be False: the worker must go)."""
+        ...
+
+    def run(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
+    ) -> ExperimentResult:
+        """Never raises for a bad configuration: failures come back as failed results."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class EngineSpec(Protocol):
+    """Picklable factory of prepared instances, used inside worker processes."""
+
+    name: str
+
+    def warm_up(self) -> None:
+        """Import what ``open`` will need. A worker runs it on a thread of its own while the driver
+        starts (``self_test``), so the imports leave the critical path of its first instance."""
+        ...
+
+    def self_test(self, device: int) -> dict:
+        """Raise when the device cannot replay; return facts about it ({'arch': 'sm_90', ...})."""
+        ...
+
+    def open(self, instance: InstanceKey, device: int) -> PreparedInstance:
+        """Load and restore ``instance``; raise LookupError for an unknown id, ArtifactError for a bad artifact."""
+        ...
+
+    def compiler(self) -> CompileFunction | None: ...

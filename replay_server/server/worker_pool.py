@@ -1,0 +1,517 @@
+"""Worker processes of one server, each watched by its own control thread.
+
+A control thread starts its worker (spawn), waits for the self-test, feeds it
+jobs from the shared queue (up to ``depth`` at a time, so the GPU never waits
+for the pipe), enforces the per-replay watchdog, and replaces the worker when
+it dies or hangs: the job it was running fails with the reason (the guilty
+one), the jobs queued behind it go back to the front of the queue (the
+innocent). A slot that cannot start a healthy worker ``max_start_failures``
+times in a row gives up; when every slot has, the server is NOT_SERVING.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing
+import multiprocessing.connection
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from mneme.model.experiment import (
+    STATUS_RUNTIME_ERROR,
+    STATUS_TIMEOUT,
+    ExperimentResult,
+)
+from replay_server.server.jobs import Job, JobOutcome, JobQueue, RequestError
+from replay_server.server.metrics import ServerMetrics
+from replay_server.server.worker import worker_main
+
+log = logging.getLogger("mneme.serve")
+
+# Exceptions a worker reports when preparing an instance, and the gRPC code each means.
+_ERROR_CODES = {
+    "KeyError": "NOT_FOUND",
+    "LookupError": "NOT_FOUND",
+    "FileNotFoundError": "NOT_FOUND",
+    "ArtifactError": "FAILED_PRECONDITION",
+    "ConfigurationError": "INVALID_ARGUMENT",
+    "NotAvailableError": "FAILED_PRECONDITION",
+    "RelocationRefusedError": "FAILED_PRECONDITION",
+    "UnsupportedInstanceError": "FAILED_PRECONDITION",
+}
+
+
+@dataclass
+class PoolSettings:
+    gpu: int
+    workers: int = 1
+    depth: int = 2  # jobs handed to a worker at once (pipelining)
+    startup_timeout: float = 120.0  # spawn + self-test
+    prepare_timeout: float = 600.0  # load + restore one instance
+    max_start_failures: int = 3
+    prepared_cache_bytes: int = 0  # per worker; 0: half the device memory, shared by the workers
+
+
+class WorkerSlot:
+    """One worker process and the thread that watches it."""
+
+    def __init__(self, pool: "WorkerPool", index: int) -> None:
+        self.pool = pool
+        self.name = f"gpu{pool.settings.gpu}/w{index}"
+        self.process: Any = None
+        self.conn: Any = None
+        self.ready = False
+        self.gave_up = False
+        self.retiring = False  # the worker said its context is lost: it takes no more jobs
+        self.info: dict = {}
+        self.held_bytes = 0
+        self.start_failures = 0
+        self.last_start_error = ""
+        self.inflight: collections.deque[Job] = collections.deque()
+        self.directed: collections.deque[Job] = collections.deque()  # jobs for this worker only (prepare)
+        self._deadline = 0.0
+        self._deadline_is_watchdog = False
+        self._lock = threading.Lock()
+        self.thread = threading.Thread(target=self._loop, name=f"control-{self.name}", daemon=True)
+
+    # -- lifecycle -------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self.pool.stopping:
+            if self.process is None:
+                if self._start():
+                    continue
+                if self.start_failures >= self.pool.settings.max_start_failures:
+                    self.gave_up = True
+                    with self._lock:
+                        orphans, self.directed = list(self.directed), collections.deque()
+                    for job in orphans:
+                        self.pool.fail(job, self.pool.unavailable())
+                    log.error("%s: giving up after %d failed starts: %s", self.name, self.start_failures,
+                              self.last_start_error)
+                    self.pool.slot_changed()
+                    return
+                time.sleep(min(0.2 * self.start_failures, 2.0))
+                continue
+            if self.retiring or not self.process.is_alive():
+                self._drain_messages()
+                self._on_worker_died()
+                continue
+            self._fill()
+            if self.inflight:
+                self._watch()
+        self._stop_process()
+
+    def _start(self) -> bool:
+        settings = self.pool.settings
+        parent, child = multiprocessing.Pipe()
+        process = self.pool.mp.Process(
+            target=worker_main,
+            args=(self.pool.spec, settings.gpu, child, settings.prepared_cache_bytes, settings.workers),
+            name=f"mneme-worker-{self.name}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        reason = ""
+        deadline = time.monotonic() + settings.startup_timeout
+        ready: list = []
+        while not ready and not self.pool.stopping and time.monotonic() < deadline:
+            ready = multiprocessing.connection.wait([parent, process.sentinel], 0.1)
+        message = None
+        if parent in ready:
+            try:
+                message = parent.recv()
+            except (EOFError, OSError):
+                message = None
+        if message and message[0] == "ready":
+            self.process, self.conn, self.info = process, parent, message[1] or {}
+            self.ready, self.start_failures, self.held_bytes = True, 0, 0
+            log.info("%s: worker %d ready (%s)", self.name, process.pid, self.info)
+            self.pool.slot_changed(info=self.info)
+            return True
+        if message and message[0] == "failed":
+            reason = message[1]
+        elif not ready:
+            reason = f"no self-test result within {settings.startup_timeout:.0f}s"
+        else:
+            process.join(1)
+            reason = f"worker exited during start-up ({describe_exit(process.exitcode)})"
+        _kill(process)
+        parent.close()
+        self.start_failures += 1
+        self.last_start_error = reason
+        log.warning("%s: worker start failed (%d in a row): %s", self.name, self.start_failures, reason)
+        return False
+
+    def _stop_process(self) -> None:
+        if self.process is None:
+            return
+        try:
+            self.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(2)
+        _kill(self.process)
+        self._discard_process()
+
+    def _discard_process(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.process, self.conn, self.ready, self.held_bytes, self.retiring = None, None, False, 0, False
+        self.pool.slot_changed()
+
+    # -- feeding ---------------------------------------------------------------
+    def _next_job(self) -> Job | None:
+        """This worker's own jobs first, then the first queued job whose code is ready (it goes ahead of
+        those still compiling, which stay queued). With a replay in flight it does not wait (the running
+        job's watchdog is watched meanwhile); an idle worker waits a little for a job to become ready."""
+        with self._lock:
+            if self.directed:
+                return self.directed.popleft()
+        return self.pool.queue.get(0.0 if self.inflight else 0.1, ready=self._code_ready)
+
+    def _fill(self) -> None:
+        while len(self.inflight) < self.pool.settings.depth and not self.pool.stopping and not self.retiring:
+            job = self._next_job()
+            if job is None:
+                return
+            if not job.claim():  # cancelled by its caller (counted when it was cancelled)
+                continue
+            try:
+                self._send(job)
+            except (OSError, ValueError):  # the worker is gone; the loop notices and replaces it
+                self._give_back(job)
+                return
+            self.inflight.append(job)
+            self.pool.in_flight_changed(+1)
+            if len(self.inflight) == 1:
+                self._arm_prepare_deadline()
+
+    def _code_ready(self, job: Job) -> bool:
+        """Its compile is done (or failed: the worker then compiles and reports), or none was requested
+        (no compile pool; the arch was unknown at submission: ``_send`` requests it and waits), or it has
+        been compiling longer than a prepare may take (``_send`` gives up on it, the worker compiles)."""
+        compiled = job.compiled
+        return (compiled is None or compiled.done()
+                or time.monotonic() - job.submitted_at > self.pool.settings.prepare_timeout)
+
+    def _give_back(self, job: Job) -> None:
+        if job.kind == "prepare":
+            with self._lock:
+                self.directed.appendleft(job)
+        else:
+            self.pool.queue.put_front([job])
+
+    def _send(self, job: Job) -> None:
+        job.dispatched_at = time.monotonic()
+        if job.kind == "prepare":
+            self.conn.send(("prepare", job.id, job.instance))
+            return
+        compiled = None
+        self.pool.request_compile(job, self.info.get("arch", ""))  # when the arch was unknown at submission
+        if job.compiled is not None:
+            try:
+                compiled = job.compiled.result(timeout=self.pool.settings.prepare_timeout)
+            except Exception:  # a compile error: the worker compiles and reports it in the result
+                compiled = None
+        self.conn.send(
+            ("run", job.id, job.instance, job.config.to_dict(), job.iterations, job.warmup, compiled)
+        )
+
+    def _arm_prepare_deadline(self) -> None:
+        self._deadline = time.monotonic() + self.pool.settings.prepare_timeout
+        self._deadline_is_watchdog = False
+
+    # -- watching --------------------------------------------------------------
+    def _watch(self) -> None:
+        timeout = max(0.0, min(self._deadline - time.monotonic(), 0.05))
+        ready = multiprocessing.connection.wait([self.conn, self.process.sentinel], timeout)
+        if self.conn in ready or self.process.sentinel in ready:
+            self._drain_messages()
+            if self.process is not None and (self.retiring or not self.process.is_alive()):
+                self._on_worker_died()
+            return
+        if time.monotonic() >= self._deadline:
+            self._on_deadline()
+
+    def _drain_messages(self) -> None:
+        try:
+            while self.conn.poll():
+                self._handle(self.conn.recv())
+        except (EOFError, OSError):
+            self.process.join(1)
+
+    def _handle(self, message: tuple) -> None:
+        kind, job_id = message[0], message[1]
+        head = self.inflight[0] if self.inflight else None
+        if head is None or head.id != job_id:
+            log.error("%s: unexpected %s for job %s; replacing the worker", self.name, kind, job_id)
+            _kill(self.process)
+            return
+        if kind == "begin":
+            self._deadline = time.monotonic() + head.timeout
+            self._deadline_is_watchdog = True
+            return
+        self.inflight.popleft()
+        self.pool.in_flight_changed(-1)
+        if self.inflight:
+            self._arm_prepare_deadline()
+        if kind == "result":
+            result = ExperimentResult.from_dict(message[2])
+            self.held_bytes, self.retiring = message[3], message[4]
+            self.pool.complete(head, result, self.name)
+        elif kind == "prepared":
+            self.held_bytes, problem, self.retiring = message[3], message[4], message[5]
+            if problem:
+                self.pool.fail(head, RequestError(
+                    "FAILED_PRECONDITION",
+                    f"{self.name} restored the instance but cannot replay it: {problem}"
+                    + ("; the worker was replaced" if self.retiring else ""),
+                ))
+            else:
+                self.pool.complete_prepare(head, message[2], self.name)
+        elif kind == "error":
+            code = _ERROR_CODES.get(message[2], "INTERNAL")
+            self.pool.fail(head, RequestError(code, message[3]))
+        self.pool.slot_changed()
+
+    def _on_worker_died(self) -> None:
+        if self.retiring:  # it answered its last job and said so: the rest are innocent
+            self.process.join(5)
+        exitcode = self.process.exitcode
+        reason = describe_exit(exitcode)
+        log.warning("%s: worker %d %s (%s)", self.name, self.process.pid,
+                    "retired after a context-destroying fault" if self.retiring else "died", reason)
+        if self.inflight and not self.retiring:
+            guilty = self.inflight.popleft()
+            self.pool.in_flight_changed(-1)
+            self.pool.fail_guilty(
+                guilty, STATUS_RUNTIME_ERROR,
+                f"the replay worker died ({reason}) while running this configuration: the kernel probably "
+                "faulted (illegal address, trap) and took the CUDA context with it; the worker was replaced",
+                self.name,
+            )
+        self._replace()
+
+    def _on_deadline(self) -> None:
+        guilty = self.inflight.popleft()
+        self.pool.in_flight_changed(-1)
+        _kill(self.process)
+        if self._deadline_is_watchdog:
+            log.warning("%s: watchdog: job %d ran past %.1fs; killing the worker", self.name, guilty.id,
+                        guilty.timeout)
+            self.pool.fail_guilty(
+                guilty, STATUS_TIMEOUT,
+                f"no result within {guilty.timeout:g}s (watchdog): the kernel probably hangs with this "
+                "configuration; the worker was killed and replaced (raise --watchdog or the request's "
+                "timeout_seconds for longer kernels)",
+                self.name,
+            )
+        else:
+            self.pool.fail(guilty, RequestError(
+                "DEADLINE_EXCEEDED",
+                f"preparing {guilty.instance.record_db}:{guilty.instance.record_id} took longer than "
+                f"{self.pool.settings.prepare_timeout:g}s; check the store's speed and the recording's size",
+            ))
+        self._replace()
+
+    def _replace(self) -> None:
+        _kill(self.process)  # a retiring worker that does not manage to exit is ended too
+        innocent = list(self.inflight)
+        self.inflight.clear()
+        self.pool.in_flight_changed(-len(innocent))
+        for job in reversed(innocent):  # back in front of everything else, in their order
+            self._give_back(job)
+        self.pool.metrics.worker_restarts.inc()
+        self.pool.restarts += 1
+        self._discard_process()
+
+
+def describe_exit(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _kill(process: Any) -> None:
+    if process.is_alive():
+        process.kill()
+    process.join(5)
+
+
+class WorkerPool:
+    """The queue and the worker slots of one server."""
+
+    def __init__(
+        self,
+        spec: Any,
+        settings: PoolSettings,
+        metrics: ServerMetrics,
+        on_health: Callable[[bool], None] = lambda serving: None,
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.metrics = metrics
+        self.mp = multiprocessing.get_context("spawn")
+        self.queue = JobQueue(on_depth=metrics.queue_depth.set)
+        self.stopping = False
+        self.restarts = 0
+        self.completed = 0
+        self.in_flight = 0
+        self.arch = ""
+        self.device: dict = {}  # what the last worker's self-test reported (name, arch, total_memory)
+        self._on_health = on_health
+        self.compile_cache: Any = None  # replay_server.server.compile_cache.CompileCache, set by the server
+        self._lock = threading.Lock()
+        self._compile_lock = threading.Lock()
+        self.slots = [WorkerSlot(self, i) for i in range(settings.workers)]
+
+    def start(self) -> None:
+        for slot in self.slots:
+            slot.thread.start()
+
+    def stop(self) -> None:
+        self.stopping = True
+        self.queue.close()
+        for slot in self.slots:
+            if slot.thread.ident is not None:  # started
+                slot.thread.join(10)
+        leftovers = self.queue.drain()
+        for slot in self.slots:
+            leftovers += list(slot.inflight) + list(slot.directed)
+        for job in leftovers:
+            self.fail(job, RequestError("UNAVAILABLE", "the replay server is shutting down; retry on another server"))
+
+    # -- state -------------------------------------------------------------------
+    @property
+    def serving(self) -> bool:
+        return not all(slot.gave_up for slot in self.slots)
+
+    @property
+    def workers_ready(self) -> int:
+        return sum(1 for slot in self.slots if slot.ready)
+
+    @property
+    def held_bytes(self) -> int:
+        return sum(slot.held_bytes for slot in self.slots)
+
+    def start_errors(self) -> str:
+        return "; ".join(f"{s.name}: {s.last_start_error}" for s in self.slots if s.last_start_error)
+
+    def slot_changed(self, info: dict | None = None) -> None:
+        if info:
+            self.device = dict(info)
+            arch_was_known = bool(self.arch)
+            self.arch = info.get("arch", self.arch)
+            if self.arch and not arch_was_known:  # jobs that came before the first worker: compile them now
+                for job in self.queue.snapshot():
+                    self.request_compile(job)
+        self.metrics.workers_ready.set(self.workers_ready)
+        self.metrics.prepared_bytes.set(self.held_bytes)
+        if not self.serving:
+            self._on_health(False)
+            for job in self.queue.drain():
+                self.fail(job, self.unavailable())
+
+    def in_flight_changed(self, delta: int) -> None:
+        with self._lock:
+            self.in_flight += delta
+        self.metrics.in_flight.set(self.in_flight)
+
+    def unavailable(self) -> RequestError:
+        return RequestError(
+            "UNAVAILABLE",
+            f"no healthy replay worker on GPU {self.settings.gpu} (start-up failed "
+            f"{self.settings.max_start_failures} times: {self.start_errors()}); check the GPU and driver, "
+            "then restart the server",
+        )
+
+    # -- work ----------------------------------------------------------------------
+    def submit(self, job: Job) -> Job:
+        if not self.serving or self.stopping:
+            raise self.unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
+        job.future.add_done_callback(self._on_job_done)
+        self.request_compile(job)  # compiles start on arrival, ahead of the workers
+        self.queue.put(job)
+        return job
+
+    def _on_job_done(self, future: Any) -> None:
+        if future.cancelled():  # the caller hung up: its job leaves the queue now
+            self.metrics.cancelled.inc()
+            self.queue.discard_cancelled()
+
+    def request_compile(self, job: Job, arch: str = "") -> None:
+        """Start the job's compile in the CPU pool (once; needs the GPU arch a worker reported). Its end
+        wakes the idle workers. Never called with the queue's lock held (compile-pool callbacks take it).
+        The recorded launch's code is not compiled there: the worker has it from preparing the instance."""
+        arch = arch or self.arch
+        if self.compile_cache is None or job.kind != "run" or not arch or job.config.runs_recorded_code():
+            return
+        with self._compile_lock:  # the first worker's start and a worker's dispatch may both ask
+            if job.compiled is not None:
+                return
+            compiled, job.compile_hit = self.compile_cache.request_counted(job.instance, job.config, arch)
+            job.compiled = compiled
+        compiled.add_done_callback(lambda _: self.queue.wake())
+
+    def prepare_everywhere(self, job_factory: Callable[[], Job]) -> list[Job]:
+        """One prepare job per live worker (each holds its own prepared instances)."""
+        jobs = []
+        for slot in self.slots:
+            if slot.gave_up:
+                continue
+            job = job_factory()
+            with slot._lock:
+                slot.directed.append(job)
+            jobs.append(job)
+        if not jobs:
+            raise self.unavailable()
+        return jobs
+
+    def complete(self, job: Job, result: ExperimentResult, worker: str) -> None:
+        if job.compile_hit and job.compiled is not None and job.compiled.exception() is None:
+            result.compile_cached = True
+        now = time.monotonic()
+        self.metrics.count_result(result.status, result.failed, result.verified)
+        self.metrics.replay_latency.observe(now - job.submitted_at)
+        measured = result.measured_times
+        if result.executed and measured:
+            self.metrics.kernel_time.observe(sum(measured) / len(measured) / 1e9)
+        with self._lock:
+            self.completed += 1
+        if not job.future.done():
+            job.future.set_result(
+                JobOutcome(result, worker, job.dispatched_at - job.submitted_at, now - job.submitted_at)
+            )
+
+    def complete_prepare(self, job: Job, instance_bytes: int, worker: str) -> None:
+        now = time.monotonic()
+        if not job.future.done():
+            job.future.set_result(
+                JobOutcome(ExperimentResult(), worker, job.dispatched_at - job.submitted_at,
+                           now - job.submitted_at, device_bytes=instance_bytes)
+            )
+
+    def fail_guilty(self, job: Job, status: str, error: str, worker: str) -> None:
+        """The job whose replay took its worker down: a failed result, not an RPC error."""
+        result = ExperimentResult.failure(status, error, warmup=job.warmup, gpu_id=self.settings.gpu)
+        if job.kind == "prepare":
+            self.fail(job, RequestError("INTERNAL", f"preparing the instance killed the worker: {error}"))
+            return
+        self.complete(job, result, worker)
+
+    def fail(self, job: Job, error: RequestError) -> None:
+        if not job.future.done():
+            if not job.started:
+                job.claim()
+            if not job.future.done():
+                job.future.set_exception(error)

@@ -1,0 +1,52 @@
+"""`mneme serve`: its flags, its refusals (exit 2, no traceback), a clean stop on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from mneme.cli import main
+from replay_server.testing.servers import make_server, start_server, store  # noqa: F401
+
+
+def test_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    out = capsys.readouterr().out
+    for flag in ("--gpu", "--port", "--metrics-port", "--store", "--workers", "--tls-cert", "--tls-key",
+                 "--tls-client-ca", "--token-file", "--watchdog"):
+        assert flag in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
+    (["--store", "/nonexistent/store"], "is not a directory"),
+    (["--workers", "0"], "at least one worker"),
+    (["--token-file", "/nonexistent/token"], "cannot read --token-file"),
+    (["--engine", "nonexistent_module:spec"], "cannot be loaded"),
+])
+def test_bad_settings_are_clear_errors(argv, message, capsys, tmp_path):
+    assert main(["serve", "--gpu", "0", "--port", "0", "--store", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_sigterm_stops_the_server_and_its_workers(store, tmp_path):
+    process, address = start_server(store, tmp_path / "log", "--workers", "2")
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=20) == 0
+
+
+def test_a_taken_port_is_a_clear_error(store, tmp_path):
+    from mneme.errors import ConfigurationError
+
+    first = make_server(store, tmp_path / "log")
+    port = first.start()
+    try:
+        second = make_server(store, tmp_path / "log2", port=port)
+        with pytest.raises(ConfigurationError, match="port is taken"):
+            second.start()
+        second.stop()
+    finally:
+        first.stop()

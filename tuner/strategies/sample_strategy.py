@@ -1,0 +1,344 @@
+"""Sampling strategies: how the points of a :class:`SearchSpace` are explored.
+
+Every strategy speaks ask/tell: ``ask()`` returns the next :class:`Candidate`
+(or None when it has nothing new to offer right now), ``tell(candidate,
+values)`` reports the objective values of a finished candidate (``None``
+values mean "failed": the strategy learns a penalty in the direction of the
+objective, so a failure never looks good to the sampler). Iterating a strategy
+yields configurations, as the reference's example does::
+
+    for i, config in enumerate(ExhaustiveSamplingStrategy(space)):
+        ...
+
+Exhaustive enumeration is plain Python; random, TPE, grid and NSGA-II are
+Optuna samplers behind the same interface. Strategies never evaluate the same
+replay twice: points whose configurations have the same (grounded) hash are
+answered from the values already told.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Iterator, Mapping, Sequence
+
+from mneme.errors import ConfigurationError
+from mneme.model.experiment import ExperimentConfiguration
+from tuner.space.search_space import (
+    Candidate,
+    SearchSpace,
+    constraints_checked,
+    derive_checked,
+    dimensions_of,
+    iterate_points,
+    space_size,
+)
+
+OPTUNA_SAMPLERS = ("random", "tpe", "grid", "nsga2")
+PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
+# How many duplicate draws ask() tolerates before saying "nothing new right now".
+MAX_REDRAWS = 256
+# After this many duplicate draws in one ask(), a finite space is searched for an unseen point.
+ENQUEUE_AFTER = 32
+
+
+class SamplingStrategy:
+    """The interface every strategy implements."""
+
+    directions: tuple[str, ...] = ("minimize",)
+
+    def ask(self) -> Candidate | None:
+        raise NotImplementedError
+
+    def tell(self, candidate: Candidate, values: Sequence[float] | None,
+             intermediate: Sequence[float] = ()) -> bool:
+        """Report a finished candidate; returns True when the strategy pruned it."""
+        return False
+
+    def seed_history(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Teach the strategy trials of an earlier run (``--resume``); returns how many it took."""
+        return 0
+
+    def annotate(self, candidate: Candidate, outcome: Any) -> None:
+        """Attach a finished candidate's outcome (status, speedup, ...) before it is told; a shared
+        study stores it as the trial's user attributes."""
+
+    def close(self) -> None:
+        """The run is over (finished, failed or interrupted): release what the strategy holds."""
+
+    @property
+    def penalty(self) -> tuple[float, ...]:
+        """The values a failure counts as: the worst possible in each direction."""
+        return tuple(math.inf if d == "minimize" else -math.inf for d in self.directions)
+
+    def __iter__(self) -> Iterator[ExperimentConfiguration]:
+        while True:
+            candidate = self.ask()
+            if candidate is None:
+                return
+            yield candidate.configuration
+            self.tell(candidate, None)
+
+
+class ExhaustiveSamplingStrategy(SamplingStrategy):
+    """Every point of a finite space that passes ``constraints``, in grid order.
+
+    Points deriving a configuration already produced (same grounded hash) are
+    skipped, so each distinct replay appears once.
+    """
+
+    def __init__(self, space: SearchSpace) -> None:
+        size = space_size(space)
+        if size is None:
+            raise ConfigurationError(
+                f"{type(space).__name__} has a continuous dimension; exhaustive search needs finite "
+                "dimensions (give RealParam a step) or use --sampler random or tpe"
+            )
+        self.space = space
+        self.size = size
+        self._points = iterate_points(space)
+        self._index = -1
+        self._seen: set[str] = set()
+        self.skipped_by_constraints = 0
+        self.skipped_duplicates = 0
+
+    def ask(self) -> Candidate | None:
+        for params in self._points:
+            self._index += 1
+            if not constraints_checked(self.space, params):
+                self.skipped_by_constraints += 1
+                continue
+            config = derive_checked(self.space, params)
+            candidate = Candidate(params, config, self._index)
+            if candidate.hash in self._seen:
+                self.skipped_duplicates += 1
+                continue
+            self._seen.add(candidate.hash)
+            return candidate
+        return None
+
+
+def make_pruner(name: str | None):
+    """The Optuna pruner for ``--pruner NAME`` (None or 'none': no pruning)."""
+    import optuna
+
+    name = (name or "none").lower()
+    factories = {
+        "none": optuna.pruners.NopPruner,
+        "median": optuna.pruners.MedianPruner,
+        "percentile": lambda: optuna.pruners.PercentilePruner(25.0),
+        "hyperband": optuna.pruners.HyperbandPruner,
+        "successive-halving": optuna.pruners.SuccessiveHalvingPruner,
+    }
+    if name not in factories:
+        raise ConfigurationError(f"unknown pruner {name!r}; choose one of {', '.join(PRUNERS)}")
+    return factories[name]()
+
+
+def _grid_sampler_class():
+    import optuna
+
+    class AskTellGridSampler(optuna.samplers.GridSampler):
+        """Optuna's grid sampler without its ``study.stop()`` when the grid is used up.
+
+        That call only works inside ``study.optimize``; an ask/tell loop stops
+        on the space size instead.
+        """
+
+        def after_trial(self, study, trial, state, values) -> None:
+            return None
+
+    return AskTellGridSampler
+
+
+def _AskTellGridSampler(search_space, seed):
+    return _grid_sampler_class()(search_space, seed=seed)
+
+
+def make_sampler(name: str, space: SearchSpace, seed: int | None, n_objectives: int):
+    """The Optuna sampler for ``--sampler NAME``."""
+    import optuna
+
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "tpe":
+        if n_objectives > 1:
+            return optuna.samplers.TPESampler(seed=seed)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
+    if name == "grid":
+        dims = dimensions_of(space)
+        if space_size(space) is None:
+            raise ConfigurationError("grid search needs finite dimensions (give RealParam a step)")
+        return _AskTellGridSampler({n: p.values() for n, p in dims.items()}, seed=seed)
+    raise ConfigurationError(
+        f"unknown sampler {name!r}; choose one of random, tpe, grid, exhaustive, nsga2"
+    )
+
+
+class OptunaSamplingStrategy(SamplingStrategy):
+    """Random, TPE, grid or NSGA-II sampling through an Optuna study (ask/tell).
+
+    ``directions`` has one entry per objective ("minimize"/"maximize");
+    NSGA-II takes two (time or speedup, plus registers or binary size). A
+    persistent ``storage`` (an RDB URL) with ``study_name`` lets other tools
+    inspect the study and a later run continue it.
+    """
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        sampler: str = "tpe",
+        *,
+        seed: int | None = None,
+        directions: Sequence[str] = ("minimize",),
+        study_name: str | None = None,
+        storage: str | None = None,
+        pruner: str | None = None,
+    ) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if sampler == "exhaustive":
+            raise ConfigurationError("use ExhaustiveSamplingStrategy for exhaustive search")
+        for d in directions:
+            if d not in ("minimize", "maximize"):
+                raise ConfigurationError(f"objective direction {d!r} must be 'minimize' or 'maximize'")
+        if sampler == "nsga2" and len(directions) < 2:
+            raise ConfigurationError("the nsga2 sampler is multi-objective: give it two directions")
+        self.space = space
+        self.sampler_name = sampler
+        self.directions = tuple(directions)
+        self._dims = dimensions_of(space)
+        self._distributions = {n: p.distribution() for n, p in self._dims.items()}
+        self.size = space_size(space)
+        self.study = optuna.create_study(
+            storage=storage,
+            sampler=make_sampler(sampler, space, seed, len(self.directions)),
+            pruner=make_pruner(pruner) if len(self.directions) == 1 else None,
+            study_name=study_name,
+            directions=list(self.directions),
+            load_if_exists=study_name is not None,
+        )
+        self._has_pruner = pruner not in (None, "none") and len(self.directions) == 1
+        self._values: dict[str, tuple[float, ...]] = {}  # hash -> told values
+        self._in_flight: dict[str, list[Any]] = {}  # hash -> duplicate trials waiting for its values
+        self._trials: dict[int, Any] = {}  # candidate number -> optuna trial
+        self._rng = random.Random(seed)
+        self._exhausted = False
+        self.skipped_by_constraints = 0
+        self.skipped_duplicates = 0
+
+    # -- ask/tell -------------------------------------------------------------
+    def _distinct_seen(self) -> int:
+        return len(self._values) + len(self._in_flight)
+
+    def _is_known(self, key: str) -> bool:
+        return key in self._values or key in self._in_flight
+
+    def ask(self) -> Candidate | None:
+        for draw in range(MAX_REDRAWS):
+            if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
+                return None
+            if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
+                self._exhausted = True
+                return None
+            trial = self.study.ask()
+            params = {name: param.suggest(trial) for name, param in self._dims.items()}
+            if not constraints_checked(self.space, params):
+                self.skipped_by_constraints += 1
+                self.study.tell(trial, list(self.penalty))
+                continue
+            candidate = Candidate(params, derive_checked(self.space, params), trial.number)
+            if self._settled(trial, candidate):
+                continue
+            self._in_flight[candidate.hash] = []
+            self._trials[trial.number] = trial
+            return candidate
+        return None
+
+    def _settled(self, trial: Any, candidate: Candidate) -> bool:
+        """True when ``trial`` needs no replay of its own: its configuration's values are known (told now)
+        or being measured (told when they come)."""
+        key = candidate.hash
+        if key in self._values:
+            self.skipped_duplicates += 1
+            self.study.tell(trial, list(self._values[key]))
+            return True
+        if key in self._in_flight:
+            self.skipped_duplicates += 1
+            self._in_flight[key].append(trial)
+            return True
+        return False
+
+    def _enqueue_unseen_point(self) -> bool:
+        """The sampler keeps proposing known points (a nearly used-up space): hand it an unseen one.
+
+        Returns False when every point of the space is known or in flight.
+        """
+        unseen = []
+        for params in iterate_points(self.space):
+            if not constraints_checked(self.space, params):
+                continue
+            key = Candidate(params, derive_checked(self.space, params)).hash
+            if not self._is_known(key):
+                unseen.append(params)
+        if not unseen:
+            return False
+        self.study.enqueue_trial(self._rng.choice(unseen))
+        return True
+
+    def tell(self, candidate: Candidate, values: Sequence[float] | None,
+             intermediate: Sequence[float] = ()) -> bool:
+        import optuna
+
+        trial = self._trials.pop(candidate.number, None)
+        if trial is None:
+            raise ConfigurationError(f"candidate {candidate.number} was not asked from this strategy")
+        told = tuple(float(v) for v in values) if values is not None else self.penalty
+        if len(told) != len(self.directions):
+            raise ConfigurationError(f"expected {len(self.directions)} objective values, got {len(told)}")
+        pruned = False
+        if self._has_pruner and values is not None and intermediate:
+            for step, value in enumerate(intermediate):
+                trial.report(float(value), step)
+            pruned = bool(trial.should_prune())
+        if pruned:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, list(told))
+        key = candidate.hash
+        self._values[key] = told
+        for waiting in self._in_flight.pop(key, []):
+            self.study.tell(waiting, list(told))
+        return pruned
+
+    def seed_history(self, records: Sequence[Mapping[str, Any]]) -> int:
+        """Add earlier trials (records with ``params``, ``hash``, ``objective_values``) to the study.
+
+        A study loaded from persistent storage already holds them; then only
+        the duplicate cache is filled.
+        """
+        import optuna
+
+        add_to_study = len(self.study.trials) == 0
+        taken = 0
+        for record in records:
+            key = record.get("hash")
+            params = record.get("params") or {}
+            values = record.get("objective_values")
+            told = tuple(values) if values else self.penalty
+            told = tuple(math.inf if v is None and d == "minimize" else (-math.inf if v is None else v)
+                         for v, d in zip(told, self.directions))
+            if key:
+                self._values[key] = told
+            if not add_to_study or set(params) != set(self._distributions):
+                continue
+            if not all(self._dims[n].contains(v) for n, v in params.items()):
+                continue
+            self.study.add_trial(
+                optuna.trial.create_trial(params=dict(params), distributions=self._distributions, values=list(told))
+            )
+            taken += 1
+        return taken
