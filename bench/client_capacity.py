@@ -131,6 +131,15 @@ class CpuSampler:
         return before[0], after[0], after[1] - before[1]
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 class EchoServers:
     """``count`` minimal replay servers in one child process (``--echo-process``): see ``echo_serve``."""
 
@@ -145,11 +154,7 @@ class EchoServers:
         self.addresses = line.split()[1:]
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 def echo_serve(count: int) -> int:
@@ -384,11 +389,7 @@ class StudyServer:
         self.url = line.rsplit("--optuna-storage ", 1)[1].rstrip(")\n ")
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 def study_storage(storage: str, work: Path, count: int) -> tuple[str, StudyServer | None]:
