@@ -15,6 +15,7 @@ from mneme import __version__
 from mneme._internal.startup_trace import mark
 from mneme.apply.device import driver_version
 from mneme.errors import ConfigurationError, NotAvailableError
+from mneme.model.verification import VerificationSettings
 from mneme.model.experiment import (
     STATUS_VERIFIED,
     ExperimentConfiguration,
@@ -70,16 +71,19 @@ def default_executor(options: TuneOptions, results_dir: Path,
         tls_ca=options.tls_ca,
         tls_server_name=options.tls_server_name,
         compile_ahead=compile_ahead,
-        tolerance="auto" if options.tolerance == "auto" else "",
         local_servers=local_servers,
-        tolerance_runs=options.tolerance_runs,
-        tolerance_overrides=options.tolerance_policies,
-        no_relocate=options.no_relocate,
+        verification=verification_settings(options),
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
     )
     if options.servers_from:
         follow(executor, options.servers_from)
     return executor
+
+
+def verification_settings(options: TuneOptions) -> VerificationSettings:
+    """How the run's replays verify (before its baseline derived any bounds)."""
+    return VerificationSettings(mode=options.tolerance, runs=options.tolerance_runs,
+                                overrides=options.tolerance_policies, relocate=False if options.no_relocate else None)
 
 
 default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
@@ -384,9 +388,9 @@ class TuneRun:
             reporter.message(f"tolerance: derived from {runs} runs of the baseline: {bounds} (see baseline.json)")
         else:
             reporter.message("tolerance: the baseline is deterministic; trials must verify bit-exactly")
-        set_tolerance = getattr(executor, "set_tolerance", None)
-        if set_tolerance is not None and policies:  # none needed: the prepared `auto` instance judges exactly
-            set_tolerance(json.dumps(policies))
+        set_verification = getattr(executor, "set_verification", None)
+        if set_verification is not None and policies:  # none needed: the prepared `auto` instance judges exactly
+            set_verification(verification_settings(self.options).with_(mode="exact", derived=policies))
 
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:

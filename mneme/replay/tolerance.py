@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.policy import DTYPES, NORMS, VerifyPolicy
 from mneme.format.policy import MODES as POLICY_MODES
-from mneme.model.verification import DEFAULT_RUNS, MODES, VerificationSettings
+from mneme.model.verification import MODES, VerificationSettings
 
 #: dtype codes of the engine's tolerance kernels (native/engine/engine.cpp kDtypes).
 DTYPE_CODES = {
@@ -198,57 +198,6 @@ def judged_overrides(settings: VerificationSettings) -> ToleranceOverrides:
     """
     explicit = ToleranceOverrides.from_mapping(settings.overrides, "tolerance overrides")
     return explicit.over(ToleranceOverrides.from_mapping(settings.derived, "derived tolerance"))
-
-
-def verification_from_wire(setting: str, overrides: str = "", runs: int = 0,
-                           no_relocate: bool = False) -> VerificationSettings:
-    """The settings an ``InstanceRef`` carries: ``tolerance`` (see :func:`parse_tolerance_setting`),
-    ``tolerance_overrides`` (a JSON object of explicit policies, which win over the setting's and over
-    recorded annotations), ``tolerance_runs`` (0: the default, or at least 2) and ``no_relocate``.
-
-    Args:
-        setting: ``InstanceRef.tolerance``.
-        overrides: ``InstanceRef.tolerance_overrides``.
-        runs: ``InstanceRef.tolerance_runs``.
-        no_relocate: ``InstanceRef.no_relocate``.
-
-    Returns:
-        The settings, checked.
-    """
-    mode, derived = parse_tolerance_setting(setting)
-    explicit: Any = {}
-    if (overrides or "").strip():
-        try:
-            explicit = json.loads(overrides)
-        except ValueError:
-            raise ConfigurationError(
-                f"tolerance overrides {overrides[:80]!r}: expected a JSON object of policies by region"
-            ) from None
-    if runs and int(runs) < 2:
-        raise ConfigurationError(f"tolerance runs {runs}: at least 2 runs are needed to see a spread (0: the default)")
-    settings = VerificationSettings(mode=mode, runs=int(runs) or DEFAULT_RUNS, overrides=explicit,
-                                    derived=derived, relocate=False if no_relocate else None)
-    judged_overrides(settings)  # every policy parses
-    return settings
-
-
-def parse_tolerance_setting(text: str) -> tuple[str, dict[str, Any]]:
-    """An instance's tolerance on the wire (``InstanceRef.tolerance``): ``""``/``exact``, ``auto``, or a
-    JSON object of policies ``{"SEL": "dtype:mode:threshold[:norm]"}`` (the bounds a tuner derived);
-    (mode, policies)."""
-    text = (text or "").strip()
-    if text in ("", "exact"):
-        return "exact", {}
-    if text == "auto":
-        return "auto", {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"tolerance {text[:80]!r}: use 'exact', 'auto' or a JSON object of policies by region"
-        ) from None
-    ToleranceOverrides.from_mapping(data)  # checked here
-    return "exact", dict(data)
 
 
 def _policy(value: Any, what: str) -> VerifyPolicy:

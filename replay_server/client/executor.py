@@ -55,6 +55,7 @@ from mneme.model.experiment import (
     ExperimentResult,
 )
 from mneme.model.json_text import json_encoder
+from mneme.model.verification import VerificationSettings
 from replay_server.client.local_servers import LocalServers, split_database
 
 RESULTS_FILE = "results.jsonl"
@@ -251,12 +252,9 @@ class AsyncReplayExecutor:
     the executor adopts and stops), ``transport``
     (``"stream"``, the default: one ``ReplayBatchStream`` call per server carries all
     requests, those sent together in one message; ``"unary"``: one ``Replay`` call per
-    configuration). ``tolerance`` (``""``/``exact``, ``auto``, or JSON policies: ``set_tolerance``),
-    ``tolerance_runs`` (baseline runs that derive the ``auto`` bounds; 0 = the servers' default of 8)
-    and ``tolerance_overrides`` (``{region selector: policy}`` that win over everything else, as
-    ``mneme replay --tolerance SEL=dtype:mode:threshold[:norm]``) say how the servers verify;
-    ``no_relocate`` has them restore the heap at its recorded addresses or fail to prepare the instance,
-    never relocate it; ``hold_responses`` (stream: how long a server may hold a ready response back to
+    configuration). ``verification`` (a ``mneme.model.verification.VerificationSettings``:
+    mode, runs, policies, relocation; ``set_verification`` changes it) says how the servers
+    verify; ``hold_responses`` (stream: how long a server may hold a ready response back to
     send it with others, while more requests wait in its queue; 0 sends each at once; default
     ``HOLD_RESPONSES_SECONDS``).
     """
@@ -287,11 +285,8 @@ class AsyncReplayExecutor:
         server_startup_timeout: float = 120.0,
         transport: str = "stream",
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
-        tolerance: str = "",
         local_servers: LocalServers | None = None,
-        tolerance_runs: int = 0,
-        tolerance_overrides: Mapping[str, Any] | None = None,
-        no_relocate: bool = False,
+        verification: VerificationSettings | None = None,
         hold_responses: float | None = None,
     ) -> None:
         if transport not in TRANSPORTS:
@@ -316,11 +311,8 @@ class AsyncReplayExecutor:
         self.max_attempts = max_attempts
         self.retry_window = retry_window
         self.transport = transport
-        self.tolerance_runs = int(tolerance_runs)  # 0: the servers' default
-        self.tolerance_overrides = json.dumps(dict(tolerance_overrides)) if tolerance_overrides else ""
         self.hold_responses = HOLD_RESPONSES_SECONDS if hold_responses is None else hold_responses
-        self.set_tolerance(tolerance)
-        self.no_relocate = bool(no_relocate)  # servers refuse, not relocate, an instance whose addresses are taken
+        self.set_verification(verification or VerificationSettings())
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
         self.record_key = record_key or key
@@ -574,26 +566,33 @@ class AsyncReplayExecutor:
         else:
             self._post(("done", task, server, grpc.StatusCode.OK, "", response))
 
-    def set_tolerance(self, tolerance: str) -> None:
-        """How the servers verify the replays asked for from now on (``InstanceRef.tolerance``): ``""`` or
-        ``exact``, ``auto``, or a JSON object of policies by region (the tuner's derived bounds). A new
-        setting is a new prepared instance on the servers (restored on a worker's first replay of it)."""
-        from mneme.replay.tolerance import verification_from_wire
+    def set_verification(self, verification: VerificationSettings) -> None:
+        """How the servers verify the replays asked for from now on (``InstanceRef.verification``).
 
-        verification_from_wire(tolerance, self.tolerance_overrides, self.tolerance_runs)  # fails here, not on every server
-        self.tolerance = tolerance
-        self._instance = None  # made again with the new setting
+        A tuner sends the bounds it derived on its baseline this way (``derived``). New settings are a new
+        prepared instance on the servers (restored on a worker's first replay of it).
+
+        Args:
+            verification: the settings (every policy is checked here, not on every server).
+        """
+        from mneme.replay.tolerance import judged_overrides
+
+        if not isinstance(verification, VerificationSettings):
+            raise ConfigurationError(f"verification={verification!r}: give a VerificationSettings")
+        judged_overrides(verification)  # fails here, not on every server
+        self.verification = verification
+        self._instance = None  # made again with the new settings
 
     def _instance_ref(self) -> Any:
-        """The ``InstanceRef`` every request carries (made once per tolerance setting)."""
+        """The ``InstanceRef`` every request carries (made once per verification setting)."""
         from replay_server.protocol import replay_pb2
+        from replay_server.protocol.convert import verification_to_proto
 
         instance = self._instance
         if instance is None:
             instance = self._instance = replay_pb2.InstanceRef(
-                record_db=self.record_key, record_id=self.record_id, tolerance=self.tolerance,
-                tolerance_runs=self.tolerance_runs, tolerance_overrides=self.tolerance_overrides,
-                no_relocate=self.no_relocate)
+                record_db=self.record_key, record_id=self.record_id,
+                verification=verification_to_proto(self.verification))
         return instance
 
     def _metadata(self) -> tuple:

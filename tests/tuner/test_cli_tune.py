@@ -127,11 +127,11 @@ def test_no_relocate_is_a_tune_option(tmp_path, wired):
 
 
 def test_no_relocate_reaches_the_replay_servers(tmp_path, monkeypatch):
-    """The run's executor asks its servers to refuse, not relocate (InstanceRef.no_relocate)."""
+    """The run's executor asks its servers to refuse, not relocate (InstanceRef.verification.relocate)."""
     import replay_server.client.executor
 
     seen = {}
     monkeypatch.setattr(replay_server.client.executor, "AsyncReplayExecutor", lambda **kwargs: seen.update(kwargs))
     options = resolve_options({"record_database": "a.json", "record_id": "1", "no_relocate": True})
     tuner.run.default_executor(options, tmp_path)
-    assert seen["no_relocate"] is True
+    assert seen["verification"].relocate is False

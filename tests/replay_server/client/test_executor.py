@@ -12,6 +12,7 @@ import pytest
 
 from mneme.errors import ConfigurationError
 from mneme.model.experiment import ExperimentConfiguration
+from mneme.model.verification import VerificationSettings
 from replay_server.client.executor import (
     TRANSPORTS,
     AsyncReplayExecutor,
@@ -132,40 +133,39 @@ def test_refusals_are_errors_not_results(store, tmp_path, transport):
         server.wait()
 
 
-def test_tolerance_settings_reach_the_engine_with_every_instance(store, tmp_path):
+def test_verification_settings_reach_the_engine_with_every_instance(store, tmp_path):
     server, address = start_server(store, tmp_path / "log")
-    explicit = {"acc": "f32:ulp:16", "*": "bitwise"}
+    settings = VerificationSettings(mode="auto", runs=5, overrides={"acc": "f32:ulp:16", "*": "bitwise"})
+    derived = settings.with_(mode="exact", derived={"out": "f32:ulp:48"})  # the bounds a tuner derived
     try:
-        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], tolerance="auto",
-                                 tolerance_runs=5, tolerance_overrides=explicit) as executor:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address],
+                                 verification=settings) as executor:
             assert executor.evaluate(config()).verified
-            executor.set_tolerance(json.dumps({"out": "f32:ulp:48"}))  # the bounds a tuner derived
+            executor.set_verification(derived)
             assert executor.evaluate(config(block_x=128)).verified
     finally:
         server.kill()
         server.wait()
     opened = [json.loads(line) for line in (tmp_path / "log" / "instances.log").read_text().splitlines()]
-    assert {o["tolerance"] for o in opened} == {"auto", json.dumps({"out": "f32:ulp:48"})}
-    assert all(o["tolerance_runs"] == 5 and json.loads(o["tolerance_overrides"]) == explicit for o in opened)
+    assert {VerificationSettings.from_dict(o).key() for o in opened} == {settings.key(), derived.key()}
 
 
-def test_bad_tolerance_settings_fail_in_the_executor_before_any_server():
-    with pytest.raises(ConfigurationError, match="at least 2 runs"):
-        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance="auto", tolerance_runs=1)
+def test_bad_verification_settings_fail_in_the_executor_before_any_server():
     with pytest.raises(ConfigurationError, match="f99"):
-        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance_overrides={"acc": "f99:ulp:1"})
+        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"],
+                            verification=VerificationSettings(overrides={"acc": "f99:ulp:1"}))
 
 
 def test_no_relocate_reaches_the_servers_and_their_refusal_is_an_error(store, tmp_path):
-    """The executor's no_relocate travels in InstanceRef: a worker that cannot have the recorded
-    addresses refuses the instance (FAILED_PRECONDITION, with the reason), instead of relocating."""
+    """The executor's verification settings travel in InstanceRef: with ``relocate=False`` a worker that cannot
+    have the recorded addresses refuses the instance (FAILED_PRECONDITION, with the reason), instead of relocating."""
     server, address = start_server(store, tmp_path / "log")
     try:
         with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address]) as executor:
             result = executor.evaluate(config())
             assert result.verified and result.relocated and "simulated" in result.relocation_reason
         with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address],
-                                 no_relocate=True) as executor:
+                                 verification=VerificationSettings(relocate=False)) as executor:
             with pytest.raises(ReplayServerError, match="FAILED_PRECONDITION.*recorded addresses"):
                 executor.evaluate(config())
     finally:
