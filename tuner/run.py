@@ -51,14 +51,17 @@ def default_executor(options: TuneOptions, results_dir: Path,
     compile ``compile_ahead``'s code while they prepare the instance. ``local_servers``: the local
     servers the run started early (:class:`PrestartedServers`)."""
     try:
+        from replay_server.client.connection import ConnectionSettings
         from replay_server.client.executor import AsyncReplayExecutor
     except ImportError as exc:
         raise NotAvailableError(f"replay_server.client.executor is not available ({exc}); reinstall mneme") from exc
-    servers = options.servers
+    connection = ConnectionSettings(servers=options.servers, token_file=options.token_file, tls_ca=options.tls_ca,
+                                    tls_server_name=options.tls_server_name, keep_alive=options.keep_servers,
+                                    engine=options.server_engine)
     if options.servers_from:  # the servers announced there now; the rest as they join (replay_server.discovery)
         from replay_server.discovery import follow, wait_for_servers
 
-        servers = wait_for_servers(options.servers_from)
+        connection = connection.with_(servers=wait_for_servers(options.servers_from))
     executor = AsyncReplayExecutor(
         record_db=options.record_database,
         record_id=options.record_id,
@@ -66,13 +69,10 @@ def default_executor(options: TuneOptions, results_dir: Path,
         warmup=options.warmup,
         results_db_dir=str(results_dir / "replays"),
         num_workers=options.workers,
-        servers=servers,
-        token_file=options.token_file,
-        tls_ca=options.tls_ca,
-        tls_server_name=options.tls_server_name,
         compile_ahead=compile_ahead,
         local_servers=local_servers,
         verification=verification_settings(options),
+        connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
     )
     if options.servers_from:

@@ -56,14 +56,12 @@ from mneme.model.experiment import (
 )
 from mneme.model.json_text import json_encoder
 from mneme.model.verification import VerificationSettings
+from replay_server.client.connection import HOLD_RESPONSES_SECONDS, TRANSPORTS, ConnectionSettings
 from replay_server.client.local_servers import LocalServers, split_database
 
 RESULTS_FILE = "results.jsonl"
 #: Code variants one executor may ask its servers to compile ahead (a server's Prepare takes at most this many).
 MAX_COMPILE_AHEAD = 4096
-#: How requests travel: all over one ReplayBatchStream call per server (fewer gRPC messages per
-#: configuration in client and server), or one Replay call each.
-TRANSPORTS = ("stream", "unary")
 # Transport-level failures: the server (or the way to it) went away; the work is retried elsewhere.
 _RETRYABLE = {
     grpc.StatusCode.UNAVAILABLE,
@@ -115,11 +113,6 @@ FIRST_MESSAGE = 8
 #: How long the dispatcher waits for events after a round that left requests for the next one: it lets
 #: the streams' threads send what the round prepared.
 FIRST_MESSAGE_PAUSE = 0.0005
-#: How long a server may hold a ready response back to send it with the next ones (``ReplayBatch.
-#: hold_responses_seconds``), by default. It holds them only while more of the client's requests wait in
-#: its queue, so no worker waits for them; a client taking thousands of results a second then handles a
-#: message per several results instead of per one or two (docs/serving.md, "Scale").
-HOLD_RESPONSES_SECONDS = 0.005
 _strict_json = json_encoder(allow_nan=False)  # a result's text, which the tuner may write again as it is
 
 
@@ -239,24 +232,32 @@ class _Stream:
 class AsyncReplayExecutor:
     """Evaluate configurations of ``record_id`` in ``record_db`` asynchronously, on replay servers.
 
-    The reference's arguments come first (``record_db``, ``record_id``,
-    ``iterations``, ``results_db_dir``, ``num_workers``, ``servers``, ``warmup``).
-    The keyword-only rest: ``record_key`` (the database's key in remote servers'
-    stores; default its file name), ``timeout_seconds`` (per-replay watchdog,
-    0 = the servers' own), ``token``/``token_file`` (bearer token of remote
-    servers), ``tls_ca``/``tls_cert``/``tls_key``/``tls_server_name`` (TLS and
-    mutual TLS to remote servers), ``max_attempts`` and ``retry_window``
-    (retries when servers go away), ``local_gpus``, ``server_args``,
-    ``server_env`` and ``server_startup_timeout`` (local servers; ``local_servers``:
-    servers already started with ``replay_server.client.local_servers.LocalServers.start``, which
-    the executor adopts and stops), ``transport``
-    (``"stream"``, the default: one ``ReplayBatchStream`` call per server carries all
-    requests, those sent together in one message; ``"unary"``: one ``Replay`` call per
-    configuration). ``verification`` (a ``mneme.model.verification.VerificationSettings``:
-    mode, runs, policies, relocation; ``set_verification`` changes it) says how the servers
-    verify; ``hold_responses`` (stream: how long a server may hold a ready response back to
-    send it with others, while more requests wait in its queue; 0 sends each at once; default
-    ``HOLD_RESPONSES_SECONDS``).
+    The reference's arguments come first, unchanged; how to reach the servers and how they verify
+    are one settings object each.
+
+    Args:
+        record_db: the recording database (``<static-hash>.json``; a path, or its key in remote
+            servers' store).
+        record_id: the instance (dynamic hash) to replay.
+        iterations: measured launches per replay.
+        results_db_dir: where ``results.jsonl`` gets a line per result (None: no file).
+        num_workers: worker processes of the local servers (spread over their GPUs).
+        servers: ``host:port`` of running servers (fills ``connection.servers``); None: local servers.
+        warmup: launches before the measured ones.
+        record_key: the database's key in remote servers' stores (default: its file name).
+        timeout_seconds: per-replay watchdog (0: the servers' own).
+        compile_ahead: configurations whose code every server compiles while it prepares the
+            instance (one per code variant is enough; at most ``MAX_COMPILE_AHEAD`` variants).
+        verification: how the servers verify (``VerificationSettings``; default exact);
+            ``set_verification`` changes it later.
+        connection: how to reach the servers (``ConnectionSettings``: addresses, token, TLS,
+            retries, transport, local servers' options; default local servers).
+        local_servers: servers already started with ``LocalServers.start``, which the executor
+            adopts and stops (instead of starting its own).
+
+    Raises:
+        ConfigurationError: a bad argument or setting (before any server is contacted).
+        ReplayServerError: a server refused the executor (its token).
     """
 
     def __init__(
@@ -271,47 +272,35 @@ class AsyncReplayExecutor:
         *,
         record_key: str | None = None,
         timeout_seconds: float = 0.0,
-        token: str | None = None,
-        token_file: str | None = None,
-        tls_ca: str | None = None,
-        tls_cert: str | None = None,
-        tls_key: str | None = None,
-        tls_server_name: str | None = None,
-        max_attempts: int = 3,
-        retry_window: float = 60.0,
-        local_gpus: Sequence[int] | None = None,
-        server_args: Sequence[str] = (),
-        server_env: Mapping[str, str] | None = None,
-        server_startup_timeout: float = 120.0,
-        transport: str = "stream",
         compile_ahead: Sequence[ExperimentConfiguration | Mapping[str, Any]] = (),
-        local_servers: LocalServers | None = None,
         verification: VerificationSettings | None = None,
-        hold_responses: float | None = None,
+        connection: ConnectionSettings | None = None,
+        local_servers: LocalServers | None = None,
     ) -> None:
-        if transport not in TRANSPORTS:
-            raise ConfigurationError(f"transport={transport!r}: use one of {', '.join(TRANSPORTS)}")
         if iterations < 1:
             raise ConfigurationError(f"iterations={iterations}: at least one measured launch is needed")
         if warmup < 0:
             raise ConfigurationError(f"warmup={warmup} must not be negative")
         if num_workers < 1:
             raise ConfigurationError(f"num_workers={num_workers}: at least one worker is needed")
-        from replay_server.protocol.convert import MAX_HOLD_RESPONSES_SECONDS
-
-        if hold_responses is not None and not 0 <= hold_responses <= MAX_HOLD_RESPONSES_SECONDS:
-            raise ConfigurationError(f"hold_responses={hold_responses}: give 0..{MAX_HOLD_RESPONSES_SECONDS:g} "
-                                     "seconds (0: each result as soon as it is ready)")
+        connection = connection or ConnectionSettings()
+        if not isinstance(connection, ConnectionSettings):
+            raise ConfigurationError(f"connection={connection!r}: give a ConnectionSettings")
+        if servers is not None:
+            if connection.servers is not None and tuple(servers) != connection.servers:
+                raise ConfigurationError("servers and connection.servers name different servers; give one of them")
+            connection = connection.with_(servers=servers)
+        self.connection = connection
         self.record_db = os.fspath(record_db)
         self.record_id = str(record_id)
         self.iterations = iterations
         self.warmup = warmup
         self.num_workers = num_workers
         self.timeout_seconds = timeout_seconds
-        self.max_attempts = max_attempts
-        self.retry_window = retry_window
-        self.transport = transport
-        self.hold_responses = HOLD_RESPONSES_SECONDS if hold_responses is None else hold_responses
+        self.max_attempts = connection.max_attempts
+        self.retry_window = connection.retry_window
+        self.transport = connection.transport
+        self.hold_responses = connection.hold_seconds
         self.set_verification(verification or VerificationSettings())
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
@@ -336,22 +325,21 @@ class AsyncReplayExecutor:
         self._ids = itertools.count(1)
         self._id_prefix = f"{os.getpid()}-{secrets.token_hex(4)}"  # request ids: unique to this executor
         self._closed = False
-        self._token = token or (_read_token(token_file) if token_file else None)
-        self._credentials = _channel_credentials(tls_ca, tls_cert, tls_key)
-        self._server_name = tls_server_name
-        if servers is None:
-            if self._credentials is not None:
-                raise ConfigurationError("TLS settings apply to remote servers; local servers run on loopback")
-            self._local_servers = local_servers or LocalServers.start(
-                store, num_workers, local_gpus, server_args=server_args, server_env=server_env,
-                watchdog=self.timeout_seconds)
-            self._token = self._local_servers.token
-            servers = self._local_servers.addresses(server_startup_timeout)
-            mark("executor", "listening")
-        elif local_servers is not None:
+        servers = connection.servers
+        if servers is None and connection.tls:
+            raise ConfigurationError("TLS settings apply to remote servers; local servers run on loopback")
+        if servers is not None and local_servers is not None:
             raise ConfigurationError("give servers or local_servers, not both")
-        if not servers:
-            raise ConfigurationError("servers is empty: give at least one 'host:port', or None for local GPUs")
+        self._token = connection.token or (_read_token(connection.token_file) if connection.token_file else None)
+        self._credentials = _channel_credentials(connection.tls_ca, connection.tls_cert, connection.tls_key)
+        self._server_name = connection.tls_server_name
+        if servers is None:
+            self._local_servers = local_servers or LocalServers.start(
+                store, num_workers, connection.local_server_gpus(), server_args=connection.local_server_args(),
+                server_env=connection.server_env, watchdog=self.timeout_seconds, keep_alive=connection.keep_alive)
+            self._token = self._local_servers.token
+            servers = self._local_servers.addresses(connection.startup_timeout)
+            mark("executor", "listening")
         # One thread runs an asyncio event loop that holds every server's calls (grpc.aio) and the
         # dispatcher's rounds: no thread per server or per call (docs/architecture.md, "The executor").
         self._loop = asyncio.new_event_loop()
@@ -866,8 +854,6 @@ def _read_token(path: str) -> str:
 def _channel_credentials(ca: str | None, cert: str | None, key: str | None) -> grpc.ChannelCredentials | None:
     if not (ca or cert or key):
         return None
-    if bool(cert) != bool(key):
-        raise ConfigurationError("tls_cert and tls_key go together (client certificate for mutual TLS)")
 
     def read(path: str | None) -> bytes | None:
         if path is None:
