@@ -15,7 +15,6 @@ from mneme import __version__
 from mneme._internal.startup_trace import mark
 from mneme.apply.device import driver_version
 from mneme.errors import ConfigurationError, NotAvailableError
-from mneme.model.verification import VerificationSettings
 from mneme.model.experiment import (
     STATUS_VERIFIED,
     ExperimentConfiguration,
@@ -51,13 +50,10 @@ def default_executor(options: TuneOptions, results_dir: Path,
     compile ``compile_ahead``'s code while they prepare the instance. ``local_servers``: the local
     servers the run started early (:class:`PrestartedServers`)."""
     try:
-        from replay_server.client.connection import ConnectionSettings
         from replay_server.client.executor import AsyncReplayExecutor
     except ImportError as exc:
         raise NotAvailableError(f"replay_server.client.executor is not available ({exc}); reinstall mneme") from exc
-    connection = ConnectionSettings(servers=options.servers, token_file=options.token_file, tls_ca=options.tls_ca,
-                                    tls_server_name=options.tls_server_name, keep_alive=options.keep_servers,
-                                    engine=options.server_engine)
+    connection = options.connection
     if options.servers_from:  # the servers announced there now; the rest as they join (replay_server.discovery)
         from replay_server.discovery import follow, wait_for_servers
 
@@ -71,19 +67,13 @@ def default_executor(options: TuneOptions, results_dir: Path,
         num_workers=options.workers,
         compile_ahead=compile_ahead,
         local_servers=local_servers,
-        verification=verification_settings(options),
+        verification=options.verification,
         connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
     )
     if options.servers_from:
         follow(executor, options.servers_from)
     return executor
-
-
-def verification_settings(options: TuneOptions) -> VerificationSettings:
-    """How the run's replays verify (before its baseline derived any bounds)."""
-    return VerificationSettings(mode=options.tolerance, runs=options.tolerance_runs,
-                                overrides=options.tolerance_policies, relocate=False if options.no_relocate else None)
 
 
 default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
@@ -114,11 +104,8 @@ class PrestartedServers:
             from replay_server.client.local_servers import LocalServers, split_database
 
             # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
-            self._servers = LocalServers.start(
-                split_database(options.record_database)[0], options.workers, wait_on_stop=False,
-                server_args=["--engine", options.server_engine] if options.server_engine else (),
-                local_gpus=[0] if options.server_engine else None,  # a test engine: no GPU to count
-                keep_alive=options.keep_servers)
+            self._servers = LocalServers.start_with(split_database(options.record_database)[0], options.workers,
+                                                    options.connection, wait_on_stop=False)
         except BaseException as exc:  # raised where the executor is made, as it would have been there
             self._error = exc
 
@@ -148,7 +135,7 @@ def _reusable_servers(options: TuneOptions) -> Any:
     from replay_server.client.reuse import find_reusable
 
     try:
-        return find_reusable(options.record_database, options.workers, options.server_engine)
+        return find_reusable(options.record_database, options.workers, options.connection.engine)
     except Exception as exc:  # noqa: BLE001 - an unreadable announcement directory, a broken token file
         logging.getLogger("mneme.tune").warning("not reusing kept replay servers: %s", exc)
         return None
@@ -224,11 +211,11 @@ class TuneRun:
             return 0
         real_run = not (o.print_space or o.dry_run)
         # Local servers start now, while this process reads the recording and builds the space.
-        self._prestarted = PrestartedServers(o) if real_run and not o.servers and not o.servers_from \
+        self._prestarted = PrestartedServers(o) if real_run and not o.connection.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)
-            check_region_selectors(kernel, o.tolerance_policies)
+            check_region_selectors(kernel, o.verification.overrides)
             mark("tune", "recording")
             if not o.record_id:  # the database's only instance: every later step uses its id
                 o = self.options = dataclasses.replace(o, record_id=identity.record_id)
@@ -374,12 +361,13 @@ class TuneRun:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
         (sent to the servers as explicit policies, so no worker derives its own). The user's explicit
         policies (``--tolerance SEL=SPEC``) went with every request from the start and win over both."""
-        explicit = self.options.tolerance_policies
+        verification = self.options.verification
+        explicit = verification.overrides
         if explicit:
             given = ", ".join(f"{label}={spec if isinstance(spec, str) else json.dumps(spec)}"
                               for label, spec in explicit.items())
             reporter.message(f"tolerance: explicit policies (win over annotations and derived bounds): {given}")
-        if self.options.tolerance != "auto":
+        if verification.mode != "auto":
             return
         policies = tolerance.get("policies") or {}
         if policies:
@@ -390,7 +378,7 @@ class TuneRun:
             reporter.message("tolerance: the baseline is deterministic; trials must verify bit-exactly")
         set_verification = getattr(executor, "set_verification", None)
         if set_verification is not None and policies:  # none needed: the prepared `auto` instance judges exactly
-            set_verification(verification_settings(self.options).with_(mode="exact", derived=policies))
+            set_verification(verification.with_(mode="exact", derived=policies))
 
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:

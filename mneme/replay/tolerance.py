@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.policy import DTYPES, NORMS, VerifyPolicy
 from mneme.format.policy import MODES as POLICY_MODES
-from mneme.model.verification import MODES, VerificationSettings
+from mneme.model.verification import DEFAULT_RUNS, MODES, VerificationSettings
 
 #: dtype codes of the engine's tolerance kernels (native/engine/engine.cpp kDtypes).
 DTYPE_CODES = {
@@ -184,6 +184,33 @@ def tolerance_flags(values: Iterable[str], files: Iterable[str | Path] = ()) -> 
     modes = [v.strip() for v in values if v.strip() in TOLERANCE_MODES]
     policies = policy_mapping([v for v in values if v.strip() not in TOLERANCE_MODES], files)
     return (modes[-1] if modes else None), policies
+
+
+def verification_from_flags(tolerance: Iterable[str] = (), tolerance_file: Iterable[str | Path] = (),
+                            tolerance_runs: int = DEFAULT_RUNS, no_relocate: bool = False, *,
+                            default_mode: str = "exact", policies: Mapping[str, Any] | None = None,
+                            every_iteration: bool = False) -> VerificationSettings:
+    """The verification settings of ``mneme replay``'s and ``mneme tune``'s shared flags.
+
+    Args:
+        tolerance: ``--tolerance`` values (repeatable): ``exact``/``auto`` (the last one wins) and
+            ``SEL=dtype:mode:threshold[:norm]`` policies.
+        tolerance_file: ``--tolerance-file`` JSON files of policies (the flags' policies win).
+        tolerance_runs: ``--tolerance-runs``.
+        no_relocate: ``--no-relocate`` (the recorded heap addresses or a refusal).
+        default_mode: the mode when ``tolerance`` names none (``mneme tune``'s is ``auto``).
+        policies: policies given before these flags (a settings file's); the flags' win per selector.
+        every_iteration: ``--verify-every-launch``.
+
+    Returns:
+        The settings.
+
+    Raises:
+        ConfigurationError: a value that is neither a mode nor a policy, an unreadable file, too few runs.
+    """
+    mode, given = tolerance_flags(tolerance, tolerance_file)
+    return VerificationSettings(mode=mode or default_mode, runs=tolerance_runs, overrides={**(policies or {}), **given},
+                                relocate=False if no_relocate else None, every_iteration=every_iteration)
 
 
 def judged_overrides(settings: VerificationSettings) -> ToleranceOverrides:

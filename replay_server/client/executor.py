@@ -334,9 +334,8 @@ class AsyncReplayExecutor:
         self._credentials = _channel_credentials(connection.tls_ca, connection.tls_cert, connection.tls_key)
         self._server_name = connection.tls_server_name
         if servers is None:
-            self._local_servers = local_servers or LocalServers.start(
-                store, num_workers, connection.local_server_gpus(), server_args=connection.local_server_args(),
-                server_env=connection.server_env, watchdog=self.timeout_seconds, keep_alive=connection.keep_alive)
+            self._local_servers = local_servers or LocalServers.start_with(
+                store, num_workers, connection, watchdog=self.timeout_seconds)
             self._token = self._local_servers.token
             servers = self._local_servers.addresses(connection.startup_timeout)
             mark("executor", "listening")

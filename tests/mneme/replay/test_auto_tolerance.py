@@ -10,6 +10,7 @@ import pytest
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.policy import VerifyPolicy
 from mneme.model.experiment import ExperimentResult
+from mneme.model.verification import VerificationSettings
 from mneme.replay.nondeterminism import (
     DETERMINISTIC_MISMATCH,
     EXACT,
@@ -36,6 +37,7 @@ from mneme.replay.tolerance import (
     is_exact,
     judge,
     tolerance_flags,
+    verification_from_flags,
     worse,
 )
 from mneme.store import open_store
@@ -170,6 +172,21 @@ def test_tolerance_flags_split_the_mode_from_the_policies(tmp_path):
         tolerance_flags(["sometimes"])
     with pytest.raises(ConfigurationError, match="f99"):
         tolerance_flags(["acc=f99:ulp:1"])
+
+
+def test_the_shared_flags_become_one_settings_object(tmp_path):
+    """``mneme replay`` and ``mneme tune`` turn their shared flags into settings through one function."""
+    policy_file = tmp_path / "policies.json"
+    policy_file.write_text(json.dumps({"acc": "f32:ulp:4", "out": "bitwise"}))
+    settings = verification_from_flags(["acc=f32:ulp:16", "auto"], [policy_file], 12, True, every_iteration=True)
+    assert settings == VerificationSettings(mode="auto", runs=12, overrides={"acc": "f32:ulp:16", "out": "bitwise"},
+                                            relocate=False, every_iteration=True)
+    assert verification_from_flags() == VerificationSettings()  # mneme replay's defaults
+    tuned = verification_from_flags([], default_mode="auto", policies={"acc": "f32:ulp:2", "x": "bitwise"})
+    assert tuned.mode == "auto" and tuned.overrides == {"acc": "f32:ulp:2", "x": "bitwise"} and tuned.relocate is None
+    assert verification_from_flags(["acc=f32:ulp:8"], policies={"acc": "f32:ulp:2"}).overrides == {"acc": "f32:ulp:8"}
+    with pytest.raises(ConfigurationError, match="at least 2 runs"):
+        verification_from_flags(tolerance_runs=1)
 
 
 def test_explicit_policies_win_over_the_policies_beneath_them():
