@@ -122,23 +122,39 @@ class ConnectionSettings:
 
     @property
     def hold_seconds(self) -> float:
-        """How long a server may hold a ready response: ``hold_responses``, else the default."""
+        """How long a server may hold a ready response.
+
+        Returns:
+            ``hold_responses``, else ``HOLD_RESPONSES_SECONDS``.
+        """
         return HOLD_RESPONSES_SECONDS if self.hold_responses is None else float(self.hold_responses)
 
     @property
     def tls(self) -> bool:
-        """Whether any TLS setting is given (they apply to remote servers only)."""
+        """Whether any TLS setting is given (they apply to remote servers only).
+
+        Returns:
+            True when ``tls_ca``, ``tls_cert`` or ``tls_key`` is given.
+        """
         return bool(self.tls_ca or self.tls_cert or self.tls_key)
 
     def local_server_gpus(self) -> list[int] | None:
-        """The GPUs local servers run on: ``local_gpus``; with a test ``engine`` and none given, GPU 0 (no GPU to
-        count); else None (every visible GPU)."""
+        """The GPUs local servers run on.
+
+        Returns:
+            ``local_gpus``; with a test ``engine`` and none given, GPU 0 (no GPU to count); else None
+            (every visible GPU).
+        """
         if self.local_gpus is not None:
             return list(self.local_gpus)
         return [0] if self.engine else None
 
     def local_server_args(self) -> list[str]:
-        """The extra ``mneme serve`` arguments of local servers (``--engine`` first when one is given)."""
+        """The extra ``mneme serve`` arguments of local servers.
+
+        Returns:
+            ``--engine ENGINE`` when an engine is given, then ``server_args``.
+        """
         return [*(["--engine", self.engine] if self.engine else []), *self.server_args]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -25,6 +26,10 @@ def test_settings_travel_whole(settings):
     wire = replay_pb2.Verification.FromString(verification_to_proto(settings).SerializeToString())
     assert verification_from_proto(wire) == settings
     assert verification_from_proto(wire).key() == settings.key()
+
+
+def test_every_settings_field_has_its_wire_field():
+    assert {f.name for f in dataclasses.fields(VerificationSettings)} == set(replay_pb2.Verification.DESCRIPTOR.fields_by_name)
 
 
 def test_zeros_and_empties_are_the_defaults():
