@@ -47,12 +47,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from results_file import write_section  # noqa: E402
+
 from mneme.format.capture import ContentIndex, PipelineStats  # noqa: E402
 from mneme.format.chunks import DEFAULT_CHUNK_SIZE, FileSlice, compress_chunk, default_workers, put_many  # noqa: E402
 from mneme.format.content_hash import chunk_digest  # noqa: E402
 from mneme.format.frames import stored_frame  # noqa: E402
 from mneme.store import LocalStore  # noqa: E402
-from results_file import write_section  # noqa: E402
 
 PIECE = DEFAULT_CHUNK_SIZE
 STAGES = ("read", "fingerprint", "hash", "compress", "write")

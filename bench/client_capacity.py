@@ -15,7 +15,7 @@ level over the same steady part, sampled every 20 ms: the run's start-up, baseli
 out). The client runs this checkout's code, as the servers do.
 
 ``--hold-responses SECONDS`` sets how long the servers may hold a ready result to send it with others
-(``ReplayBatch.hold_responses_seconds``; default the executor's ``HOLD_RESPONSES_SECONDS``); 0 sends
+(``ReplayBatch.hold_responses_seconds``; default ``ConnectionSettings``' ``HOLD_RESPONSES_SECONDS``); 0 sends
 each as soon as it is ready, as servers did before the field existed.
 
 ``--echo-servers``: instead of ``mneme serve`` processes, one process of minimal servers (grpc.aio, one
@@ -64,7 +64,7 @@ REPO = Path(__file__).resolve().parents[1]
 # installed mneme (the test engine and the client are pure Python: no native parts needed).
 sys.path.insert(0, str(REPO))
 
-import replay_server.client.executor  # noqa: E402
+import replay_server.client.connection  # noqa: E402
 from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
 from mneme.testing.synthetic import write_vecadd_recording  # noqa: E402
 from replay_server.client.executor import AsyncReplayExecutor, server_capacity  # noqa: E402
@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per point (default 3)")
     p.add_argument("--settle", type=float, default=1.0, help="seconds before timing starts (default 1)")
     p.add_argument("--hold-responses", type=float, default=None,
-                   help="how long servers may hold a result to send it with others (the executor's "
+                   help="how long servers may hold a result to send it with others (ConnectionSettings' "
                         "HOLD_RESPONSES_SECONDS; 0: each at once, as before the hold existed)")
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare (default 1,2)")
@@ -507,8 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         return echo_serve(args.echo_process)
     counts = [int(n) for n in args.servers.split(",")]
     if args.hold_responses is not None:  # both levels (the tuner makes its executor with the default)
-        replay_server.client.executor.HOLD_RESPONSES_SECONDS = args.hold_responses
-    hold = getattr(replay_server.client.executor, "HOLD_RESPONSES_SECONDS", 0.0)  # (a checkout before the hold: 0)
+        replay_server.client.connection.HOLD_RESPONSES_SECONDS = args.hold_responses
+    hold = replay_server.client.connection.HOLD_RESPONSES_SECONDS
     with tempfile.TemporaryDirectory(prefix="mneme-capacity-") as tmp:
         work = Path(tmp)
         recording = write_vecadd_recording(work / "store", n=40000 * 256 // 1000, block=256)

@@ -22,8 +22,8 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
-from mneme.errors import ConfigurationError
 from mneme._internal.network import is_loopback
+from mneme.errors import ConfigurationError
 
 log = logging.getLogger("mneme.study_server")
 

@@ -8,20 +8,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InstanceRef(_message.Message):
-    __slots__ = ("record_db", "record_id", "tolerance", "tolerance_runs", "tolerance_overrides", "no_relocate")
+    __slots__ = ("record_db", "record_id", "verification")
     RECORD_DB_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_RUNS_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
-    NO_RELOCATE_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_FIELD_NUMBER: _ClassVar[int]
     record_db: str
     record_id: str
-    tolerance: str
-    tolerance_runs: int
-    tolerance_overrides: str
-    no_relocate: bool
-    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., tolerance: _Optional[str] = ..., tolerance_runs: _Optional[int] = ..., tolerance_overrides: _Optional[str] = ..., no_relocate: _Optional[bool] = ...) -> None: ...
+    verification: Verification
+    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ...) -> None: ...
+
+class Verification(_message.Message):
+    __slots__ = ("mode", "runs", "safety", "overrides", "derived", "relocate", "every_iteration")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    DERIVED_FIELD_NUMBER: _ClassVar[int]
+    RELOCATE_FIELD_NUMBER: _ClassVar[int]
+    EVERY_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    runs: int
+    safety: float
+    overrides: str
+    derived: str
+    relocate: bool
+    every_iteration: bool
+    def __init__(self, mode: _Optional[str] = ..., runs: _Optional[int] = ..., safety: _Optional[float] = ..., overrides: _Optional[str] = ..., derived: _Optional[str] = ..., relocate: _Optional[bool] = ..., every_iteration: _Optional[bool] = ...) -> None: ...
 
 class Dim3(_message.Message):
     __slots__ = ("x", "y", "z")

@@ -111,11 +111,8 @@ class CudaEngineSpec:
         mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
-        from mneme.replay.tolerance import verification_from_wire
-
-        verification = verification_from_wire(instance.tolerance, instance.tolerance_overrides,
-                                               instance.tolerance_runs, instance.no_relocate)
-        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device, verification=verification))
+        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device,
+                                             verification=instance.verification_settings()))
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -16,26 +16,37 @@ real processes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
+from mneme.model.verification import VerificationSettings
+
+DEFAULT_VERIFICATION = VerificationSettings().key()
 
 
 @dataclass(frozen=True)
 class InstanceKey:
-    """One recorded instance inside one store: what a worker prepares."""
+    """One recorded instance inside one store, verified one way: what a worker prepares."""
 
     store: str  # store URL (a directory or s3://bucket/prefix)
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
-    tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
-    tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
-    tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
-    no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
+    # How its replays verify: VerificationSettings.key() (InstanceRef.verification). A text, so that a key is
+    # cheap to hash and to send to a worker with every job; ``verification_settings()`` gives the object back.
+    verification: str = DEFAULT_VERIFICATION
     # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
     # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
     revision: str = ""
+
+    def verification_settings(self) -> VerificationSettings:
+        """The verification settings this key names.
+
+        Returns:
+            The settings (``VerificationSettings.from_dict`` of the key's text).
+        """
+        return VerificationSettings.from_dict(json.loads(self.verification))
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.

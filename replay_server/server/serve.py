@@ -12,8 +12,8 @@ from pathlib import Path
 
 import grpc
 
-from mneme._internal.startup_trace import mark
 from mneme._internal.network import is_loopback
+from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError
 from mneme.store.keys import is_local_store, local_store_root
 from replay_server.protocol import health_pb2_grpc, replay_pb2_grpc

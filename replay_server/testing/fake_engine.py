@@ -14,10 +14,10 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
-Every instance a worker opens appends its tolerance settings (``InstanceKey.tolerance``,
-``tolerance_runs``, ``tolerance_overrides``) as a JSON line to ``log_dir``/instances.log.
+Every instance a worker opens appends its verification settings (``InstanceKey.verification``,
+``VerificationSettings.to_dict()``) as a JSON line to ``log_dir``/instances.log.
 Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
-report ``relocated`` with the reason, and with ``no_relocate`` opening it fails as the real
+report ``relocated`` with the reason, and with ``relocate=False`` opening it fails as the real
 engine's does (RelocationRefusedError).
 Opening an instance (restoring it on a worker) appends "<record_id> <pid>" to opens.log.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
@@ -135,10 +135,10 @@ class FakeEngineSpec:
     def open(self, instance, device):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
+        verification = instance.verification_settings()
         with open(Path(self.log_dir) / "instances.log", "a") as log:
-            log.write(json.dumps({"tolerance": instance.tolerance, "tolerance_runs": instance.tolerance_runs,
-                                  "tolerance_overrides": instance.tolerance_overrides}) + "\n")
-        if instance.record_id == "taken-addresses" and instance.no_relocate:
+            log.write(json.dumps(verification.to_dict()) + "\n")
+        if instance.record_id == "taken-addresses" and verification.relocate is False:
             raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
         with open(Path(self.log_dir) / "opens.log", "a") as log:
             log.write(f"{instance.record_id} {os.getpid()}\n")

@@ -25,10 +25,10 @@ import time
 from pathlib import Path
 
 import pytest
-from mneme.testing.gpu import child_env
 from test_record import PROGRAMS, _nvcc, recorder_lib  # noqa: F401  (fixture)
 
 from mneme.recording.execution import RecordedExecution
+from mneme.testing.gpu import child_env
 
 pytestmark = pytest.mark.gpu
 

@@ -18,7 +18,8 @@ from mneme.format.hashing import static_hash
 from mneme.recording.execution import RecordedExecution
 from mneme.store import open_store
 from mneme.testing import vecadd_code
-from record_agent import session, spool as spool_module
+from record_agent import session
+from record_agent import spool as spool_module
 from record_agent.convert import SpoolConverter
 from record_agent.options import RecordOptions
 from record_agent.spool import read_entry

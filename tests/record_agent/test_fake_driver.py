@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_native_recorder import recorder  # noqa: F401  (fixture)
 
 from mneme.recording.execution import RecordedExecution
 from mneme.testing import vecadd_code
-from test_native_recorder import recorder  # noqa: F401  (fixture)
 
 FAKE = Path(__file__).resolve().parent / "fake_cuda"
 CUDA_INCLUDE = Path("/usr/local/cuda/include")

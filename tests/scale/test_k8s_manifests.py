@@ -83,5 +83,5 @@ def test_the_tuner_job():
     args = build_parser().parse_args([w.replace("$JOB_COMPLETION_INDEX", "0") for w in words])
     given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("action", "command")}
     options = resolve_options(given)
-    assert options.servers_from == "s3://mneme/servers" and options.token_file == "/etc/mneme/token/token"
+    assert options.servers_from == "s3://mneme/servers" and options.connection.token_file == "/etc/mneme/token/token"
     assert options.optuna_storage == "grpc://mneme-study:13000" and job["spec"]["parallelism"] == 2

@@ -1,8 +1,8 @@
 """Stored chunk frames: raw-block frames where compression would not pay, readable by any zstd decoder."""
 
-import blake3
 import os
 
+import blake3
 import numpy as np
 import pytest
 import zstandard

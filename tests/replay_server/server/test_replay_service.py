@@ -130,9 +130,10 @@ def test_a_crashed_compile_pool_is_replaced(served):
     (lambda r: setattr(r.instance, "record_db", "/etc/passwd"), "relative"),
     (lambda r: setattr(r.instance, "record_id", "../../x"), "record_id"),
     (lambda r: setattr(r.config, "codegen_method", 7), None),
-    (lambda r: setattr(r.instance, "tolerance_runs", 1), "at least 2 runs"),
-    (lambda r: setattr(r.instance, "tolerance_overrides", '{"acc": "f32:sometimes:1"}'), "sometimes"),
-    (lambda r: setattr(r.instance, "tolerance_overrides", "not json"), "JSON object"),
+    (lambda r: setattr(r.instance.verification, "runs", 1), "at least 2 runs"),
+    (lambda r: setattr(r.instance.verification, "overrides", '{"acc": "f32:sometimes:1"}'), "sometimes"),
+    (lambda r: setattr(r.instance.verification, "overrides", "not json"), "JSON object"),
+    (lambda r: r.instance.MergeFromString(b"\x1a\x04auto"), "sets tolerance, which this server no longer reads"),
 ])
 def test_malformed_requests_are_invalid_argument(served, mutate, fragment):
     stub = served[0]
@@ -163,7 +164,7 @@ def test_relocation_is_reported_on_the_wire_and_no_relocate_refuses(served):
     result = result_from_proto(stub.Replay(request(record_id="taken-addresses"), timeout=20).result)
     assert result.verified and result.relocated and result.relocation_reason == TAKEN_REASON
     refused = request(record_id="taken-addresses")
-    refused.instance.no_relocate = True
+    refused.instance.verification.relocate = False
     with pytest.raises(grpc.RpcError) as err:
         stub.Replay(refused, timeout=20)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and TAKEN_REASON in err.value.details()
