@@ -29,8 +29,7 @@ from typing import Any
 from mneme._internal.cache_dir import cache_root
 from mneme._internal.child_process import child_env, python_command
 from mneme.errors import MnemeError
-from mneme.model.verification import VerificationSettings
-from mneme.replay.readiness import ResetDecision
+from mneme.model.verification import ResetDecision, VerificationSettings
 
 #: How long the child may take besides the proof's own watchdog: its start, the CUDA context, the restore.
 CHILD_START_S = 120.0

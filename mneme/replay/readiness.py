@@ -25,12 +25,11 @@ Prepare), so that neither is counted in a configuration's time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from mneme.errors import MnemeError
 from mneme.model.experiment import STATUS_RUNTIME_ERROR, STATUS_TIMEOUT, ExperimentConfiguration
-from mneme.model.verification import VerificationSettings
+from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.replay import engine as eng
 from mneme.replay import judge
 from mneme.replay.compile import CompileError
@@ -46,20 +45,6 @@ RESET_POLICIES = ("auto", "always")
 #: the first launch) before it counts as hung; never less than ``PROOF_WATCHDOG_MIN_S``.
 PROOF_WATCHDOG_FACTOR = 20
 PROOF_WATCHDOG_MIN_S = 0.05
-
-
-@dataclass(frozen=True)
-class ResetDecision:
-    """What a proof made elsewhere decided (another process, a cache): the instance's replays reset
-    the written memory before every launch (``each_launch``) or only before each configuration's first.
-
-    Attributes:
-        each_launch: reset before every launch.
-        reason: why (shown in results as ``reset_reason``); '' when not ``each_launch``.
-    """
-
-    each_launch: bool
-    reason: str = ""
 
 
 def proof_watchdog(kernel_ns: float | None) -> float:
@@ -120,6 +105,7 @@ class Readiness:
         self.reset_reason = "the reset policy is always" if reset == "always" else ""
         self.kernel_ns = kernel_ns
         self._undecidable = False
+        self.measured_ns: int | None = None  # the kernel's time as the proof's first launch measured it
         if decided is not None:
             self.idempotent = not decided.each_launch
             self.reset_reason = decided.reason if decided.each_launch else ""
@@ -211,6 +197,7 @@ class Readiness:
                 self.reset_reason = "idempotence is not proven: the recorded launch does not reproduce the recording"
                 return False
             measured = (first.get("times_ns") or [0])[0]
+            self.measured_ns = int(measured) or None
             watchdog = proof_watchdog(max(measured or 0, self.kernel_ns or 0) or None)
             step = f"a second launch without a reset (watchdog {watchdog:.3g} s)"
             second = launcher.launch(loaded, baseline, 1, plan, resets=[], checks=checks.checks, check_launches=[0],

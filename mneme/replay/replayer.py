@@ -26,7 +26,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
-from mneme.model.verification import VerificationSettings
+from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.replay import engine as eng
 from mneme.replay import judge
 from mneme.replay.compile import CompiledCode, CompileOptions
@@ -34,7 +34,7 @@ from mneme.replay.engine import device_arch
 from mneme.replay.launch import Launcher, LaunchSettings, LoadedCode, RunFailure, measurements
 from mneme.replay.launch_attrs import LaunchPlan, plan_for
 from mneme.replay.nondeterminism import DerivedTolerance
-from mneme.replay.readiness import RESET_POLICIES, Readiness, ResetDecision
+from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
 from mneme.replay.tolerance import judged_overrides
 
@@ -261,6 +261,21 @@ class Replayer:
             The decision; None when none was made yet.
         """
         return self._readiness.decision()
+
+    def fallback(self) -> ResetDecision | None:
+        """The reset decision to replay with in a fresh process, when this one's proof lost its CUDA
+        context on a second launch without a reset (the kernel is not idempotent); None otherwise.
+
+        Returns:
+            The decision (resets before every launch, and why), or None.
+        """
+        decision = self._readiness.decision()
+        return decision if (self._readiness.failure and decision is not None and decision.each_launch) else None
+
+    @property
+    def kernel_ns(self) -> int | None:
+        """The kernel's time: measured by the proof's first launch, else as the application recorded it."""
+        return self._readiness.measured_ns or getattr(self.instance, "app_kernel_time_ns", None) or None
 
     def get_ready(self) -> str:
         """Do now the one-time work that the first configuration would otherwise pay for (the reset

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
-from mneme.model.verification import VerificationSettings
+from mneme.model.verification import ResetDecision, VerificationSettings
 
 DEFAULT_VERIFICATION = VerificationSettings().key()
 
@@ -76,6 +76,17 @@ class PreparedInstance(Protocol):
         """Never raises for a bad configuration: failures come back as failed results."""
         ...
 
+    def fallback(self) -> ResetDecision | None:
+        """When the reset policy's proof lost the CUDA context on a second launch without a reset (a
+        kernel that is not idempotent), how the next worker replays the instance: resets before every
+        launch, and why. None otherwise."""
+        ...
+
+    @property
+    def kernel_ns(self) -> int | None:
+        """The kernel's time (measured when prepared, else recorded): the replay watchdog's base."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -93,8 +104,9 @@ class EngineSpec(Protocol):
         """Raise when the device cannot replay; return facts about it ({'arch': 'sm_90', ...})."""
         ...
 
-    def open(self, instance: InstanceKey, device: int) -> PreparedInstance:
-        """Load and restore ``instance``; raise LookupError for an unknown id, ArtifactError for a bad artifact."""
+    def open(self, instance: InstanceKey, device: int, reset_decision: ResetDecision | None = None) -> PreparedInstance:
+        """Load and restore ``instance`` (with the reset policy a proof made elsewhere decided: then none is
+        made here); raise LookupError for an unknown id, ArtifactError for a bad artifact."""
         ...
 
     def compiler(self) -> CompileFunction | None: ...

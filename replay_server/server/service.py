@@ -148,7 +148,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             )
         job = Job(
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
-            timeout=request.timeout_seconds or self.watchdog,
+            timeout=request.timeout_seconds or self.watchdog, derived_watchdog=not request.timeout_seconds,
         )
         return self.pool.submit(job)  # its compile starts now, ahead of the GPU
 

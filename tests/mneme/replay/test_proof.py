@@ -9,10 +9,9 @@ import pytest
 
 import mneme.replay.proof as proof
 import mneme.testing.synthetic_recordings as synth
-from mneme.model.verification import VerificationSettings
+from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.recording.execution import RecordedExecution
 from mneme.replay.proof import decide_resets as real_decide_resets  # (the tests' conftest patches the module's)
-from mneme.replay.readiness import ResetDecision
 
 
 @pytest.fixture

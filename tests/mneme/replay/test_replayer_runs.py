@@ -13,12 +13,12 @@ import json
 import pytest
 
 import mneme.testing.synthetic_recordings as synth
-from mneme.model.verification import VerificationSettings
+from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.recording.execution import RecordedExecution
 from mneme.replay import engine as eng
 from mneme.replay import placement
 from mneme.replay.placement import ProcessReservations
-from mneme.replay.readiness import ResetDecision, proof_watchdog
+from mneme.replay.readiness import proof_watchdog
 from mneme.testing.fake_native_engine import AddressSpace, FakeKernel, cuda_error, native_module
 
 N, BLOCK = 4096, 256
