@@ -93,6 +93,7 @@ class LoadedCode:
     args: bytes  # the argument buffer with pointers translated for this module
     param_offsets: list[int]  # where each parameter starts in args (empty: pass args as one buffer)
     load_seconds: float  # the driver's module load, counted once: by the run that loaded it
+    check_plan: Any = None  # (the bounds it was planned with, judge.CheckPlan): the replayer's, per code
 
 
 class Launcher:
@@ -334,6 +335,54 @@ class Launcher:
             attributes=list(plan.attributes),
             param_offsets=loaded.param_offsets,
         )
+
+    def batch_item(
+        self,
+        loaded: LoadedCode,
+        config: ExperimentConfiguration,
+        launches: int,
+        plan: LaunchPlan,
+        *,
+        before: list,
+        resets: list,
+        checks: list,
+        check_launches: list[int],
+        expected_ns: int = 0,
+    ) -> tuple:
+        """One configuration of an engine call shared by several (:meth:`launch_batch`): as :meth:`launch`'s
+        timed replay from the recorded memory, with the full reset as the item's first copies.
+
+        Args:
+            loaded: the loaded code.
+            config: the launch shape.
+            launches: how many launches.
+            plan: the recorded launch attributes.
+            before: (dst, src, size) copies before the first launch (``DeviceState.full_reset_copies``).
+            resets: (dst, src, size) copies before each launch.
+            checks: the engine's comparisons.
+            check_launches: the launches after which they are made.
+            expected_ns: the kernel's expected time per launch (0: unknown).
+
+        Returns:
+            The engine's batch item.
+        """
+        return (loaded.function, config.grid.as_tuple(), config.block.as_tuple(), config.shared_mem, loaded.args,
+                launches, before, resets, checks, check_launches, list(plan.attributes), loaded.param_offsets,
+                int(expected_ns))  # fmt: skip
+
+    def launch_batch(self, items: list[tuple]) -> list[dict]:
+        """One engine call for several configurations (``Context.run_batch``): one synchronization for all.
+
+        Args:
+            items: :meth:`batch_item`'s tuples.
+
+        Returns:
+            The engine's output of each, as :meth:`launch` gives it.
+
+        Raises:
+            Exception: the engine's CudaError (which configuration caused it is not known).
+        """
+        return self.ctx.run_batch(items, timeout_s=self.settings.timeout_s)
 
     def run_failure(self, exc: Exception) -> RunFailure:
         """What a configuration's replay that raised ``exc`` in :meth:`launch` reports.

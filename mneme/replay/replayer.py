@@ -38,7 +38,30 @@ from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
 from mneme.replay.tolerance import judged_overrides
 
-__all__ = ["Replayer", "RESET_POLICIES", "device_arch"]
+__all__ = ["Replayer", "RESET_POLICIES", "device_arch", "BatchLost"]
+
+
+class BatchLost(Exception):
+    """The CUDA context was lost inside an engine call shared by several configurations
+    (:meth:`Replayer.run_many`): which configuration did it is not known. The process must be
+    replaced and each configuration replayed alone.
+    """
+
+
+class _Planned:
+    """A configuration ready to launch: its code loaded, its launch checked, its comparisons planned."""
+
+    __slots__ = ("config", "launches", "warmup", "loaded", "checks", "resets_each_launch", "base", "measured")
+
+    def __init__(self, config: ExperimentConfiguration, launches: int, warmup: int, loaded: LoadedCode,
+                 checks: judge.CheckPlan, resets_each_launch: bool, base: dict, measured: dict) -> None:
+        self.config, self.launches, self.warmup, self.loaded = config, launches, warmup, loaded
+        self.checks, self.resets_each_launch, self.base, self.measured = checks, resets_each_launch, base, measured
+
+    def failure(self, failure: RunFailure) -> ExperimentResult:
+        """The failed result of this configuration's replay."""
+        return ExperimentResult.failure(failure.status, failure.error, end_time=_now(), **self.base, **self.measured,
+                                        **failure.fields)  # fmt: skip
 
 
 def _now() -> str:
@@ -315,23 +338,106 @@ class Replayer:
         Returns:
             The result; a failed one (``status``, ``error``) for a configuration that cannot run.
         """
-        start = _now()
-        base = {
+        base = self._base(warmup)
+        try:
+            return self._run(config, int(iterations), int(warmup), compiled, base)
+        except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
+            return self._internal_error(exc, base)
+
+    def run_many(
+        self, requests: "list[tuple[ExperimentConfiguration, int, int, CompiledCode | None]]"
+    ) -> list[ExperimentResult]:
+        """Replay several configurations, each as :meth:`run` would, with their launches in one engine call
+        where the engine has one (``run_batch``): the configurations then run back to back on the GPU
+        with one synchronization for all, and no host work between them. Results are in the order of
+        ``requests`` and are those ``run`` gives (a configuration the driver refuses in the shared call
+        is replayed alone).
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            One result per request.
+
+        Raises:
+            BatchLost: the shared call destroyed the CUDA context; which configuration did it is not
+                known (the Replayer is unhealthy: replay each alone in a fresh process).
+        """
+        if len(requests) < 2 or not self._batchable():
+            return [self.run(config, iterations, warmup, compiled) for config, iterations, warmup, compiled in requests]
+        results: list[Any] = []
+        planned: list[tuple[int, _Planned]] = []
+        for index, (config, iterations, warmup, compiled) in enumerate(requests):
+            base = self._base(warmup)
+            try:
+                one = self._plan(config, int(iterations), int(warmup), compiled, base)
+            except Exception as exc:  # a bug of ours: as run() says it
+                one = self._internal_error(exc, base)
+            results.append(one)
+            if isinstance(one, _Planned):
+                planned.append((index, one))
+        if planned:
+            for (index, one), out in zip(planned, self._launch_batch([one for _, one in planned])):
+                try:
+                    if isinstance(out, RunFailure):
+                        results[index] = one.failure(out)
+                    else:
+                        results[index] = self._conclude(one, out)
+                except Exception as exc:
+                    results[index] = self._internal_error(exc, one.base)
+        return results
+
+    def _batchable(self) -> bool:
+        """Whether configurations can share an engine call: the engine has one, launches are timed with
+        events without an L2 scrub, and no recorded pointer needs rewriting per module."""
+        return (hasattr(self.ctx, "run_batch") and self.timing == "events" and not self.l2_scrub
+                and self._state is not None and not self._state.has_pointer_sites)
+
+    def _launch_batch(self, planned: "list[_Planned]") -> "list[dict | RunFailure]":
+        """The launches of every planned configuration in one engine call; what the engine gave for each
+        (or, when the driver refused the shared call, each one's own replay, a RunFailure for those that fail)."""
+        launcher, state, plan = self._launcher, self._state, self.launch_plan
+        expected = int(self.kernel_ns or 0)
+        items = []
+        for one in planned:
+            homes = one.loaded.global_homes
+            items.append(launcher.batch_item(
+                one.loaded, one.config, one.launches, plan, before=state.full_reset_copies(homes),
+                resets=state.iteration_resets(homes) if one.resets_each_launch else [], checks=one.checks.checks,
+                check_launches=judge.checked_launches(one.launches, self.verify_every_iteration),
+                expected_ns=expected))  # fmt: skip
+        try:
+            return launcher.launch_batch(items)
+        except Exception as exc:
+            code_no = launcher.driver_failure(exc)  # a bug of ours (not a driver error) propagates
+            if code_no in eng.CONTEXT_DESTROYING:
+                raise BatchLost(f"the CUDA context was lost in an engine call of {len(items)} configurations "
+                                f"({exc}); each is replayed alone in a fresh process") from None
+        outs: list[dict | RunFailure] = []  # the driver refused the shared call: each alone says why
+        for one in planned:
+            try:
+                outs.append(self._launch(one.loaded, one.config, one.launches, plan, one.checks,
+                                         one.resets_each_launch))  # fmt: skip
+            except RunFailure as failure:
+                outs.append(failure)
+        return outs
+
+    def _base(self, warmup: int) -> dict:
+        return {
             "gpu_id": self.device,
-            "start_time": start,
+            "start_time": _now(),
             "warmup": max(int(warmup), 0),
             "relocated": self.relocated_heap,
             "relocation_reason": self.relocation_reason,
         }
-        try:
-            return self._run(config, int(iterations), int(warmup), compiled, base)
-        except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
-            return ExperimentResult.failure(
-                STATUS_INTERNAL_ERROR,
-                f"internal error in the replay engine: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
-                end_time=_now(),
-                **base,
-            )
+
+    def _internal_error(self, exc: Exception, base: dict) -> ExperimentResult:
+        return ExperimentResult.failure(
+            STATUS_INTERNAL_ERROR,
+            f"internal error in the replay engine: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+            end_time=_now(),
+            **base,
+        )
 
     def close(self) -> None:
         """Release device memory and modules; the Replayer cannot run afterwards."""
@@ -354,6 +460,21 @@ class Replayer:
     def _run(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
     ) -> ExperimentResult:
+        planned = self._plan(config, iterations, warmup, compiled, base)
+        if isinstance(planned, ExperimentResult):
+            return planned
+        try:
+            out = self._launch(planned.loaded, config, planned.launches, self.launch_plan, planned.checks,
+                               planned.resets_each_launch)  # fmt: skip
+        except RunFailure as failure:
+            return planned.failure(failure)
+        return self._conclude(planned, out)
+
+    def _plan(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
+    ) -> "_Planned | ExperimentResult":
+        """Everything before the launches: the checks of the request, the code loaded, the launch checks
+        and the comparisons; a failed result when the configuration cannot run."""
         measured: dict[str, Any] = {}  # what the code gives, once loaded: failures after that carry it too
         launcher, plan = self._launcher, self.launch_plan
         try:
@@ -362,13 +483,38 @@ class Replayer:
             loaded = launcher.prepare(config, compiled)
             measured = measurements(loaded.code, loaded)
             launcher.check_launch(loaded, config, plan)
-            checks = judge.plan_checks(self._state, loaded.global_homes, self.overrides, self._readiness.derived)
-            out, found, resets_each_launch = self._replay(loaded, config, warmup + iterations, plan, checks,
-                                                          resets_each_launch)  # fmt: skip
+            checks = self._checks(loaded)
         except RunFailure as failure:
             return ExperimentResult.failure(failure.status, failure.error, end_time=_now(), **base, **measured,
                                             **failure.fields)  # fmt: skip
-        self.last_timing = launcher.timing(out, warmup + iterations, resets_each_launch)
+        return _Planned(config, warmup + iterations, warmup, loaded, checks, resets_each_launch, base, measured)
+
+    def _checks(self, loaded: LoadedCode) -> judge.CheckPlan:
+        """The comparisons of a replay of ``loaded`` (made once per loaded code and bounds: the same for
+        every configuration of one code variant)."""
+        derived = self._readiness.derived
+        cached = loaded.check_plan
+        if cached is not None and cached[0] is derived:
+            return cached[1]
+        checks = judge.plan_checks(self._state, loaded.global_homes, self.overrides, derived)
+        loaded.check_plan = (derived, checks)
+        return checks
+
+    def _conclude(self, planned: "_Planned", out: dict) -> ExperimentResult:
+        """The verdict of a replay whose launches gave ``out``: judged (a configuration right only from the
+        recorded memory is replayed again with resets before every launch) and reported."""
+        launcher, plan, config = self._launcher, self.launch_plan, planned.config
+        loaded, checks, launches = planned.loaded, planned.checks, planned.launches
+        resets_each_launch = planned.resets_each_launch
+        try:
+            found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            if found and not resets_each_launch and judge.first_launch_verified(found):
+                resets_each_launch = True
+                out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
+                found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+        except RunFailure as failure:
+            return planned.failure(failure)
+        self.last_timing = launcher.timing(out, launches, resets_each_launch)
         nondeterminism, note = self._readiness.baseline_findings(config, found, plan)
         return ExperimentResult(
             exec_time=[int(t) for t in out["times_ns"]],
@@ -378,8 +524,8 @@ class Replayer:
             reset_each_launch=resets_each_launch,
             reset_reason=self._reset_reason(resets_each_launch),
             **judge.verdict(checks, out, found, self._readiness.derived, nondeterminism, note),
-            **base,
-            **measured,
+            **planned.base,
+            **planned.measured,
         )
 
     def _reset_reason(self, resets_each_launch: bool) -> str:
@@ -416,25 +562,6 @@ class Replayer:
             status, error = self._readiness.unusable()
             raise RunFailure(status, error, executed=True)
         return resets_each_launch
-
-    def _replay(
-        self, loaded: LoadedCode, config: ExperimentConfiguration, launches: int, plan: LaunchPlan,
-        checks: judge.CheckPlan, resets_each_launch: bool,
-    ) -> tuple[dict, list[dict[str, Any]], bool]:  # fmt: skip
-        """The launches and their mismatches: (engine output, mismatches, whether every launch was reset).
-
-        Idempotence was proven for the recorded launch, not for this configuration: one whose first
-        launch (from the recorded memory) verified and a later one, run on what the previous launch
-        left, did not is judged as the application runs it: replayed with the written memory reset
-        before every launch.
-        """
-        out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
-        found = judge.mismatches(checks, out, self._state, loaded.global_homes)
-        if found and not resets_each_launch and judge.first_launch_verified(found):
-            resets_each_launch = True
-            out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
-            found = judge.mismatches(checks, out, self._state, loaded.global_homes)
-        return out, found, resets_each_launch
 
     def _launch(
         self, loaded: LoadedCode, config: ExperimentConfiguration, launches: int, plan: LaunchPlan,

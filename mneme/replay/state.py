@@ -247,6 +247,16 @@ class DeviceState:
             if live is not None:
                 self.ctx.copy(live, r.reset_source, r.size)
 
+    def full_reset_copies(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
+        """(dst, src, size) copies of every region's prologue into its live memory: :meth:`full_reset` as
+        copies an engine call makes in its stream (``run_batch``)."""
+        out = []
+        for r in self.regions:
+            live = self.live_address(r, global_homes)
+            if live is not None:
+                out.append((live, r.reset_source, r.size))
+        return out
+
     def iteration_resets(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
         """(dst, src, size) copies that restore what the kernel writes, before each launch."""
         out = []

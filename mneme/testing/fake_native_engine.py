@@ -54,6 +54,7 @@ class AddressSpace:
     allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
     kernel: "FakeKernel | None" = None  # what loaded modules launch; None: loading a module fails
     copied_since_run: bool = True  # device copies (resets) made since the last run
+    batches: list = field(default_factory=list)  # the size of every ``Context.run_batch`` call
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
 
     def taken(self, start: int, end: int) -> bool:
@@ -148,6 +149,22 @@ class FakeContext:
 
     def copy(self, dst: int, src: int, size: int) -> None:
         self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
+
+    def run_batch(self, items: list, timeout_s: float = 0.0, gate_max_ns: int = 1_000_000_000) -> list:
+        """The native ``Context.run_batch``: each item (function, grid, block, shared_mem, args, launches,
+        before, resets, checks, check_launches, attributes, param_offsets, expected_ns) runs as its
+        function's ``run`` would, after its ``before`` copies (a reset from the recorded memory); an error
+        of any item ends the whole call, as the native one's synchronization does."""
+        self.space.batches.append(len(items))
+        outs = []
+        for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches, attributes,
+             param_offsets, _expected) in items:  # fmt: skip
+            if before:
+                self.space.copied_since_run = True
+            outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,
+                                     check_launches=check_launches, timeout_s=timeout_s, attributes=attributes,
+                                     param_offsets=param_offsets))  # fmt: skip
+        return outs
 
     def load_module(self, image: bytes, options: dict | None = None):
         if self.space.kernel is None:

@@ -78,7 +78,10 @@ public:
     X(cuEventDestroy)                        \
     X(cuEventRecord)                         \
     X(cuEventElapsedTime)                    \
-    X(cuEventQuery)
+    X(cuEventQuery)                          \
+    X(cuMemHostAlloc)                        \
+    X(cuMemHostGetDevicePointer)             \
+    X(cuMemFreeHost)
 
 struct Driver {
 #define MNEME_DECLARE(name) decltype(&::name) name = nullptr;

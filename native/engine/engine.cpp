@@ -4,6 +4,7 @@
 #include "cupti_timer.hpp"
 #include "compare_fatbin.h"  // generated: mneme_compare_fatbin[] (compare_kernels.cu)
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -168,6 +169,7 @@ ContextState::~ContextState() {
     d.cuCtxSetCurrent(context);
     for (CUevent e : events) d.cuEventDestroy(e);
     if (scrub_buffer) d.cuMemFree(scrub_buffer);
+    if (gate_host) d.cuMemFreeHost(const_cast<uint32_t*>(gate_host));
     if (compare_module) d.cuModuleUnload(compare_module);
     if (stream) d.cuStreamDestroy(stream);
     d.cuDevicePrimaryCtxRelease(device);
@@ -525,6 +527,212 @@ std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>
     check(d.cuStreamSynchronize(ctx->stream), "cuStreamSynchronize");
     check(d.cuMemcpyDtoH(host.data(), scratch.ptr, host.size() * 8), "cuMemcpyDtoH(compare slots)");
     return unpack(host, 0, checks.size());
+}
+
+}  // namespace mneme
+
+// ------------------------------------------------------------------- batches
+namespace mneme {
+
+void ContextState::ensure_gate() {
+    if (gate_host) return;
+    const Driver& d = driver();
+    check(d.cuModuleGetFunction(&wait_flag, compare_module, "mneme_wait_flag"), "cuModuleGetFunction(mneme_wait_flag)");
+    void* host = nullptr;
+    check(d.cuMemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc(gate)");
+    CUdeviceptr dev = 0;
+    CUresult r = d.cuMemHostGetDevicePointer(&dev, host, 0);
+    if (r != CUDA_SUCCESS) {
+        d.cuMemFreeHost(host);
+        check(r, "cuMemHostGetDevicePointer(gate)");
+    }
+    gate_host = static_cast<volatile uint32_t*>(host);
+    *gate_host = 0;
+    gate_device = dev;
+    gate_value = 0;
+}
+
+namespace {
+
+// Opens the gate when it goes out of scope (an exception while enqueueing must not leave the
+// GPU waiting for its maximum).
+struct Gate {
+    ContextState& ctx;
+    uint32_t value;
+    bool open = false;
+    void release() {
+        if (open) return;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        *ctx.gate_host = value;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        open = true;
+    }
+    ~Gate() { release(); }
+};
+
+// What one item's launches need, made once: kernel parameters pointing into its own copy of
+// the argument bytes, the launch attributes and configuration.
+struct PreparedItem {
+    std::string args;
+    size_t arg_size = 0;
+    std::vector<void*> params;
+    void* extra[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+    std::vector<CUlaunchAttribute> attrs;
+    CUlaunchConfig config{};
+    size_t first_event = 0;
+    size_t first_slot = 0;
+    std::vector<int> checked;
+};
+
+void prepare_item(const BatchItem& item, PreparedItem& p, CUstream stream) {
+    p.args = item.args;
+    p.arg_size = p.args.size();
+    for (size_t off : item.spec.param_offsets) {
+        if (off >= p.arg_size) throw std::invalid_argument("a parameter offset lies past the argument bytes");
+        p.params.push_back(p.args.data() + off);
+    }
+    p.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+    p.extra[1] = p.args.data();
+    p.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+    p.extra[3] = &p.arg_size;
+    p.extra[4] = CU_LAUNCH_PARAM_END;
+    p.attrs.resize(item.spec.attributes.size());
+    for (size_t i = 0; i < p.attrs.size(); ++i) {
+        const LaunchAttr& a = item.spec.attributes[i];
+        if (a.value.size() > sizeof(CUlaunchAttributeValue))
+            throw std::invalid_argument("a launch attribute value is longer than CUlaunchAttributeValue");
+        std::memset(&p.attrs[i], 0, sizeof(CUlaunchAttribute));
+        p.attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
+        std::memcpy(&p.attrs[i].value, a.value.data(), a.value.size());
+    }
+    CUlaunchConfig& c = p.config;
+    c.gridDimX = item.grid[0], c.gridDimY = item.grid[1], c.gridDimZ = item.grid[2];
+    c.blockDimX = item.block[0], c.blockDimY = item.block[1], c.blockDimZ = item.block[2];
+    c.sharedMemBytes = item.shared_mem;
+    c.hStream = stream;
+    c.attrs = p.attrs.data();
+    c.numAttrs = static_cast<unsigned>(p.attrs.size());
+    for (int i : item.check_launches) {
+        if (i < 0 || i >= item.launches) throw std::invalid_argument("check_launches names a launch that does not exist");
+        if (!p.checked.empty() && i <= p.checked.back())
+            throw std::invalid_argument("check_launches must be sorted and distinct");
+        p.checked.push_back(i);
+    }
+}
+
+}  // namespace
+
+std::vector<RunResult> run_batch(const ContextPtr& ctx_ptr, const std::vector<BatchItem>& items, double timeout_s,
+                                 uint64_t gate_max_ns) {
+    const Driver& d = driver();
+    ContextState& ctx = *ctx_ptr;
+    ctx.make_current();
+    std::vector<RunResult> results(items.size());
+    if (items.empty()) return results;
+    std::vector<PreparedItem> prepared(items.size());
+    size_t events = 0, slots = 0;
+    int64_t total_launches = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        if (!item.function) throw std::invalid_argument("a batch item has no function");
+        if (item.function->ctx.get() != &ctx) throw std::invalid_argument("a batch item's function is of another context");
+        if (item.launches < 1) throw std::invalid_argument("launches must be at least 1");
+        prepare_item(item, prepared[k], ctx.stream);
+        prepared[k].first_event = events;
+        prepared[k].first_slot = slots;
+        events += 2 * static_cast<size_t>(item.launches);
+        slots += prepared[k].checked.size() * item.checks.size();
+        total_launches += item.launches;
+    }
+    ctx.ensure_events(events);
+    ctx.ensure_gate();
+    std::vector<uint64_t> host(slots * kSlotWords);
+    for (size_t s = 0; s < slots; ++s) init_slot(host.data() + s * kSlotWords);
+    DeviceScratch scratch(slots * kSlotBytes);
+    if (slots) check(d.cuMemcpyHtoD(scratch.ptr, host.data(), slots * kSlotBytes), "cuMemcpyHtoD(compare slots)");
+
+    int64_t t0 = now_ns();
+    Gate gate{ctx, ++ctx.gate_value};
+    {
+        CUdeviceptr flag = ctx.gate_device;
+        unsigned value = gate.value;
+        unsigned long long max_ns = gate_max_ns;
+        void* params[] = {&flag, &value, &max_ns};
+        check(d.cuLaunchKernel(ctx.wait_flag, 1, 1, 1, 1, 1, 1, 0, ctx.stream, params, nullptr),
+              "cuLaunchKernel(gate)");
+    }
+    // The gate opens once the GPU time already enqueued (the kernels' expected times) covers what
+    // the host still has to enqueue, at the host's measured pace, with a margin: the GPU then never
+    // waits for the host inside a timed launch.
+    int64_t enqueued_launches = 0, ahead_ns = 0;
+    bool known = true;
+    for (const BatchItem& item : items) known = known && item.expected_ns > 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        PreparedItem& p = prepared[k];
+        void** params_ptr = p.params.empty() ? nullptr : p.params.data();
+        void** extra_ptr = (p.arg_size && !params_ptr) ? p.extra : nullptr;
+        for (const Copy& c : item.before)
+            check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(full reset)");
+        size_t checked = 0;
+        for (int i = 0; i < item.launches; ++i) {
+            for (const Copy& c : item.resets)
+                check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(reset)");
+            CUevent start = ctx.events[p.first_event + 2 * i], stop = ctx.events[p.first_event + 2 * i + 1];
+            check(d.cuEventRecord(start, ctx.stream), "cuEventRecord");
+            if (p.attrs.empty())
+                check(d.cuLaunchKernel(item.function->fn, item.grid[0], item.grid[1], item.grid[2], item.block[0],
+                                       item.block[1], item.block[2], item.shared_mem, ctx.stream, params_ptr,
+                                       extra_ptr),
+                      "cuLaunchKernel");
+            else
+                check(d.cuLaunchKernelEx(&p.config, item.function->fn, params_ptr, extra_ptr), "cuLaunchKernelEx");
+            check(d.cuEventRecord(stop, ctx.stream), "cuEventRecord");
+            if (checked < p.checked.size() && p.checked[checked] == i) {
+                for (size_t c = 0; c < item.checks.size(); ++c)
+                    enqueue_check(ctx, item.checks[c],
+                                  scratch.ptr + (p.first_slot + checked * item.checks.size() + c) * kSlotBytes);
+                ++checked;
+            }
+            ++enqueued_launches;
+            ahead_ns += item.expected_ns;
+            if (known && !gate.open) {
+                int64_t pace = (now_ns() - t0) / enqueued_launches;  // host ns per launch so far
+                int64_t rest = (total_launches - enqueued_launches) * pace;
+                if (ahead_ns >= 2 * rest + 50'000) gate.release();
+            }
+        }
+    }
+    gate.release();
+    wait_stream(ctx, timeout_s);
+    int64_t wall = now_ns() - t0;
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        PreparedItem& p = prepared[k];
+        RunResult& r = results[k];
+        r.checked_launches = p.checked;
+        r.wall_ns = wall;
+        for (int i = 0; i < item.launches; ++i) {
+            float ms = 0;
+            check(d.cuEventElapsedTime(&ms, ctx.events[p.first_event + 2 * i], ctx.events[p.first_event + 2 * i + 1]),
+                  "cuEventElapsedTime");
+            r.times_ns.push_back(static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
+        }
+        r.event_times_ns = r.times_ns;
+        float span_ms = 0;
+        check(d.cuEventElapsedTime(&span_ms, ctx.events[p.first_event],
+                                   ctx.events[p.first_event + 2 * item.launches - 1]),
+              "cuEventElapsedTime");
+        r.gpu_span_ns = static_cast<int64_t>(std::llround(static_cast<double>(span_ms) * 1e6));
+    }
+    if (slots) check(d.cuMemcpyDtoH(host.data(), scratch.ptr, slots * kSlotBytes), "cuMemcpyDtoH(compare slots)");
+    for (size_t k = 0; k < items.size(); ++k) {
+        const PreparedItem& p = prepared[k];
+        size_t n = items[k].checks.size();
+        for (size_t c = 0; c < p.checked.size(); ++c)
+            results[k].checks.push_back(unpack(host, p.first_slot + c * n, n));
+    }
+    return results;
 }
 
 }  // namespace mneme

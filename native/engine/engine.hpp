@@ -41,6 +41,13 @@ public:
     int sm_count = 0;
     std::vector<CUevent> events;                   // pool, grows on demand
     void ensure_events(size_t n);
+    // run_batch's gate: a word of pinned host memory the device reads (mapped), the value that
+    // opens the next gate, and the kernel that waits for it (all made on first use).
+    volatile uint32_t* gate_host = nullptr;
+    CUdeviceptr gate_device = 0;
+    uint32_t gate_value = 0;
+    CUfunction wait_flag = nullptr;
+    void ensure_gate();
 };
 using ContextPtr = std::shared_ptr<ContextState>;
 
@@ -151,6 +158,33 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
                        uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false,
                        const LaunchSpec& spec = {});
+
+// One configuration of a batch (run_batch): the launches of `function` with `before` copied first
+// (the full reset from the recorded memory), then per launch as run_launches does them.
+// expected_ns: the kernel's expected time per launch (0: unknown), which tells run_batch how far
+// ahead of the GPU its enqueueing is.
+struct BatchItem {
+    const Function* function = nullptr;  // owned by the caller for the call's duration
+    std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+    unsigned shared_mem = 0;
+    std::string args;
+    int launches = 1;
+    std::vector<Copy> before;
+    std::vector<Copy> resets;
+    std::vector<Check> checks;
+    std::vector<int> check_launches;
+    LaunchSpec spec;
+    int64_t expected_ns = 0;
+};
+
+// Several configurations in one call, one synchronization at the end: each item's copies,
+// launches (events around each) and comparisons are enqueued behind a gate (a kernel waiting
+// for a host-written word) that opens as soon as what is enqueued keeps the GPU busy until the
+// host has enqueued the rest (measured as it goes; at the end when the kernels' time is not
+// known), so the events time kernels, not enqueueing, and the GPU runs the items back to back.
+// One RunResult per item; wall_ns is the whole batch's. No CUPTI, no L2 scrub (run_launches).
+std::vector<RunResult> run_batch(const ContextPtr& ctx, const std::vector<BatchItem>& items, double timeout_s,
+                                 uint64_t gate_max_ns);
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);
