@@ -284,7 +284,7 @@ class TuneRun:
             budget = max(0, o.trials - len(previous)) if o.trials is not None else None
             loop = TuningLoop(strategy=strategy, executor=executor, results=results, objective=objective,
                               reporter=reporter, log=self.log, state=state, budget=budget, timeout=o.timeout,
-                              in_flight=o.workers if o.sampler in ("tpe", "nsga2") else 2 * o.workers,
+                              in_flight=in_flight(executor, o.workers),
                               fail_fast=o.fail_fast, adaptive_invalid_ban=o.adaptive_invalid_ban)
             total = o.trials if o.trials is not None else description.get("size")
             reporter.start(total)
@@ -402,6 +402,23 @@ class TuneRun:
             write_export(export, identity, best, o.to_dict())
             self.log.info("wrote the tuned-kernels export %s", export)
         return 1 if state.stopped == "fail-fast" else 0
+
+
+def in_flight(executor: Any, workers: int) -> int:
+    """Candidates the loop keeps submitted: as many as the servers hold at once (the executor's
+    ``capacity``: each worker's configurations in hand and the next ones queued behind them), so that
+    the servers never wait for the sampler, which asks for the next candidates while they replay;
+    executors that do not say, two per worker.
+
+    Args:
+        executor: the run's executor.
+        workers: the run's ``--workers``.
+
+    Returns:
+        The number of candidates in flight.
+    """
+    capacity = getattr(executor, "capacity", None)
+    return max(1, int(capacity)) if isinstance(capacity, int) else 2 * max(1, workers)
 
 
 def run_tune(options: TuneOptions, **kwargs: Any) -> int:

@@ -29,7 +29,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
 )
 from mneme.replay import engine as eng
-from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for
+from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for, needs_recompile
 from mneme.replay.launch_attrs import LaunchPlan
 from mneme.replay.state import DeviceState
 
@@ -128,6 +128,7 @@ class Launcher:
         self.state, self.settings, self.compile_options = state, settings, compile_options
         self.healthy = True
         self._modules: OrderedDict[str, LoadedCode] = OrderedDict()
+        self._recorded: CompiledCode | None = None  # the recorded launch's code, once made
 
     # -- code --------------------------------------------------------------------------------
     def compile(self, config: ExperimentConfiguration) -> CompiledCode:
@@ -140,6 +141,15 @@ class Launcher:
             The compiled code (the recorded cubin for the baseline).
         """
         return compile_for(self.recording, self.instance, config, self.arch, self.compile_options)
+
+    def _code(self, config: ExperimentConfiguration) -> CompiledCode:
+        """:meth:`compile`, with the recorded launch's code kept once made (the same for every
+        configuration that runs it: a launch-shape sweep asks for it once per configuration)."""
+        if needs_recompile(config, self.compile_options):
+            return self.compile(config)
+        if self._recorded is None:
+            self._recorded = self.compile(config)
+        return self._recorded
 
     def load(self, code: CompiledCode) -> LoadedCode:
         """``code`` loaded in this context (cached by the code's key), its globals located and the
@@ -212,7 +222,7 @@ class Launcher:
                 ``runtime_error`` (loading destroyed the context).
         """
         try:
-            code = compiled if compiled is not None else self.compile(config)
+            code = compiled if compiled is not None else self._code(config)
         except ConfigurationError as exc:
             raise RunFailure(STATUS_INVALID_CONFIG, str(exc)) from None
         except (CompileError, MnemeError) as exc:
@@ -349,7 +359,7 @@ class Launcher:
         check_launches: list[int],
         expected_ns: int = 0,
     ) -> tuple:
-        """One configuration of an engine call shared by several (:meth:`launch_batch`): as :meth:`launch`'s
+        """One configuration of an engine call shared by several (:meth:`start_batch`): as :meth:`launch`'s
         timed replay from the recorded memory, with the full reset as the item's first copies.
 
         Args:
@@ -370,19 +380,34 @@ class Launcher:
                 launches, before, resets, checks, check_launches, list(plan.attributes), loaded.param_offsets,
                 int(expected_ns))  # fmt: skip
 
-    def launch_batch(self, items: list[tuple]) -> list[dict]:
-        """One engine call for several configurations (``Context.run_batch``): one synchronization for all.
+    def start_batch(self, items: list[tuple]) -> Any:
+        """Enqueue several configurations in one engine call (``Context.start_batch``) without waiting for
+        the GPU: the next batch can be enqueued while this one runs.
 
         Args:
             items: :meth:`batch_item`'s tuples.
 
         Returns:
-            The engine's output of each, as :meth:`launch` gives it.
+            The engine's batch: its ``wait(timeout_s)`` gives the output of each configuration, as
+            :meth:`launch` gives it, or raises the engine's CudaError (which configuration caused it is
+            not known).
 
         Raises:
-            Exception: the engine's CudaError (which configuration caused it is not known).
+            Exception: the engine's CudaError when the driver refused to enqueue.
         """
-        return self.ctx.run_batch(items, timeout_s=self.settings.timeout_s)
+        return self.ctx.start_batch(items)
+
+    def wait_batch(self, batch: Any) -> list[dict]:
+        """What a batch of :meth:`start_batch` gave, once the GPU is done (the replayer's watchdog bounds
+        the wait).
+
+        Args:
+            batch: the engine's batch.
+
+        Returns:
+            The engine's output of each configuration.
+        """
+        return batch.wait(timeout_s=self.settings.timeout_s)
 
     def run_failure(self, exc: Exception) -> RunFailure:
         """What a configuration's replay that raised ``exc`` in :meth:`launch` reports.

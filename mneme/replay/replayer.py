@@ -14,6 +14,7 @@ server's worker processes are for.
 from __future__ import annotations
 
 import datetime as _dt
+import time
 import traceback
 from typing import Any
 
@@ -38,7 +39,7 @@ from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
 from mneme.replay.tolerance import judged_overrides
 
-__all__ = ["Replayer", "RESET_POLICIES", "device_arch", "BatchLost"]
+__all__ = ["Replayer", "ReplayBatch", "RESET_POLICIES", "device_arch", "BatchLost"]
 
 
 class BatchLost(Exception):
@@ -46,6 +47,59 @@ class BatchLost(Exception):
     (:meth:`Replayer.run_many`): which configuration did it is not known. The process must be
     replaced and each configuration replayed alone.
     """
+
+
+class ReplayBatch:
+    """Configurations whose launches were enqueued together (:meth:`Replayer.start_many`)."""
+
+    def __init__(self, replayer: "Replayer", results: list, planned: list, handle: Any, alone: bool = False) -> None:
+        self._replayer, self._results, self._planned, self._handle = replayer, results, planned, handle
+        self._alone = alone  # the driver refused the shared call: each planned one replays by itself
+        self._done = False
+
+    def ready(self) -> bool:
+        """Whether :meth:`results` would not wait for the GPU.
+
+        Returns:
+            True once the GPU is done with the batch (or it failed).
+        """
+        handle = self._handle
+        return handle is None or not hasattr(handle, "done") or bool(handle.done())
+
+    def results(self) -> list[ExperimentResult]:
+        """Wait for the GPU and judge each configuration (once).
+
+        Returns:
+            One result per request, in their order.
+
+        Raises:
+            BatchLost: the shared engine call destroyed the CUDA context (which configuration did it is not
+                known: replay each alone in a fresh process).
+        """
+        if self._done:
+            return self._results
+        replayer, results, planned = self._replayer, self._results, self._planned
+        self._done = True
+        outs: list[Any] = []
+        if planned and self._handle is not None:
+            try:
+                outs = replayer._launcher.wait_batch(self._handle)
+            except Exception as exc:
+                replayer._batch_failed(exc, len(planned))
+                self._alone = True
+            finally:
+                self._handle = None
+        for position, (index, one) in enumerate(planned):
+            try:
+                # Each alone (the driver refused the shared call), judged before the next one's launches.
+                out = replayer._alone(one) if self._alone else outs[position]
+                if isinstance(out, RunFailure):
+                    results[index] = one.failure(out)
+                else:
+                    results[index] = replayer._conclude(one, out, fresh=self._alone)
+            except Exception as exc:
+                results[index] = replayer._internal_error(exc, one.base)
+        return results
 
 
 class _Planned:
@@ -64,8 +118,20 @@ class _Planned:
                                         **failure.fields)  # fmt: skip
 
 
+_second_text: tuple[int, str] = (-1, "")  # the last whole second's date and time (UTC), reused within it
+
+
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+    """``datetime.now(timezone.utc).isoformat()``, the text of a result's start and end: the date and time
+    of day made once per second (two per configuration)."""
+    global _second_text
+    now = time.time_ns()
+    second, micros = divmod(now // 1000, 1_000_000)
+    cached, text = _second_text
+    if second != cached:
+        text = _dt.datetime.fromtimestamp(second, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (second, text)
+    return f"{text}.{micros:06d}+00:00" if micros else f"{text}+00:00"
 
 
 class Replayer:
@@ -348,23 +414,42 @@ class Replayer:
         self, requests: "list[tuple[ExperimentConfiguration, int, int, CompiledCode | None]]"
     ) -> list[ExperimentResult]:
         """Replay several configurations, each as :meth:`run` would, with their launches in one engine call
-        where the engine has one (``run_batch``): the configurations then run back to back on the GPU
-        with one synchronization for all, and no host work between them. Results are in the order of
-        ``requests`` and are those ``run`` gives (a configuration the driver refuses in the shared call
-        is replayed alone).
+        where the engine has one: ``start_many(requests).results()``.
 
         Args:
             requests: (configuration, iterations, warmup, compiled code or None) per configuration.
 
         Returns:
-            One result per request.
+            One result per request, in their order.
 
         Raises:
-            BatchLost: the shared call destroyed the CUDA context; which configuration did it is not
-                known (the Replayer is unhealthy: replay each alone in a fresh process).
+            BatchLost: the shared engine call destroyed the CUDA context (see :meth:`start_many`).
+        """
+        return self.start_many(requests).results()
+
+    def start_many(
+        self, requests: "list[tuple[ExperimentConfiguration, int, int, CompiledCode | None]]"
+    ) -> "ReplayBatch":
+        """Enqueue the launches of several configurations in one engine call (``Context.start_batch``) and
+        return without waiting for the GPU: the caller can prepare and enqueue the next batch while this
+        one runs, then take this one's results (:meth:`ReplayBatch.results`). The configurations run back
+        to back on the GPU with no host work between them. Each result is the one :meth:`run` gives; a
+        configuration that does not verify is replayed again alone, for the bytes its report reads back
+        (the memory then holds a later configuration's output). Without such an engine call (or with
+        CUPTI timing, an L2 scrub, or recorded pointers to rewrite per module), each runs as :meth:`run`.
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            The batch; its ``results()`` are in the order of ``requests``.
+
+        Raises:
+            BatchLost: enqueueing destroyed the CUDA context (``results()`` raises it too when the GPU work did).
         """
         if len(requests) < 2 or not self._batchable():
-            return [self.run(config, iterations, warmup, compiled) for config, iterations, warmup, compiled in requests]
+            return ReplayBatch(self, [self.run(c, iterations, warmup, compiled)
+                                      for c, iterations, warmup, compiled in requests], [], None)
         results: list[Any] = []
         planned: list[tuple[int, _Planned]] = []
         for index, (config, iterations, warmup, compiled) in enumerate(requests):
@@ -376,30 +461,12 @@ class Replayer:
             results.append(one)
             if isinstance(one, _Planned):
                 planned.append((index, one))
-        if planned:
-            for (index, one), out in zip(planned, self._launch_batch([one for _, one in planned])):
-                try:
-                    if isinstance(out, RunFailure):
-                        results[index] = one.failure(out)
-                    else:
-                        results[index] = self._conclude(one, out)
-                except Exception as exc:
-                    results[index] = self._internal_error(exc, one.base)
-        return results
-
-    def _batchable(self) -> bool:
-        """Whether configurations can share an engine call: the engine has one, launches are timed with
-        events without an L2 scrub, and no recorded pointer needs rewriting per module."""
-        return (hasattr(self.ctx, "run_batch") and self.timing == "events" and not self.l2_scrub
-                and self._state is not None and not self._state.has_pointer_sites)
-
-    def _launch_batch(self, planned: "list[_Planned]") -> "list[dict | RunFailure]":
-        """The launches of every planned configuration in one engine call; what the engine gave for each
-        (or, when the driver refused the shared call, each one's own replay, a RunFailure for those that fail)."""
+        if not planned:
+            return ReplayBatch(self, results, [], None)
         launcher, state, plan = self._launcher, self._state, self.launch_plan
         expected = int(self.kernel_ns or 0)
         items = []
-        for one in planned:
+        for _, one in planned:
             homes = one.loaded.global_homes
             items.append(launcher.batch_item(
                 one.loaded, one.config, one.launches, plan, before=state.full_reset_copies(homes),
@@ -407,20 +474,34 @@ class Replayer:
                 check_launches=judge.checked_launches(one.launches, self.verify_every_iteration),
                 expected_ns=expected))  # fmt: skip
         try:
-            return launcher.launch_batch(items)
+            handle = launcher.start_batch(items)
         except Exception as exc:
-            code_no = launcher.driver_failure(exc)  # a bug of ours (not a driver error) propagates
-            if code_no in eng.CONTEXT_DESTROYING:
-                raise BatchLost(f"the CUDA context was lost in an engine call of {len(items)} configurations "
-                                f"({exc}); each is replayed alone in a fresh process") from None
-        outs: list[dict | RunFailure] = []  # the driver refused the shared call: each alone says why
-        for one in planned:
-            try:
-                outs.append(self._launch(one.loaded, one.config, one.launches, plan, one.checks,
-                                         one.resets_each_launch))  # fmt: skip
-            except RunFailure as failure:
-                outs.append(failure)
-        return outs
+            self._batch_failed(exc, len(items))  # the context lost: BatchLost; a bug of ours: raised
+            return ReplayBatch(self, results, planned, None, alone=True)
+        return ReplayBatch(self, results, planned, handle)
+
+    def _batchable(self) -> bool:
+        """Whether configurations can share an engine call: the engine has one, launches are timed with
+        events without an L2 scrub, and no recorded pointer needs rewriting per module."""
+        return (hasattr(self.ctx, "start_batch") and self.timing == "events" and not self.l2_scrub
+                and self._state is not None and not self._state.has_pointer_sites)
+
+    def _batch_failed(self, exc: Exception, count: int) -> None:
+        """An engine call shared by ``count`` configurations raised ``exc``: BatchLost when it destroyed the
+        context, ``exc`` itself when it is not a driver error; else the driver refused it (each is then
+        replayed alone)."""
+        code_no = self._launcher.driver_failure(exc)  # a bug of ours (not a driver error) propagates
+        if code_no in eng.CONTEXT_DESTROYING:
+            raise BatchLost(f"the CUDA context was lost in an engine call of {count} configurations ({exc}); "
+                            "each is replayed alone in a fresh process") from None
+
+    def _alone(self, one: "_Planned") -> "dict | RunFailure":
+        """``one``'s launches in an engine call of its own (after the batches enqueued before it)."""
+        try:
+            return self._launch(one.loaded, one.config, one.launches, self.launch_plan, one.checks,
+                                one.resets_each_launch)  # fmt: skip
+        except RunFailure as failure:
+            return failure
 
     def _base(self, warmup: int) -> dict:
         return {
@@ -500,14 +581,19 @@ class Replayer:
         loaded.check_plan = (derived, checks)
         return checks
 
-    def _conclude(self, planned: "_Planned", out: dict) -> ExperimentResult:
+    def _conclude(self, planned: "_Planned", out: dict, fresh: bool = True) -> ExperimentResult:
         """The verdict of a replay whose launches gave ``out``: judged (a configuration right only from the
-        recorded memory is replayed again with resets before every launch) and reported."""
+        recorded memory is replayed again with resets before every launch) and reported. ``fresh``: the
+        device memory still holds what these launches left (not so for a batch's configurations: a
+        mismatch's report reads it back, so one that does not verify is replayed alone first)."""
         launcher, plan, config = self._launcher, self.launch_plan, planned.config
         loaded, checks, launches = planned.loaded, planned.checks, planned.launches
         resets_each_launch = planned.resets_each_launch
         try:
             found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            if found and not fresh:
+                out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
+                found = judge.mismatches(checks, out, self._state, loaded.global_homes)
             if found and not resets_each_launch and judge.first_launch_verified(found):
                 resets_each_launch = True
                 out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)

@@ -150,21 +150,28 @@ class FakeContext:
     def copy(self, dst: int, src: int, size: int) -> None:
         self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
 
-    def run_batch(self, items: list, timeout_s: float = 0.0, gate_max_ns: int = 1_000_000_000) -> list:
-        """The native ``Context.run_batch``: each item (function, grid, block, shared_mem, args, launches,
+    def start_batch(self, items: list, gate_max_ns: int = 1_000_000_000) -> "FakeBatchRun":
+        """The native ``Context.start_batch``: each item (function, grid, block, shared_mem, args, launches,
         before, resets, checks, check_launches, attributes, param_offsets, expected_ns) runs as its
         function's ``run`` would, after its ``before`` copies (a reset from the recorded memory); an error
-        of any item ends the whole call, as the native one's synchronization does."""
+        of any item ends the whole batch, raised by ``wait`` (as the native synchronization reports it)."""
         self.space.batches.append(len(items))
-        outs = []
-        for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches, attributes,
-             param_offsets, _expected) in items:  # fmt: skip
-            if before:
-                self.space.copied_since_run = True
-            outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,
-                                     check_launches=check_launches, timeout_s=timeout_s, attributes=attributes,
-                                     param_offsets=param_offsets))  # fmt: skip
-        return outs
+        outs, error = [], None
+        try:
+            for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches,
+                 attributes, param_offsets, _expected) in items:  # fmt: skip
+                if before:
+                    self.space.copied_since_run = True
+                outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,
+                                         check_launches=check_launches, attributes=attributes,
+                                         param_offsets=param_offsets))  # fmt: skip
+        except CudaError as exc:
+            error = exc
+        return FakeBatchRun(outs, error, sum(item[5] for item in items))
+
+    def run_batch(self, items: list, timeout_s: float = 0.0, gate_max_ns: int = 1_000_000_000) -> list:
+        """The native ``Context.run_batch``: ``start_batch``, then ``wait``."""
+        return self.start_batch(items, gate_max_ns).wait(timeout_s)
 
     def load_module(self, image: bytes, options: dict | None = None):
         if self.space.kernel is None:
@@ -217,6 +224,25 @@ class FakeKernel:
 def cuda_error(call: str, code: int, name: str) -> CudaError:
     """A CudaError as the native engine raises it (``FakeKernel.errors``)."""
     return _error(call, code, name)
+
+
+class FakeBatchRun:
+    """What ``FakeContext.start_batch`` returns: ``wait`` gives the items' outputs (or raises the error)."""
+
+    def __init__(self, outs: list, error: BaseException | None, launches: int):
+        self.outs, self.error, self.launches = outs, error, launches
+        self.waited = False
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout_s: float = 0.0) -> list:
+        if self.waited:
+            raise RuntimeError("this batch's results were taken already")
+        self.waited = True
+        if self.error is not None:
+            raise self.error
+        return self.outs
 
 
 class FakeModule:

@@ -78,6 +78,57 @@ py::tuple check_result(const CheckResult& r) {
     return py::make_tuple(stats, counters);
 }
 
+std::vector<BatchItem> batch_items(const std::vector<py::tuple>& items) {
+    std::vector<BatchItem> batch(items.size());
+    for (size_t k = 0; k < items.size(); ++k) {
+        const py::tuple& t = items[k];
+        if (t.size() != 13)
+            throw std::invalid_argument(
+                "a batch item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
+                "check_launches, attributes, param_offsets, expected_ns)");
+        BatchItem& b = batch[k];
+        b.function = std::make_shared<Function>(t[0].cast<const Function&>());
+        b.grid = t[1].cast<std::array<unsigned, 3>>();
+        b.block = t[2].cast<std::array<unsigned, 3>>();
+        b.shared_mem = t[3].cast<unsigned>();
+        b.args = t[4].cast<std::string>();
+        b.launches = t[5].cast<int>();
+        for (const auto& [dst, src, size] : t[6].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
+            b.before.push_back({dst, src, size});
+        for (const auto& [dst, src, size] : t[7].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
+            b.resets.push_back({dst, src, size});
+        for (const auto& check : t[8].cast<std::vector<py::tuple>>()) b.checks.push_back(make_check(check));
+        b.check_launches = t[9].cast<std::vector<int>>();
+        for (const auto& [id, value] : t[10].cast<std::vector<std::pair<int, py::bytes>>>())
+            b.spec.attributes.push_back({id, std::string(value)});
+        b.spec.param_offsets = t[11].cast<std::vector<size_t>>();
+        b.expected_ns = t[12].cast<int64_t>();
+    }
+    return batch;
+}
+
+// One dict per item, as Function.run gives.
+py::list run_results(const std::vector<RunResult>& results) {
+    py::list out;
+    for (const auto& r : results) {
+        py::list per_launch;
+        for (const auto& launch : r.checks) {
+            py::list one;
+            for (const auto& check : launch) one.append(check_result(check));
+            per_launch.append(one);
+        }
+        py::dict d;
+        d["times_ns"] = r.times_ns;
+        d["checked_launches"] = r.checked_launches;
+        d["checks"] = per_launch;
+        d["wall_ns"] = r.wall_ns;
+        d["gpu_span_ns"] = r.gpu_span_ns;
+        d["event_times_ns"] = r.event_times_ns;
+        out.append(d);
+    }
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_engine, m) {
@@ -251,61 +302,43 @@ PYBIND11_MODULE(_engine, m) {
              },
              "Compare on the device now; each check is (actual, expected, size, dtype, mode, threshold[, hash_elem]) "
              "and gives (stats[7], counters[11]): 5 counters, then the actual's and the expected's 3 hashes.")
+        .def("start_batch",
+             [](const ContextPtr& c, const std::vector<py::tuple>& items, uint64_t gate_max_ns) {
+                 std::vector<BatchItem> batch = batch_items(items);
+                 py::gil_scoped_release release;
+                 return start_batch(c, std::move(batch), gate_max_ns);
+             },
+             py::arg("items"), py::arg("gate_max_ns") = 1'000'000'000ull,
+             "Enqueue several configurations (engine.hpp's BatchRun) and return without waiting for the GPU: "
+             "each item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
+             "check_launches, attributes, param_offsets, expected_ns). BatchRun.wait() gives one dict per item, "
+             "as Function.run does.")
         .def("run_batch",
              [](const ContextPtr& c, const std::vector<py::tuple>& items, double timeout_s, uint64_t gate_max_ns) {
-                 std::vector<BatchItem> batch(items.size());
-                 for (size_t k = 0; k < items.size(); ++k) {
-                     const py::tuple& t = items[k];
-                     if (t.size() != 13)
-                         throw std::invalid_argument(
-                             "a batch item is (function, grid, block, shared_mem, args, launches, before, resets, "
-                             "checks, check_launches, attributes, param_offsets, expected_ns)");
-                     BatchItem& b = batch[k];
-                     b.function = &t[0].cast<const Function&>();
-                     b.grid = t[1].cast<std::array<unsigned, 3>>();
-                     b.block = t[2].cast<std::array<unsigned, 3>>();
-                     b.shared_mem = t[3].cast<unsigned>();
-                     b.args = t[4].cast<std::string>();
-                     b.launches = t[5].cast<int>();
-                     for (const auto& [dst, src, size] : t[6].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
-                         b.before.push_back({dst, src, size});
-                     for (const auto& [dst, src, size] : t[7].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
-                         b.resets.push_back({dst, src, size});
-                     for (const auto& check : t[8].cast<std::vector<py::tuple>>()) b.checks.push_back(make_check(check));
-                     b.check_launches = t[9].cast<std::vector<int>>();
-                     for (const auto& [id, value] : t[10].cast<std::vector<std::pair<int, py::bytes>>>())
-                         b.spec.attributes.push_back({id, std::string(value)});
-                     b.spec.param_offsets = t[11].cast<std::vector<size_t>>();
-                     b.expected_ns = t[12].cast<int64_t>();
-                 }
+                 std::vector<BatchItem> batch = batch_items(items);
                  std::vector<RunResult> results;
                  {
                      py::gil_scoped_release release;
-                     results = run_batch(c, batch, timeout_s, gate_max_ns);
+                     results = run_batch(c, std::move(batch), timeout_s, gate_max_ns);
                  }
-                 py::list out;
-                 for (const auto& r : results) {
-                     py::list per_launch;
-                     for (const auto& launch : r.checks) {
-                         py::list one;
-                         for (const auto& check : launch) one.append(check_result(check));
-                         per_launch.append(one);
-                     }
-                     py::dict d;
-                     d["times_ns"] = r.times_ns;
-                     d["checked_launches"] = r.checked_launches;
-                     d["checks"] = per_launch;
-                     d["wall_ns"] = r.wall_ns;
-                     d["gpu_span_ns"] = r.gpu_span_ns;
-                     d["event_times_ns"] = r.event_times_ns;
-                     out.append(d);
-                 }
-                 return out;
+                 return run_results(results);
              },
              py::arg("items"), py::arg("timeout_s") = 0.0, py::arg("gate_max_ns") = 1'000'000'000ull,
-             "Several configurations in one call, one synchronization (engine.hpp's run_batch): each item is "
-             "(function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches, "
-             "attributes, param_offsets, expected_ns); one dict per item, as Function.run gives.");
+             "start_batch, then wait: one dict per item.");
+
+    py::class_<BatchRun, std::shared_ptr<BatchRun>>(m, "BatchRun")
+        .def("wait",
+             [](BatchRun& b, double timeout_s) {
+                 std::vector<RunResult> results;
+                 {
+                     py::gil_scoped_release release;
+                     results = b.wait(timeout_s);
+                 }
+                 return run_results(results);
+             },
+             py::arg("timeout_s") = 0.0,
+             "Wait for the batch's GPU work (timeout_s > 0 bounds the wait) and give one dict per item.")
+        .def("done", &BatchRun::done, "Whether the GPU is done with the batch (or failed), without waiting.");
 
     py::class_<Reservation, std::shared_ptr<Reservation>>(m, "Reservation")
         .def_property_readonly("base", &Reservation::base)

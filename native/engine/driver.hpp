@@ -81,7 +81,9 @@ public:
     X(cuEventQuery)                          \
     X(cuMemHostAlloc)                        \
     X(cuMemHostGetDevicePointer)             \
-    X(cuMemFreeHost)
+    X(cuMemFreeHost)                         \
+    X(cuMemcpyDtoHAsync)                     \
+    X(cuEventSynchronize)
 
 struct Driver {
 #define MNEME_DECLARE(name) decltype(&::name) name = nullptr;

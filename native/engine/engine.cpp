@@ -169,7 +169,7 @@ ContextState::~ContextState() {
     d.cuCtxSetCurrent(context);
     for (CUevent e : events) d.cuEventDestroy(e);
     if (scrub_buffer) d.cuMemFree(scrub_buffer);
-    if (gate_host) d.cuMemFreeHost(const_cast<uint32_t*>(gate_host));
+    free_batch_pools();
     if (compare_module) d.cuModuleUnload(compare_module);
     if (stream) d.cuStreamDestroy(stream);
     d.cuDevicePrimaryCtxRelease(device);
@@ -552,6 +552,58 @@ void ContextState::ensure_gate() {
     gate_value = 0;
 }
 
+CUevent ContextState::take_event() {
+    if (!spare_events.empty()) {
+        CUevent e = spare_events.back();
+        spare_events.pop_back();
+        return e;
+    }
+    CUevent e = nullptr;
+    check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    return e;
+}
+
+std::pair<void*, CUdeviceptr> ContextState::take_buffers(size_t bytes) {
+    for (size_t i = 0; i < spare_buffers.size(); ++i) {
+        if (spare_buffers[i].bytes >= bytes) {
+            SpareBuffers b = spare_buffers[i];
+            spare_buffers.erase(spare_buffers.begin() + static_cast<long>(i));
+            return {b.host, b.device};
+        }
+    }
+    const Driver& d = driver();
+    bytes = std::max<size_t>(bytes, 4096);
+    void* host = nullptr;
+    check(d.cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc(batch results)");
+    CUdeviceptr dev = 0;
+    CUresult r = d.cuMemAlloc(&dev, bytes);
+    if (r != CUDA_SUCCESS) {
+        d.cuMemFreeHost(host);
+        check(r, "cuMemAlloc(batch results)");
+    }
+    buffer_sizes[host] = bytes;
+    return {host, dev};
+}
+
+void ContextState::give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used) {
+    if (host) spare_buffers.push_back({host, device, buffer_sizes[host]});
+    spare_events.insert(spare_events.end(), events_used.begin(), events_used.end());
+    events_used.clear();
+}
+
+void ContextState::free_batch_pools() {
+    const Driver& d = driver();
+    for (CUevent e : spare_events) d.cuEventDestroy(e);
+    for (const SpareBuffers& b : spare_buffers) {
+        d.cuMemFreeHost(b.host);
+        d.cuMemFree(b.device);
+    }
+    spare_events.clear();
+    spare_buffers.clear();
+    free_batch_pools();
+    gate_host = nullptr;
+}
+
 namespace {
 
 // Opens the gate when it goes out of scope (an exception while enqueueing must not leave the
@@ -570,9 +622,11 @@ struct Gate {
     ~Gate() { release(); }
 };
 
+}  // namespace
+
 // What one item's launches need, made once: kernel parameters pointing into its own copy of
-// the argument bytes, the launch attributes and configuration.
-struct PreparedItem {
+// the argument bytes, the launch attributes and configuration, its events and result slots.
+struct BatchRun::Prepared {
     std::string args;
     size_t arg_size = 0;
     std::vector<void*> params;
@@ -584,82 +638,77 @@ struct PreparedItem {
     std::vector<int> checked;
 };
 
-void prepare_item(const BatchItem& item, PreparedItem& p, CUstream stream) {
-    p.args = item.args;
-    p.arg_size = p.args.size();
-    for (size_t off : item.spec.param_offsets) {
-        if (off >= p.arg_size) throw std::invalid_argument("a parameter offset lies past the argument bytes");
-        p.params.push_back(p.args.data() + off);
-    }
-    p.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
-    p.extra[1] = p.args.data();
-    p.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
-    p.extra[3] = &p.arg_size;
-    p.extra[4] = CU_LAUNCH_PARAM_END;
-    p.attrs.resize(item.spec.attributes.size());
-    for (size_t i = 0; i < p.attrs.size(); ++i) {
-        const LaunchAttr& a = item.spec.attributes[i];
-        if (a.value.size() > sizeof(CUlaunchAttributeValue))
-            throw std::invalid_argument("a launch attribute value is longer than CUlaunchAttributeValue");
-        std::memset(&p.attrs[i], 0, sizeof(CUlaunchAttribute));
-        p.attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
-        std::memcpy(&p.attrs[i].value, a.value.data(), a.value.size());
-    }
-    CUlaunchConfig& c = p.config;
-    c.gridDimX = item.grid[0], c.gridDimY = item.grid[1], c.gridDimZ = item.grid[2];
-    c.blockDimX = item.block[0], c.blockDimY = item.block[1], c.blockDimZ = item.block[2];
-    c.sharedMemBytes = item.shared_mem;
-    c.hStream = stream;
-    c.attrs = p.attrs.data();
-    c.numAttrs = static_cast<unsigned>(p.attrs.size());
-    for (int i : item.check_launches) {
-        if (i < 0 || i >= item.launches) throw std::invalid_argument("check_launches names a launch that does not exist");
-        if (!p.checked.empty() && i <= p.checked.back())
-            throw std::invalid_argument("check_launches must be sorted and distinct");
-        p.checked.push_back(i);
-    }
-}
-
-}  // namespace
-
-std::vector<RunResult> run_batch(const ContextPtr& ctx_ptr, const std::vector<BatchItem>& items, double timeout_s,
-                                 uint64_t gate_max_ns) {
+BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate_max_ns)
+    : ctx(std::move(ctx_)), items(std::move(items_)) {
     const Driver& d = driver();
-    ContextState& ctx = *ctx_ptr;
-    ctx.make_current();
-    std::vector<RunResult> results(items.size());
-    if (items.empty()) return results;
-    std::vector<PreparedItem> prepared(items.size());
-    size_t events = 0, slots = 0;
+    ContextState& c = *ctx;
+    c.make_current();
+    prepared.resize(items.size());
+    size_t n_events = 0;
     int64_t total_launches = 0;
     for (size_t k = 0; k < items.size(); ++k) {
         const BatchItem& item = items[k];
+        Prepared& p = prepared[k];
         if (!item.function) throw std::invalid_argument("a batch item has no function");
-        if (item.function->ctx.get() != &ctx) throw std::invalid_argument("a batch item's function is of another context");
+        if (item.function->ctx.get() != &c) throw std::invalid_argument("a batch item's function is of another context");
         if (item.launches < 1) throw std::invalid_argument("launches must be at least 1");
-        prepare_item(item, prepared[k], ctx.stream);
-        prepared[k].first_event = events;
-        prepared[k].first_slot = slots;
-        events += 2 * static_cast<size_t>(item.launches);
-        slots += prepared[k].checked.size() * item.checks.size();
+        p.args = item.args;
+        p.arg_size = p.args.size();
+        for (size_t off : item.spec.param_offsets) {
+            if (off >= p.arg_size) throw std::invalid_argument("a parameter offset lies past the argument bytes");
+            p.params.push_back(p.args.data() + off);
+        }
+        p.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        p.extra[1] = p.args.data();
+        p.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        p.extra[3] = &p.arg_size;
+        p.extra[4] = CU_LAUNCH_PARAM_END;
+        p.attrs.resize(item.spec.attributes.size());
+        for (size_t i = 0; i < p.attrs.size(); ++i) {
+            const LaunchAttr& a = item.spec.attributes[i];
+            if (a.value.size() > sizeof(CUlaunchAttributeValue))
+                throw std::invalid_argument("a launch attribute value is longer than CUlaunchAttributeValue");
+            std::memset(&p.attrs[i], 0, sizeof(CUlaunchAttribute));
+            p.attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
+            std::memcpy(&p.attrs[i].value, a.value.data(), a.value.size());
+        }
+        CUlaunchConfig& lc = p.config;
+        lc.gridDimX = item.grid[0], lc.gridDimY = item.grid[1], lc.gridDimZ = item.grid[2];
+        lc.blockDimX = item.block[0], lc.blockDimY = item.block[1], lc.blockDimZ = item.block[2];
+        lc.sharedMemBytes = item.shared_mem;
+        lc.hStream = c.stream;
+        lc.attrs = p.attrs.data();
+        lc.numAttrs = static_cast<unsigned>(p.attrs.size());
+        for (int i : item.check_launches) {
+            if (i < 0 || i >= item.launches) throw std::invalid_argument("check_launches names a launch that does not exist");
+            if (!p.checked.empty() && i <= p.checked.back())
+                throw std::invalid_argument("check_launches must be sorted and distinct");
+            p.checked.push_back(i);
+        }
+        p.first_event = n_events;
+        p.first_slot = slots;
+        n_events += 2 * static_cast<size_t>(item.launches);
+        slots += p.checked.size() * item.checks.size();
         total_launches += item.launches;
     }
-    ctx.ensure_events(events);
-    ctx.ensure_gate();
-    std::vector<uint64_t> host(slots * kSlotWords);
-    for (size_t s = 0; s < slots; ++s) init_slot(host.data() + s * kSlotWords);
-    DeviceScratch scratch(slots * kSlotBytes);
-    if (slots) check(d.cuMemcpyHtoD(scratch.ptr, host.data(), slots * kSlotBytes), "cuMemcpyHtoD(compare slots)");
+    c.ensure_gate();
+    for (size_t i = 0; i < n_events + 1; ++i) events.push_back(c.take_event());  // the last: all done
+    auto buffers = c.take_buffers(std::max<size_t>(slots, 1) * kSlotBytes);
+    host = buffers.first;
+    device = buffers.second;
+    uint64_t* slot_words = static_cast<uint64_t*>(host);
+    for (size_t s = 0; s < slots; ++s) init_slot(slot_words + s * kSlotWords);
+    // In the stream, not synchronous: a batch is enqueued while the one before it runs.
+    if (slots) check(d.cuMemcpyHtoDAsync(device, host, slots * kSlotBytes, c.stream), "cuMemcpyHtoDAsync(compare slots)");
 
-    int64_t t0 = now_ns();
-    Gate gate{ctx, ++ctx.gate_value};
+    t0 = now_ns();
+    Gate gate{c, ++c.gate_value};
     {
-        CUdeviceptr flag = ctx.gate_device;
+        CUdeviceptr flag = c.gate_device;
         unsigned value = gate.value;
         unsigned long long max_ns = gate_max_ns;
         void* params[] = {&flag, &value, &max_ns};
-        check(d.cuLaunchKernel(ctx.wait_flag, 1, 1, 1, 1, 1, 1, 0, ctx.stream, params, nullptr),
-              "cuLaunchKernel(gate)");
+        check(d.cuLaunchKernel(c.wait_flag, 1, 1, 1, 1, 1, 1, 0, c.stream, params, nullptr), "cuLaunchKernel(gate)");
     }
     // The gate opens once the GPU time already enqueued (the kernels' expected times) covers what
     // the host still has to enqueue, at the host's measured pace, with a margin: the GPU then never
@@ -669,29 +718,28 @@ std::vector<RunResult> run_batch(const ContextPtr& ctx_ptr, const std::vector<Ba
     for (const BatchItem& item : items) known = known && item.expected_ns > 0;
     for (size_t k = 0; k < items.size(); ++k) {
         const BatchItem& item = items[k];
-        PreparedItem& p = prepared[k];
+        Prepared& p = prepared[k];
         void** params_ptr = p.params.empty() ? nullptr : p.params.data();
         void** extra_ptr = (p.arg_size && !params_ptr) ? p.extra : nullptr;
-        for (const Copy& c : item.before)
-            check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(full reset)");
+        for (const Copy& cp : item.before)
+            check(d.cuMemcpyDtoDAsync(cp.dst, cp.src, cp.size, c.stream), "cuMemcpyDtoDAsync(full reset)");
         size_t checked = 0;
         for (int i = 0; i < item.launches; ++i) {
-            for (const Copy& c : item.resets)
-                check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(reset)");
-            CUevent start = ctx.events[p.first_event + 2 * i], stop = ctx.events[p.first_event + 2 * i + 1];
-            check(d.cuEventRecord(start, ctx.stream), "cuEventRecord");
+            for (const Copy& cp : item.resets)
+                check(d.cuMemcpyDtoDAsync(cp.dst, cp.src, cp.size, c.stream), "cuMemcpyDtoDAsync(reset)");
+            check(d.cuEventRecord(events[p.first_event + 2 * i], c.stream), "cuEventRecord");
             if (p.attrs.empty())
                 check(d.cuLaunchKernel(item.function->fn, item.grid[0], item.grid[1], item.grid[2], item.block[0],
-                                       item.block[1], item.block[2], item.shared_mem, ctx.stream, params_ptr,
+                                       item.block[1], item.block[2], item.shared_mem, c.stream, params_ptr,
                                        extra_ptr),
                       "cuLaunchKernel");
             else
                 check(d.cuLaunchKernelEx(&p.config, item.function->fn, params_ptr, extra_ptr), "cuLaunchKernelEx");
-            check(d.cuEventRecord(stop, ctx.stream), "cuEventRecord");
+            check(d.cuEventRecord(events[p.first_event + 2 * i + 1], c.stream), "cuEventRecord");
             if (checked < p.checked.size() && p.checked[checked] == i) {
-                for (size_t c = 0; c < item.checks.size(); ++c)
-                    enqueue_check(ctx, item.checks[c],
-                                  scratch.ptr + (p.first_slot + checked * item.checks.size() + c) * kSlotBytes);
+                for (size_t ch = 0; ch < item.checks.size(); ++ch)
+                    enqueue_check(c, item.checks[ch],
+                                  device + (p.first_slot + checked * item.checks.size() + ch) * kSlotBytes);
                 ++checked;
             }
             ++enqueued_launches;
@@ -703,36 +751,92 @@ std::vector<RunResult> run_batch(const ContextPtr& ctx_ptr, const std::vector<Ba
             }
         }
     }
+    // The comparisons' results come back in the stream too, into pinned memory: waiting for this batch
+    // then does not wait for the batches enqueued after it.
+    if (slots) check(d.cuMemcpyDtoHAsync(host, device, slots * kSlotBytes, c.stream), "cuMemcpyDtoHAsync(compare slots)");
+    check(d.cuEventRecord(events.back(), c.stream), "cuEventRecord");
     gate.release();
-    wait_stream(ctx, timeout_s);
+}
+
+std::vector<RunResult> BatchRun::wait(double timeout_s) {
+    const Driver& d = driver();
+    ContextState& c = *ctx;
+    if (waited) throw std::runtime_error("this batch's results were taken already");
+    c.make_current();
+    CUevent done = events.back();
+    if (timeout_s <= 0) {
+        check(d.cuEventSynchronize(done), "cuEventSynchronize");
+    } else {
+        int64_t deadline = now_ns() + static_cast<int64_t>(timeout_s * 1e9);
+        int spins = 0;
+        for (;;) {
+            CUresult r = d.cuEventQuery(done);
+            if (r == CUDA_SUCCESS) break;
+            if (r != CUDA_ERROR_NOT_READY) check(r, "cuEventQuery");
+            if (now_ns() > deadline) {
+                abandon_driver_cleanup();
+                throw CudaError(CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT",
+                                "waiting for the replayed kernels (timeout " + std::to_string(timeout_s) + " s)");
+            }
+            if (++spins < 2000) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+    waited = true;
     int64_t wall = now_ns() - t0;
+    std::vector<RunResult> results(items.size());
+    std::vector<uint64_t> words(slots * kSlotWords);
+    if (slots) std::memcpy(words.data(), host, slots * kSlotBytes);
     for (size_t k = 0; k < items.size(); ++k) {
         const BatchItem& item = items[k];
-        PreparedItem& p = prepared[k];
+        const Prepared& p = prepared[k];
         RunResult& r = results[k];
         r.checked_launches = p.checked;
         r.wall_ns = wall;
         for (int i = 0; i < item.launches; ++i) {
             float ms = 0;
-            check(d.cuEventElapsedTime(&ms, ctx.events[p.first_event + 2 * i], ctx.events[p.first_event + 2 * i + 1]),
+            check(d.cuEventElapsedTime(&ms, events[p.first_event + 2 * i], events[p.first_event + 2 * i + 1]),
                   "cuEventElapsedTime");
             r.times_ns.push_back(static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
         }
         r.event_times_ns = r.times_ns;
         float span_ms = 0;
-        check(d.cuEventElapsedTime(&span_ms, ctx.events[p.first_event],
-                                   ctx.events[p.first_event + 2 * item.launches - 1]),
+        check(d.cuEventElapsedTime(&span_ms, events[p.first_event], events[p.first_event + 2 * item.launches - 1]),
               "cuEventElapsedTime");
         r.gpu_span_ns = static_cast<int64_t>(std::llround(static_cast<double>(span_ms) * 1e6));
+        size_t n = item.checks.size();
+        for (size_t ch = 0; ch < p.checked.size(); ++ch) r.checks.push_back(unpack(words, p.first_slot + ch * n, n));
     }
-    if (slots) check(d.cuMemcpyDtoH(host.data(), scratch.ptr, slots * kSlotBytes), "cuMemcpyDtoH(compare slots)");
-    for (size_t k = 0; k < items.size(); ++k) {
-        const PreparedItem& p = prepared[k];
-        size_t n = items[k].checks.size();
-        for (size_t c = 0; c < p.checked.size(); ++c)
-            results[k].checks.push_back(unpack(host, p.first_slot + c * n, n));
-    }
+    c.give_back(host, device, events);
+    host = nullptr;
     return results;
+}
+
+bool BatchRun::done() const {
+    if (waited || events.empty()) return true;
+    ctx->make_current();
+    return driver().cuEventQuery(events.back()) != CUDA_ERROR_NOT_READY;
+}
+
+BatchRun::~BatchRun() {
+    if (host == nullptr || driver_cleanup_abandoned()) return;  // given back, or the context is gone: leave it
+    ContextState& c = *ctx;
+    // Not waited for (an error while enqueueing, or dropped): its buffers and events are reused only once
+    // the GPU is done with them.
+    if (driver().cuCtxSetCurrent(c.context) == CUDA_SUCCESS && !events.empty() &&
+        driver().cuEventSynchronize(events.back()) == CUDA_SUCCESS)
+        c.give_back(host, device, events);
+}
+
+std::shared_ptr<BatchRun> start_batch(const ContextPtr& ctx, std::vector<BatchItem> items, uint64_t gate_max_ns) {
+    if (items.empty()) throw std::invalid_argument("a batch needs at least one item");
+    return std::make_shared<BatchRun>(ctx, std::move(items), gate_max_ns);
+}
+
+std::vector<RunResult> run_batch(const ContextPtr& ctx, std::vector<BatchItem> items, double timeout_s,
+                                 uint64_t gate_max_ns) {
+    if (items.empty()) return {};
+    return start_batch(ctx, std::move(items), gate_max_ns)->wait(timeout_s);
 }
 
 }  // namespace mneme

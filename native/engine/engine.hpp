@@ -48,6 +48,16 @@ public:
     uint32_t gate_value = 0;
     CUfunction wait_flag = nullptr;
     void ensure_gate();
+    // Batches in flight own events and result buffers (pinned host + device) taken from these pools
+    // and given back once waited for, so that enqueueing a batch allocates nothing.
+    struct SpareBuffers { void* host; CUdeviceptr device; size_t bytes; };
+    std::vector<CUevent> spare_events;
+    std::vector<SpareBuffers> spare_buffers;
+    std::map<void*, size_t> buffer_sizes;
+    CUevent take_event();
+    std::pair<void*, CUdeviceptr> take_buffers(size_t bytes);
+    void give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
+    void free_batch_pools();
 };
 using ContextPtr = std::shared_ptr<ContextState>;
 
@@ -159,12 +169,12 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
                        uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false,
                        const LaunchSpec& spec = {});
 
-// One configuration of a batch (run_batch): the launches of `function` with `before` copied first
+// One configuration of a batch (start_batch): the launches of `function` with `before` copied first
 // (the full reset from the recorded memory), then per launch as run_launches does them.
-// expected_ns: the kernel's expected time per launch (0: unknown), which tells run_batch how far
+// expected_ns: the kernel's expected time per launch (0: unknown), which tells the batch how far
 // ahead of the GPU its enqueueing is.
 struct BatchItem {
-    const Function* function = nullptr;  // owned by the caller for the call's duration
+    std::shared_ptr<Function> function;
     std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
     unsigned shared_mem = 0;
     std::string args;
@@ -177,13 +187,41 @@ struct BatchItem {
     int64_t expected_ns = 0;
 };
 
-// Several configurations in one call, one synchronization at the end: each item's copies,
-// launches (events around each) and comparisons are enqueued behind a gate (a kernel waiting
-// for a host-written word) that opens as soon as what is enqueued keeps the GPU busy until the
-// host has enqueued the rest (measured as it goes; at the end when the kernels' time is not
-// known), so the events time kernels, not enqueueing, and the GPU runs the items back to back.
-// One RunResult per item; wall_ns is the whole batch's. No CUPTI, no L2 scrub (run_launches).
-std::vector<RunResult> run_batch(const ContextPtr& ctx, const std::vector<BatchItem>& items, double timeout_s,
+// Several configurations enqueued in one call, then waited for once: each item's copies, launches
+// (events around each) and comparisons go into the stream behind a gate (a kernel waiting for a
+// host-written word) that opens as soon as what is enqueued keeps the GPU busy until the host has
+// enqueued the rest (measured as it goes; at the end when the kernels' time is not known), so the
+// events time kernels, not enqueueing, and the GPU runs the items back to back. Nothing in
+// enqueueing waits for the GPU (the comparisons' results come back by an asynchronous copy into
+// pinned memory): the next batch can be enqueued while this one runs. No CUPTI, no L2 scrub.
+class BatchRun {
+public:
+    BatchRun(ContextPtr ctx, std::vector<BatchItem> items, uint64_t gate_max_ns);
+    ~BatchRun();
+    BatchRun(const BatchRun&) = delete;
+    BatchRun& operator=(const BatchRun&) = delete;
+    // One RunResult per item, once the GPU is done (timeout_s > 0 bounds the wait); wall_ns is the
+    // batch's, from its first enqueue.
+    std::vector<RunResult> wait(double timeout_s);
+    // Whether the GPU is done with it (or failed: wait() says how), without waiting.
+    bool done() const;
+
+private:
+    struct Prepared;
+    ContextPtr ctx;
+    std::vector<BatchItem> items;
+    std::vector<Prepared> prepared;
+    std::vector<CUevent> events;  // two per launch, then one after everything
+    void* host = nullptr;         // pinned: the comparisons' results
+    CUdeviceptr device = 0;
+    size_t slots = 0;
+    int64_t t0 = 0;
+    bool waited = false;
+};
+
+std::shared_ptr<BatchRun> start_batch(const ContextPtr& ctx, std::vector<BatchItem> items, uint64_t gate_max_ns);
+// start_batch, then wait.
+std::vector<RunResult> run_batch(const ContextPtr& ctx, std::vector<BatchItem> items, double timeout_s,
                                  uint64_t gate_max_ns);
 
 // Compare once, now (outside a run).

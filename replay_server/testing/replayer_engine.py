@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ from replay_server.server.engine import CompileFunction, InstanceKey
 
 ENVIRONMENT = "MNEME_REPLAYER_ENGINE"
 _installed: dict[str, Any] = {}
+_install_lock = threading.Lock()  # a worker's warm-up thread and its self-test may both install
 
 
 def install(launch_ns: int = 1000, sleep: bool = False) -> None:
@@ -37,8 +39,12 @@ def install(launch_ns: int = 1000, sleep: bool = False) -> None:
         launch_ns: the kernel's time per launch the fake reports.
         sleep: also spend that time (per engine call: launches x ``launch_ns``), without the GIL.
     """
-    if _installed:
-        return
+    with _install_lock:
+        if not _installed:
+            _install(launch_ns, sleep)
+
+
+def _install(launch_ns: int, sleep: bool) -> None:
     from mneme.replay import engine as eng
     from mneme.replay import placement
     from mneme.replay.placement import ProcessReservations
@@ -64,23 +70,38 @@ def _keep_no_runs(kernel: Any) -> None:
 
 
 def _sleep_in_runs(fake: Any, launch_ns: float) -> None:
-    """Every ``FakeFunction.run`` (and ``run_batch``) sleeps for its launches' time, as the GPU would take."""
-    run = fake.FakeFunction.run
+    """Launches take the GPU's time: one GPU, one thing at a time. ``FakeFunction.run`` returns when its
+    launches would have ended; ``FakeContext.start_batch`` returns at once, and its batch's ``wait``
+    returns (and ``done`` turns true) when the GPU would be done with it, after what was enqueued before."""
+    run, start_batch = fake.FakeFunction.run, getattr(fake.FakeContext, "start_batch", None)  # (an older mneme: none)
+    gpu = {"free_at": 0.0}
 
-    def sleeping_run(self, grid, block, shared_mem, args, launches, *rest, **options):
+    def occupy(launches: int) -> float:
+        end = max(time.monotonic(), gpu["free_at"]) + launches * launch_ns / 1e9
+        gpu["free_at"] = end
+        return end
+
+    def sleep_until(end: float) -> None:
+        left = end - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+    def timed_run(self, grid, block, shared_mem, args, launches, *rest, **options):
         out = run(self, grid, block, shared_mem, args, launches, *rest, **options)
-        time.sleep(launches * launch_ns / 1e9)
+        sleep_until(occupy(int(launches)))
         return out
 
-    fake.FakeFunction.run = sleeping_run
-    batch = getattr(fake.FakeFunction, "run_batch", None)
-    if batch is not None:
-        def sleeping_batch(self, items, *rest, **options):
-            out = batch(self, items, *rest, **options)
-            time.sleep(sum(item[4] for item in items) * launch_ns / 1e9)
-            return out
+    def timed_start_batch(self, items, *rest, **options):
+        batch = start_batch(self, items, *rest, **options)
+        end = occupy(batch.launches)
+        wait = batch.wait
+        batch.done = lambda: time.monotonic() >= end
+        batch.wait = lambda timeout_s=0.0: (sleep_until(end), wait(timeout_s))[1]
+        return batch
 
-        fake.FakeFunction.run_batch = sleeping_batch
+    fake.FakeFunction.run = timed_run
+    if start_batch is not None:
+        fake.FakeContext.start_batch = timed_start_batch
 
 
 def _compile(instance: InstanceKey, config: dict, arch: str) -> Any:

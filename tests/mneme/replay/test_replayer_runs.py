@@ -424,8 +424,44 @@ def test_a_shared_call_that_destroys_the_context_says_which_is_unknown(kernel, v
 def test_run_many_without_an_engine_call_for_several_runs_each(kernel, vecadd_db, monkeypatch):
     from mneme.testing.fake_native_engine import FakeContext
 
-    monkeypatch.delattr(FakeContext, "run_batch")
+    monkeypatch.delattr(FakeContext, "start_batch")
     with _replayer(vecadd_db) as replayer:
         replayer.get_ready()
         results = replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer)])
     assert [r.status for r in results] == ["verified"] * 3
+
+
+def test_a_configuration_of_a_batch_that_does_not_verify_is_replayed_alone_for_its_report(kernel, vecadd_db):
+    """After a shared call the memory holds the last configuration's output: a mismatch's report (the bytes
+    read back) comes from a replay of its own."""
+    kernel.differs = lambda run, launch, check: 5 if check == C and run.block == (512, 1, 1) else 0
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        before = len(kernel.runs)
+        results = replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 512, 1024))])
+    assert [r.status for r in results] == ["verified", "failed_verification", "verified"]
+    assert [r.block[0] for r in kernel.runs[before:]] == [128, 512, 1024, 512]
+    assert results[1].mismatches[0]["failed_launches"] == [0, 4]
+
+
+def test_the_next_batch_is_enqueued_before_the_last_ones_results_are_taken(kernel, vecadd_db):
+    space_batches = eng._engine.Context().space.batches
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        first = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 256))])
+        second = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (512, 1024))])
+        assert space_batches == [2, 2] and [r.block[0] for r in kernel.runs[-4:]] == [128, 256, 512, 1024]
+        assert [r.status for r in first.results() + second.results()] == ["verified"] * 4
+        assert first.results() is first.results()  # taken once
+
+
+def test_a_batch_whose_gpu_work_destroys_the_context_raises_when_its_results_are_taken(kernel, vecadd_db):
+    from mneme.replay.replayer import BatchLost
+
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        kernel.errors.append(cuda_error("cuLaunchKernel", 702, "CUDA_ERROR_LAUNCH_TIMEOUT"))
+        batch = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer)])
+        with pytest.raises(BatchLost):
+            batch.results()
+        assert not replayer.healthy
