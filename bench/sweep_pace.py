@@ -14,8 +14,9 @@ an empty compile cache), timed after the baseline replay and the servers' ``Prep
   repeated, its code compiled ahead (``compile_ahead``, as ``mneme tune`` does);
 * ``small``: the launch row on a small vector add (``--small-n``: a kernel of ~5 us), where what each
   launch costs beyond the kernel weighs most;
-* ``compile``: every configuration with new code: the configurations of the ``full`` preset's space that
-  differ in their code, in random order, nothing compiled ahead (at most the space's variants);
+* ``compile``: every configuration with new code: ``--configs`` of the configurations of the ``full``
+  preset's space that differ in their code, in random order, nothing compiled ahead (at most the
+  space's variants);
 * ``tune``: ``mneme tune --space-preset full --sampler random --trials N`` end to end on the same
   recording (its own local server, ``--workers``): trials/s from its first trial to its last, and its
   ratio to the ``compile`` row's rate on the same space (target >= 90%).
@@ -181,7 +182,7 @@ def measure_row(args: argparse.Namespace) -> dict[str, Any]:
         configs = repeated(reference_space(n), args.configs)
         ahead = reference_space(n)[:5]
     else:
-        configs, ahead = full_space_variants(database, record_id, args.index), []
+        configs, ahead = full_space_variants(database, record_id, args.index)[:args.configs], []
     server_args = ["--compile-processes", str(args.compile_processes)] if args.compile_processes else []
     connection = ConnectionSettings(local_gpus=[0], server_args=server_args,
                                     **engine_settings(args, args.test_small_kernel_us if small else args.test_kernel_us))

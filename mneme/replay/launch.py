@@ -357,7 +357,6 @@ class Launcher:
         resets: list,
         checks: list,
         check_launches: list[int],
-        expected_ns: int = 0,
     ) -> tuple:
         """One configuration of an engine call shared by several (:meth:`start_batch`): as :meth:`launch`'s
         timed replay from the recorded memory, with the full reset as the item's first copies.
@@ -371,14 +370,12 @@ class Launcher:
             resets: (dst, src, size) copies before each launch.
             checks: the engine's comparisons.
             check_launches: the launches after which they are made.
-            expected_ns: the kernel's expected time per launch (0: unknown).
 
         Returns:
             The engine's batch item.
         """
         return (loaded.function, config.grid.as_tuple(), config.block.as_tuple(), config.shared_mem, loaded.args,
-                launches, before, resets, checks, check_launches, list(plan.attributes), loaded.param_offsets,
-                int(expected_ns))  # fmt: skip
+                launches, before, resets, checks, check_launches, list(plan.attributes), loaded.param_offsets)
 
     def start_batch(self, items: list[tuple]) -> Any:
         """Enqueue several configurations in one engine call (``Context.start_batch``) without waiting for

@@ -464,15 +464,13 @@ class Replayer:
         if not planned:
             return ReplayBatch(self, results, [], None)
         launcher, state, plan = self._launcher, self._state, self.launch_plan
-        expected = int(self.kernel_ns or 0)
         items = []
         for _, one in planned:
             homes = one.loaded.global_homes
             items.append(launcher.batch_item(
                 one.loaded, one.config, one.launches, plan, before=state.full_reset_copies(homes),
                 resets=state.iteration_resets(homes) if one.resets_each_launch else [], checks=one.checks.checks,
-                check_launches=judge.checked_launches(one.launches, self.verify_every_iteration),
-                expected_ns=expected))  # fmt: skip
+                check_launches=judge.checked_launches(one.launches, self.verify_every_iteration)))
         try:
             handle = launcher.start_batch(items)
         except Exception as exc:

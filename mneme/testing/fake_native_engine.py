@@ -152,14 +152,14 @@ class FakeContext:
 
     def start_batch(self, items: list, gate_max_ns: int = 1_000_000_000) -> "FakeBatchRun":
         """The native ``Context.start_batch``: each item (function, grid, block, shared_mem, args, launches,
-        before, resets, checks, check_launches, attributes, param_offsets, expected_ns) runs as its
+        before, resets, checks, check_launches, attributes, param_offsets) runs as its
         function's ``run`` would, after its ``before`` copies (a reset from the recorded memory); an error
         of any item ends the whole batch, raised by ``wait`` (as the native synchronization reports it)."""
         self.space.batches.append(len(items))
         outs, error = [], None
         try:
             for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches,
-                 attributes, param_offsets, _expected) in items:  # fmt: skip
+                 attributes, param_offsets) in items:  # fmt: skip
                 if before:
                     self.space.copied_since_run = True
                 outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,

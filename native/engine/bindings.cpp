@@ -82,10 +82,10 @@ std::vector<BatchItem> batch_items(const std::vector<py::tuple>& items) {
     std::vector<BatchItem> batch(items.size());
     for (size_t k = 0; k < items.size(); ++k) {
         const py::tuple& t = items[k];
-        if (t.size() != 13)
+        if (t.size() != 12)
             throw std::invalid_argument(
                 "a batch item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
-                "check_launches, attributes, param_offsets, expected_ns)");
+                "check_launches, attributes, param_offsets)");
         BatchItem& b = batch[k];
         b.function = std::make_shared<Function>(t[0].cast<const Function&>());
         b.grid = t[1].cast<std::array<unsigned, 3>>();
@@ -102,7 +102,6 @@ std::vector<BatchItem> batch_items(const std::vector<py::tuple>& items) {
         for (const auto& [id, value] : t[10].cast<std::vector<std::pair<int, py::bytes>>>())
             b.spec.attributes.push_back({id, std::string(value)});
         b.spec.param_offsets = t[11].cast<std::vector<size_t>>();
-        b.expected_ns = t[12].cast<int64_t>();
     }
     return batch;
 }
@@ -311,7 +310,7 @@ PYBIND11_MODULE(_engine, m) {
              py::arg("items"), py::arg("gate_max_ns") = 1'000'000'000ull,
              "Enqueue several configurations (engine.hpp's BatchRun) and return without waiting for the GPU: "
              "each item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
-             "check_launches, attributes, param_offsets, expected_ns). BatchRun.wait() gives one dict per item, "
+             "check_launches, attributes, param_offsets). BatchRun.wait() gives one dict per item, "
              "as Function.run does.")
         .def("run_batch",
              [](const ContextPtr& c, const std::vector<py::tuple>& items, double timeout_s, uint64_t gate_max_ns) {

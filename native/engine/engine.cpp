@@ -645,7 +645,6 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
     c.make_current();
     prepared.resize(items.size());
     size_t n_events = 0;
-    int64_t total_launches = 0;
     for (size_t k = 0; k < items.size(); ++k) {
         const BatchItem& item = items[k];
         Prepared& p = prepared[k];
@@ -689,7 +688,6 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
         p.first_slot = slots;
         n_events += 2 * static_cast<size_t>(item.launches);
         slots += p.checked.size() * item.checks.size();
-        total_launches += item.launches;
     }
     c.ensure_gate();
     for (size_t i = 0; i < n_events + 1; ++i) events.push_back(c.take_event());  // the last: all done
@@ -698,9 +696,22 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
     device = buffers.second;
     uint64_t* slot_words = static_cast<uint64_t*>(host);
     for (size_t s = 0; s < slots; ++s) init_slot(slot_words + s * kSlotWords);
+    try {
+        enqueue(gate_max_ns);
+    } catch (...) {
+        // Nothing waits for this batch: its buffers and events go back once the stream is done with what
+        // was enqueued (the gate is open again by now); a context that is gone keeps them.
+        if (!driver_cleanup_abandoned() && d.cuStreamSynchronize(c.stream) == CUDA_SUCCESS) c.give_back(host, device, events);
+        host = nullptr;
+        throw;
+    }
+}
+
+void BatchRun::enqueue(uint64_t gate_max_ns) {
+    const Driver& d = driver();
+    ContextState& c = *ctx;
     // In the stream, not synchronous: a batch is enqueued while the one before it runs.
     if (slots) check(d.cuMemcpyHtoDAsync(device, host, slots * kSlotBytes, c.stream), "cuMemcpyHtoDAsync(compare slots)");
-
     t0 = now_ns();
     Gate gate{c, ++c.gate_value};
     {
@@ -710,12 +721,6 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
         void* params[] = {&flag, &value, &max_ns};
         check(d.cuLaunchKernel(c.wait_flag, 1, 1, 1, 1, 1, 1, 0, c.stream, params, nullptr), "cuLaunchKernel(gate)");
     }
-    // The gate opens once the GPU time already enqueued (the kernels' expected times) covers what
-    // the host still has to enqueue, at the host's measured pace, with a margin: the GPU then never
-    // waits for the host inside a timed launch.
-    int64_t enqueued_launches = 0, ahead_ns = 0;
-    bool known = true;
-    for (const BatchItem& item : items) known = known && item.expected_ns > 0;
     for (size_t k = 0; k < items.size(); ++k) {
         const BatchItem& item = items[k];
         Prepared& p = prepared[k];
@@ -741,13 +746,6 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
                     enqueue_check(c, item.checks[ch],
                                   device + (p.first_slot + checked * item.checks.size() + ch) * kSlotBytes);
                 ++checked;
-            }
-            ++enqueued_launches;
-            ahead_ns += item.expected_ns;
-            if (known && !gate.open) {
-                int64_t pace = (now_ns() - t0) / enqueued_launches;  // host ns per launch so far
-                int64_t rest = (total_launches - enqueued_launches) * pace;
-                if (ahead_ns >= 2 * rest + 50'000) gate.release();
             }
         }
     }

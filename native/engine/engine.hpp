@@ -171,8 +171,6 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
 
 // One configuration of a batch (start_batch): the launches of `function` with `before` copied first
 // (the full reset from the recorded memory), then per launch as run_launches does them.
-// expected_ns: the kernel's expected time per launch (0: unknown), which tells the batch how far
-// ahead of the GPU its enqueueing is.
 struct BatchItem {
     std::shared_ptr<Function> function;
     std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
@@ -184,16 +182,14 @@ struct BatchItem {
     std::vector<Check> checks;
     std::vector<int> check_launches;
     LaunchSpec spec;
-    int64_t expected_ns = 0;
 };
 
 // Several configurations enqueued in one call, then waited for once: each item's copies, launches
 // (events around each) and comparisons go into the stream behind a gate (a kernel waiting for a
-// host-written word) that opens as soon as what is enqueued keeps the GPU busy until the host has
-// enqueued the rest (measured as it goes; at the end when the kernels' time is not known), so the
-// events time kernels, not enqueueing, and the GPU runs the items back to back. Nothing in
-// enqueueing waits for the GPU (the comparisons' results come back by an asynchronous copy into
-// pinned memory): the next batch can be enqueued while this one runs. No CUPTI, no L2 scrub.
+// host-written word) that opens once all of them are enqueued, so the events time kernels, not
+// enqueueing, and the GPU runs the items back to back. Nothing in enqueueing waits for the GPU (the
+// comparisons' results come back by an asynchronous copy into pinned memory): the next batch is
+// enqueued while this one runs, and its gate is open before the GPU reaches it. No CUPTI, no L2 scrub.
 class BatchRun {
 public:
     BatchRun(ContextPtr ctx, std::vector<BatchItem> items, uint64_t gate_max_ns);
@@ -208,6 +204,7 @@ public:
 
 private:
     struct Prepared;
+    void enqueue(uint64_t gate_max_ns);
     ContextPtr ctx;
     std::vector<BatchItem> items;
     std::vector<Prepared> prepared;

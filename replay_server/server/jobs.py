@@ -58,6 +58,9 @@ class Job:
     started: bool = False  # handed to a worker once (its future is RUNNING)
     compile_hit: bool = False  # its code came from the compile cache
     solo: bool = False  # replayed alone: it was in a group whose worker died and which of them did it is unknown
+    # Set by callbacks, read without a lock by the workers that look through the queue many times a second:
+    code_done: bool = False  # its compile finished (compiled or failed)
+    cancelled: bool = False  # its caller cancelled it
 
     def claim(self) -> bool:
         """Mark as running before the first dispatch; False when the caller cancelled it."""
@@ -128,8 +131,8 @@ class JobQueue:
             for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
                 if len(jobs) >= limit:
                     break
-                if (job.kind == "run" and not job.solo and job.instance == first.instance
-                        and not job.future.cancelled() and (ready is None or ready(job))):
+                if (job.kind == "run" and not job.solo and not job.cancelled and job.instance == first.instance
+                        and (ready is None or ready(job))):
                     jobs.append(job)
                     taken.append(i)
             for i in reversed(taken):
@@ -148,7 +151,7 @@ class JobQueue:
             return list(self._items)
 
     def _take(self, ready: Callable[[Job], bool] | None) -> Job | None:
-        while self._items and self._items[0].future.cancelled():
+        while self._items and self._items[0].cancelled:
             self._items.popleft()
             self._changed()
         if not self._items:
@@ -157,7 +160,7 @@ class JobQueue:
             index: int | None = 0
         else:
             candidates = enumerate(itertools.islice(self._items, LOOKAHEAD))
-            index = next((i for i, job in candidates if not job.future.cancelled() and ready(job)), None)
+            index = next((i for i, job in candidates if not job.cancelled and ready(job)), None)
         if index is None:
             return None
         job = self._items[index]

@@ -213,8 +213,7 @@ class WorkerSlot:
         """Its compile is done (or failed: the worker then compiles and reports), or none was requested
         (no compile pool; the arch was unknown at submission: ``_send`` requests it and waits), or it has
         been compiling longer than a prepare may take (``_send`` gives up on it, the worker compiles)."""
-        compiled = job.compiled
-        return (compiled is None or compiled.done()
+        return (job.compiled is None or job.code_done
                 or time.monotonic() - job.submitted_at > self.pool.settings.prepare_timeout)
 
     def _give_back(self, jobs: list[Job]) -> None:
@@ -548,13 +547,14 @@ class WorkerPool:
     def submit(self, job: Job) -> Job:
         if not self.serving or self.stopping:
             raise self.unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
-        job.future.add_done_callback(self._on_job_done)
+        job.future.add_done_callback(lambda future, job=job: self._on_job_done(job, future))
         self.request_compile(job)  # compiles start on arrival, ahead of the workers
         self.queue.put(job)
         return job
 
-    def _on_job_done(self, future: Any) -> None:
+    def _on_job_done(self, job: Job, future: Any) -> None:
         if future.cancelled():  # the caller hung up: its job leaves the queue now
+            job.cancelled = True
             self.metrics.cancelled.inc()
             self.queue.discard_cancelled()
 
@@ -570,7 +570,12 @@ class WorkerPool:
                 return
             compiled, job.compile_hit = self.compile_cache.request_counted(job.instance, job.config, arch)
             job.compiled = compiled
-        compiled.add_done_callback(lambda _: self.queue.wake())
+        compiled.add_done_callback(lambda _, job=job: self._compiled(job))
+
+    def _compiled(self, job: Job) -> None:
+        """``job``'s compile ended: the workers waiting for a ready job look again."""
+        job.code_done = True
+        self.queue.wake()
 
     def prepare_everywhere(self, job_factory: Callable[[], Job]) -> list[Job]:
         """One prepare job per live worker (each holds its own prepared instances)."""
