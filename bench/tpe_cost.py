@@ -69,7 +69,7 @@ def cost_per_trial(sampler: str, trials: int, in_flight: int, seed: int = 0) -> 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=3000)
-    p.add_argument("--in-flight", default="1,56", help="candidates asked and not yet told (default 1,56)")
+    p.add_argument("--in-flight", default="1,32", help="candidates asked and not yet told (default 1,32: one worker's server capacity)")
     p.add_argument("--samplers", default="tpe,random")
     args = p.parse_args(argv)
     space = full_space()

@@ -106,25 +106,28 @@ std::vector<BatchItem> batch_items(const std::vector<py::tuple>& items) {
     return batch;
 }
 
+// What Function.run gives: times, checked launches, their checks' results, wall and GPU span.
+py::dict run_result(const RunResult& r) {
+    py::list per_launch;
+    for (const auto& launch : r.checks) {
+        py::list one;
+        for (const auto& check : launch) one.append(check_result(check));
+        per_launch.append(one);
+    }
+    py::dict out;
+    out["times_ns"] = r.times_ns;
+    out["checked_launches"] = r.checked_launches;
+    out["checks"] = per_launch;
+    out["wall_ns"] = r.wall_ns;
+    out["gpu_span_ns"] = r.gpu_span_ns;
+    out["event_times_ns"] = r.event_times_ns;
+    return out;
+}
+
 // One dict per item, as Function.run gives.
 py::list run_results(const std::vector<RunResult>& results) {
     py::list out;
-    for (const auto& r : results) {
-        py::list per_launch;
-        for (const auto& launch : r.checks) {
-            py::list one;
-            for (const auto& check : launch) one.append(check_result(check));
-            per_launch.append(one);
-        }
-        py::dict d;
-        d["times_ns"] = r.times_ns;
-        d["checked_launches"] = r.checked_launches;
-        d["checks"] = per_launch;
-        d["wall_ns"] = r.wall_ns;
-        d["gpu_span_ns"] = r.gpu_span_ns;
-        d["event_times_ns"] = r.event_times_ns;
-        out.append(d);
-    }
+    for (const auto& r : results) out.append(run_result(r));
     return out;
 }
 
@@ -381,20 +384,7 @@ PYBIND11_MODULE(_engine, m) {
                     r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
                                      queue_ahead_ns, l2_scrub_bytes, timeout_s, cupti, spec);
                 }
-                py::list per_launch;
-                for (const auto& launch : r.checks) {
-                    py::list one;
-                    for (const auto& c : launch) one.append(check_result(c));
-                    per_launch.append(one);
-                }
-                py::dict out;
-                out["times_ns"] = r.times_ns;
-                out["checked_launches"] = r.checked_launches;
-                out["checks"] = per_launch;
-                out["wall_ns"] = r.wall_ns;
-                out["gpu_span_ns"] = r.gpu_span_ns;
-                out["event_times_ns"] = r.event_times_ns;
-                return out;
+                return run_result(r);
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("args"), py::arg("launches"),
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},

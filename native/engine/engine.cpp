@@ -100,19 +100,16 @@ std::vector<CheckResult> unpack(const std::vector<uint64_t>& host, size_t first_
     return out;
 }
 
-// Wait for the stream; with a timeout, poll so a hanging kernel cannot block forever.
-void wait_stream(const ContextState& ctx, double timeout_s) {
-    const Driver& d = driver();
-    if (timeout_s <= 0) {
-        check(d.cuStreamSynchronize(ctx.stream), "cuStreamSynchronize");
-        return;
-    }
+// Wait until `query` (cuStreamQuery or cuEventQuery of what is awaited) stops answering NOT_READY,
+// polling, for timeout_s at most: a hanging kernel cannot block forever.
+template <typename Query>
+void poll_until_done(Query query, double timeout_s, const char* call) {
     int64_t deadline = now_ns() + static_cast<int64_t>(timeout_s * 1e9);
     int spins = 0;
     for (;;) {
-        CUresult r = d.cuStreamQuery(ctx.stream);
+        CUresult r = query();
         if (r == CUDA_SUCCESS) return;
-        if (r != CUDA_ERROR_NOT_READY) check(r, "cuStreamQuery");
+        if (r != CUDA_ERROR_NOT_READY) check(r, call);
         if (now_ns() > deadline) {
             // The kernel still runs: anything that frees memory now would wait for it forever.
             abandon_driver_cleanup();
@@ -122,6 +119,16 @@ void wait_stream(const ContextState& ctx, double timeout_s) {
         if (++spins < 2000) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+}
+
+// Wait for the stream; with a timeout, poll so a hanging kernel cannot block forever.
+void wait_stream(const ContextState& ctx, double timeout_s) {
+    const Driver& d = driver();
+    if (timeout_s <= 0) {
+        check(d.cuStreamSynchronize(ctx.stream), "cuStreamSynchronize");
+        return;
+    }
+    poll_until_done([&] { return d.cuStreamQuery(ctx.stream); }, timeout_s, "cuStreamQuery");
 }
 
 }  // namespace
@@ -762,24 +769,8 @@ std::vector<RunResult> BatchRun::wait(double timeout_s) {
     if (waited) throw std::runtime_error("this batch's results were taken already");
     c.make_current();
     CUevent done = events.back();
-    if (timeout_s <= 0) {
-        check(d.cuEventSynchronize(done), "cuEventSynchronize");
-    } else {
-        int64_t deadline = now_ns() + static_cast<int64_t>(timeout_s * 1e9);
-        int spins = 0;
-        for (;;) {
-            CUresult r = d.cuEventQuery(done);
-            if (r == CUDA_SUCCESS) break;
-            if (r != CUDA_ERROR_NOT_READY) check(r, "cuEventQuery");
-            if (now_ns() > deadline) {
-                abandon_driver_cleanup();
-                throw CudaError(CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT",
-                                "waiting for the replayed kernels (timeout " + std::to_string(timeout_s) + " s)");
-            }
-            if (++spins < 2000) std::this_thread::yield();
-            else std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-    }
+    if (timeout_s <= 0) check(d.cuEventSynchronize(done), "cuEventSynchronize");
+    else poll_until_done([&] { return d.cuEventQuery(done); }, timeout_s, "cuEventQuery");
     waited = true;
     int64_t wall = now_ns() - t0;
     std::vector<RunResult> results(items.size());
