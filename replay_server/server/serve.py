@@ -174,7 +174,11 @@ class ReplayServer:
             replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             if o.reflection:
-                _enable_reflection(server)
+                try:
+                    _enable_reflection(server)
+                except (ImportError, RuntimeError) as exc:  # e.g. a grpcio-reflection newer than grpcio
+                    log.warning("gRPC server reflection is off: grpcio-reflection cannot be used here (%s); "
+                                "install the grpcio-reflection release that matches grpcio %s", exc, grpc.__version__)
             port = 0
             for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
                 address = f"{host}:{o.port}"
