@@ -120,7 +120,8 @@ class CudaEngineSpec:
             raise KeyError(instance.record_id)
         return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device,
                                              verification=instance.verification_settings(),
-                                             reset_decision=reset_decision))
+                                             reset_decision=reset_decision,
+                                             measurement=instance.measurement_settings()))
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -31,11 +31,12 @@ from replay_server.protocol import replay_pb2, replay_pb2_grpc
 from replay_server.protocol.convert import (
     MAX_HOLD_RESPONSES_SECONDS,
     config_from_proto,
+    measurement_from_proto,
     result_to_proto,
     verification_from_proto,
 )
 from replay_server.server.compile_cache import CompileCache
-from replay_server.server.engine import DEFAULT_VERIFICATION, InstanceKey
+from replay_server.server.engine import DEFAULT_MEASUREMENT, DEFAULT_VERIFICATION, InstanceKey
 from replay_server.server.jobs import Job, JobOutcome, RequestError
 from replay_server.server.metrics import ServerMetrics
 from replay_server.server.worker_pool import WorkerPool
@@ -72,6 +73,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         self._local = is_local_store(store)
         self._known_keys: dict[str, tuple[str, float]] = {}  # key -> (revision, when looked at)
         self._verifications: dict[bytes, str] = {}  # a Verification message's bytes -> its settings' key, checked
+        self._measurements: dict[bytes, str] = {}  # the same for Measurement messages
 
     # -- request checking ------------------------------------------------------------
     def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
@@ -81,7 +83,24 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
         revision = self._revision(key)
-        return InstanceKey(self.store, key, record_id, self._verification(ref), revision)
+        return InstanceKey(self.store, key, record_id, self._verification(ref), revision, self._measurement(ref))
+
+    def _measurement(self, ref: replay_pb2.InstanceRef) -> str:
+        """The key of the measurement settings ``ref`` carries (checked once per distinct settings, as the
+        verification's)."""
+        if not ref.HasField("measurement"):
+            return DEFAULT_MEASUREMENT
+        wire = ref.measurement.SerializeToString()
+        key = self._measurements.get(wire)
+        if key is None:
+            try:
+                key = measurement_from_proto(ref.measurement).key()
+            except MnemeError as exc:
+                raise RequestError("INVALID_ARGUMENT", f"instance measurement: {exc}") from exc
+            if len(self._measurements) >= MAX_VERIFICATIONS:
+                self._measurements.clear()
+            self._measurements[wire] = key
+        return key
 
     def _verification(self, ref: replay_pb2.InstanceRef) -> str:
         """The key of the verification settings ``ref`` carries, checked through the converter once per
