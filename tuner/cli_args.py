@@ -11,7 +11,8 @@ import argparse
 
 from mneme.model.verification import DEFAULT_RUNS
 from replay_server.kept_servers import DEFAULT_KEEP_ALIVE_S
-from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
+from tuner.objective import OBJECTIVES, SECONDARY_OBJECTIVES
+from tuner.options import METRICS, PRUNERS, SAMPLERS
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 

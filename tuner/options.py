@@ -35,7 +35,6 @@ from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, toleranc
 from replay_server.client.connection import LOCK_CLOCKS, ConnectionSettings
 from tuner.objective import (
     ENERGY_OBJECTIVES,
-    OBJECTIVES,
     SECONDARY_OBJECTIVES,
     Objective,
     needs_energy,

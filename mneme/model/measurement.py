@@ -11,12 +11,12 @@ energy window runs only when ``energy`` asks for it.
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from mneme.errors import ConfigurationError
+from mneme.model.settings import Settings
 
 #: The energy window's default length: the configuration's launches run back to back at least this long.
 DEFAULT_ENERGY_WINDOW_S = 0.1
@@ -29,7 +29,7 @@ DEFAULT_CONDITIONS_MAX_AGE_S = 0.05
 
 
 @dataclass(frozen=True)
-class MeasurementSettings:
+class MeasurementSettings(Settings):
     """What replays of one instance measure besides the launch times.
 
     Attributes:
@@ -45,6 +45,7 @@ class MeasurementSettings:
     energy: bool = False
     energy_window_s: float = DEFAULT_ENERGY_WINDOW_S
     conditions_max_age_s: float = DEFAULT_CONDITIONS_MAX_AGE_S
+    what = "measurement settings"  # (a class attribute: no annotation, not a field)
 
     def __post_init__(self) -> None:
         if not isinstance(self.energy, bool):
@@ -58,53 +59,6 @@ class MeasurementSettings:
             raise ConfigurationError(f"conditions max age {age:g} s: give 0 or more seconds")
         object.__setattr__(self, "energy_window_s", window)
         object.__setattr__(self, "conditions_max_age_s", age)
-
-    def with_(self, **changes: Any) -> "MeasurementSettings":
-        """These settings with ``changes`` (validated again).
-
-        Args:
-            **changes: fields and their new values.
-
-        Returns:
-            The new settings.
-        """
-        return replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as plain JSON-able values (every field).
-
-        Returns:
-            ``{field: value}``.
-        """
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "MeasurementSettings":
-        """Settings from :meth:`to_dict`'s form; missing fields take their defaults.
-
-        Args:
-            data: ``{field: value}``.
-
-        Returns:
-            The settings.
-
-        Raises:
-            ConfigurationError: an unknown field or an invalid value.
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigurationError(f"measurement settings: unknown field(s) {', '.join(unknown)}")
-        return cls(**dict(data))
-
-    def key(self) -> str:
-        """A canonical text of the settings: equal settings, equal keys (what a server keys the instances
-        it prepares by, beside the verification settings).
-
-        Returns:
-            The key.
-        """
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 def _seconds(value: Any, what: str) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_replayer_runs import kernel  # noqa: F401  (the fake engine's kernel: a pytest fixture)
 
 import mneme.testing.synthetic_recordings as synth
 from mneme._internal import nvml
@@ -13,13 +14,9 @@ from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.model.experiment import ExperimentResult
 from mneme.model.measurement import DEFAULT_MEASUREMENT, MAX_ENERGY_WINDOW_S, MeasurementSettings
 from mneme.recording.execution import RecordedExecution
-from mneme.replay import engine as eng
 from mneme.replay import measurement as meas
-from mneme.replay import placement
 from mneme.replay.measurement import EnergyReading, Measurer, energy_from_samples, energy_window
-from mneme.replay.placement import ProcessReservations
-from mneme.testing.fake_native_engine import AddressSpace, FakeKernel, native_module
-from mneme.testing.fake_nvml import FakeNvml, install
+from mneme.testing.fake_nvml import install
 
 
 # -- the settings ------------------------------------------------------------------------------------------
@@ -228,15 +225,6 @@ def test_a_gpu_without_an_energy_counter_measures_no_energy_and_runs_no_window(m
 
 
 # -- a Replayer reports them --------------------------------------------------------------------------------
-@pytest.fixture
-def kernel(monkeypatch, tmp_path) -> FakeKernel:
-    monkeypatch.setenv("MNEME_CACHE_DIR", str(tmp_path / "cache"))
-    space = AddressSpace(kernel=FakeKernel())
-    monkeypatch.setattr(eng, "_engine", native_module(space))
-    monkeypatch.setattr(placement, "_process", ProcessReservations())
-    return space.kernel
-
-
 def _replayer(tmp_path, **options):
     from mneme.replay import Replayer
 

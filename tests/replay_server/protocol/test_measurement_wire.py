@@ -9,7 +9,7 @@ import pytest
 
 from mneme.errors import ConfigurationError
 from mneme.model.experiment import ExperimentResult
-from mneme.model.measurement import DEFAULT_ENERGY_WINDOW_S, DEFAULT_CONDITIONS_MAX_AGE_S, MeasurementSettings
+from mneme.model.measurement import DEFAULT_CONDITIONS_MAX_AGE_S, DEFAULT_ENERGY_WINDOW_S, MeasurementSettings
 from replay_server.protocol import replay_pb2
 from replay_server.protocol.convert import (
     measurement_from_proto,
