@@ -175,3 +175,20 @@ def test_a_gpu_whose_memory_clock_cannot_be_locked_keeps_the_sm_lock(fake):
 def test_power_limits_and_max_clocks(fake):
     device = nvml.cuda_device()
     assert device.power_limits_w() == (200.0, 700.0) and device.max_clocks_mhz() == (1980, 2619)
+
+
+def test_the_cost_bench_prints_its_table(fake, capsys):
+    import nvml_cost  # bench/nvml_cost.py (pytest puts bench/ on the path)
+
+    assert nvml_cost.main(["--reps", "3", "--counter-seconds", "0.05"]) == 0
+    out = capsys.readouterr().out
+    assert "| conditions() (the five reads above) |" in out and "Measurer before+after" in out
+    assert "energy counter, GPU idle" in out and "between steps" in out
+
+
+def test_the_cost_bench_says_why_without_nvml(monkeypatch, capsys):
+    import nvml_cost
+
+    install(monkeypatch).fail["nvmlInit"] = 12
+    assert nvml_cost.main(["--reps", "1"]) == 2
+    assert "NVML Shared Library Not Found" in capsys.readouterr().err
