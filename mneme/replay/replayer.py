@@ -144,8 +144,7 @@ class Replayer:
         self.ctx = eng.open_context(self.device)
         mark("replayer", "context")
         self.arch = device_arch(self.ctx)
-        self._measurer = Measurer(self.device, self.measurement)
-        self._measurer.device()  # NVML is initialized now, not in a replay's time
+        self._measurer = Measurer(self.device, self.measurement)  # (NVML is initialized by the first run)
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
         mark("replayer", "snapshots")

@@ -103,6 +103,9 @@ class CudaEngineSpec:
         import mneme.recording.execution  # noqa: F401
         import mneme.replay.replayer  # noqa: F401
         import mneme.replay.tolerance  # noqa: F401
+        from mneme._internal import nvml
+
+        nvml.unavailable_reason()  # NVML's import and init (the replays' conditions) beside the driver's start
 
     def self_test(self, device: int) -> dict:
         from mneme._internal.devices import query_device
