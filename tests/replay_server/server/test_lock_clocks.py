@@ -14,6 +14,7 @@ import pytest
 from mneme.cli import build_parser
 from mneme.errors import ConfigurationError
 from mneme.testing.fake_nvml import PCI_BUS_ID, install
+from mneme.testing.gpu import gpu_unavailable_reason
 from replay_server.client.connection import ConnectionSettings
 from replay_server.server.clocks import ServerClocks
 from replay_server.server.serve import ServerOptions
@@ -125,3 +126,22 @@ def test_local_servers_get_the_flag_and_kept_servers_do_not_mix_with_it():
         ConnectionSettings(lock_clocks="fast")
     with pytest.raises(ConfigurationError, match="locked clocks"):
         ConnectionSettings(lock_clocks="max", keep_alive=600)
+
+
+def test_the_executors_local_servers_start_with_the_flag(store, tmp_path):
+    from mneme.model.experiment import ExperimentConfiguration
+    from replay_server.client.executor import AsyncReplayExecutor
+    from replay_server.testing.servers import RECORD_DB, RECORD_ID
+
+    connection = ConnectionSettings(engine=ENGINE_ARGS[1], server_env=subprocess_env(tmp_path / "log"),
+                                    lock_clocks="base")
+    with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, connection=connection) as executor:
+        (server,) = executor._local_servers.servers
+        args = list(server.process.args)
+        assert args[args.index("--lock-clocks") + 1] == "base"
+        assert executor.evaluate(ExperimentConfiguration()).verified  # served, locked or not
+        log = (executor._local_servers.log_dir / "server-gpu0.log").read_text()
+    said = [line for line in log.splitlines() if "--lock-clocks" in line]
+    assert len(said) <= 1  # locked (a GPU host as root), or one line saying why not
+    if gpu_unavailable_reason():  # this machine: NVML is not there
+        assert len(said) == 1 and "--lock-clocks base: the clocks are not locked: NVML" in said[0], log
