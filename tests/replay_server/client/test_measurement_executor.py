@@ -3,6 +3,8 @@ window is asked for with the instance, and its results come back."""
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from mneme.errors import ConfigurationError
@@ -26,8 +28,8 @@ def test_energy_is_asked_for_with_the_instance_and_comes_back(store, tmp_path):
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address]) as executor:
             plain = executor.evaluate(config(128))
     finally:
-        server.kill()
-        server.wait()
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
     assert result.verified and result.power_w == FAKE_POWER_W
     assert result.energy_j == pytest.approx(FAKE_POWER_W * 128e-9)
     assert plain.verified and plain.energy_j == -1 and plain.power_w == -1  # the default: no energy window
