@@ -111,7 +111,8 @@ def test_lock_clocks_max_locks_or_says_once_why_not(gpu, vecadd_path, tmp_path):
             assert result.verified, result.error
             max_sm, _ = gpu.max_clocks_mhz()
             reading = result.conditions["before"]
-            assert reading["sm_clock_mhz"] == max_sm or result.conditions["throttled"], (reading, max_sm)
+            # (one clock step of slack: NVML reports the clock it runs, in steps of ~15 MHz)
+            assert abs(reading["sm_clock_mhz"] - max_sm) <= 30 or result.conditions["throttled"], (reading, max_sm)
     finally:
         process.send_signal(signal.SIGTERM)
         _, err = process.communicate(timeout=60)
