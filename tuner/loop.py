@@ -315,8 +315,8 @@ class TuningLoop:
     def _update_best(self, record: dict[str, Any]) -> None:
         if record.get("status") != STATUS_VERIFIED or record.get("metric") is None:
             return
-        best = self.state.best
-        if best is None or record["metric"] < best["metric"]:
+        best, rank = self.state.best, self.objective.rank_value
+        if best is None or rank(record) < rank(best):
             self.state.best = record
             self._best_text = self.best_text()
 
@@ -325,7 +325,9 @@ class TuningLoop:
         if best is None:
             return "-"
         speed = f" (x{best['speedup']:.3f})" if best.get("speedup") else ""
-        return f"{format_ns(best['metric'])}{speed}"
+        energy = (f", {best['objective_values'][0]:.4g} J/launch" if self.objective.primary == "energy"
+                  else f", EDP {best['objective_values'][0]:.4g} J*s" if self.objective.primary == "edp" else "")
+        return f"{format_ns(best['metric'])}{speed}{energy}"
 
 
 def _encoded(future: cf.Future, candidate: Candidate) -> EncodedResult | None:

@@ -23,7 +23,7 @@ from mneme.model.experiment import (
 from tuner.errors import TuningError
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
-from tuner.objective import Objective, effective_status, metric_value
+from tuner.objective import effective_status, energy_missing_reason, metric_value
 from tuner.options import TuneOptions
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
@@ -70,6 +70,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         verification=options.verification,
         connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
+        measurement=options.measurement,
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -134,6 +135,8 @@ def _reusable_servers(options: TuneOptions) -> Any:
     fail the run: it starts its own servers."""
     from replay_server.client.reuse import find_reusable
 
+    if options.connection.lock_clocks != "off":  # a kept server runs at whatever clocks it was started with
+        return None
     try:
         return find_reusable(options.record_database, options.workers, options.connection.engine)
     except Exception as exc:  # noqa: BLE001 - an unreadable announcement directory, a broken token file
@@ -160,6 +163,17 @@ def _print_json(data: Any, out: TextIO) -> None:
 
 
 def baseline_document(config: ExperimentConfiguration, result: ExperimentResult, metric: str) -> dict[str, Any]:
+    """``baseline.json``: the recorded launch's replay, its metric, the tolerance derived on it, and the GPU's
+    conditions around it (``conditions``: clocks, temperature, power, throttle reasons; ``throttled``).
+
+    Args:
+        config: the baseline configuration.
+        result: its replay's result.
+        metric: ``--metric``.
+
+    Returns:
+        The document.
+    """
     status = effective_status(result)
     times = result.measured_times
     return {
@@ -172,6 +186,8 @@ def baseline_document(config: ExperimentConfiguration, result: ExperimentResult,
         "result": result.to_dict(),
         "timestamp": now_iso(),
         "tolerance": derived_tolerance(result),
+        "conditions": result.conditions,
+        "throttled": result.throttled,
     }
 
 
@@ -273,8 +289,7 @@ class TuneRun:
                 complete = True
                 state.stopped = "baseline-only"
                 return 0
-            objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
-                                  baseline["metric"])
+            objective = o.objectives.with_baseline(baseline["metric"])
             strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
                                      study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner,
                                      results_dir=str(results.path))
@@ -309,10 +324,12 @@ class TuneRun:
             if strategy is not None:
                 strategy.close()  # a shared study's running trials are released for other processes
             results.close()
-            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
+            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2",
+                                                          objective=o.objectives))
             results.write_json("summary.json", summary_document(
                 state.records, baseline, state=state, options=o.to_dict(),
-                elapsed_s=time.monotonic() - started, space_size=description.get("size"), complete=complete))
+                elapsed_s=time.monotonic() - started, space_size=description.get("size"), complete=complete,
+                objective=o.objectives))
             self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
             self.log.removeHandler(handler)
             handler.close()
@@ -332,8 +349,9 @@ class TuneRun:
         config = baseline_checked(space)
         if o.resume and not o.rerun_baseline:
             earlier = results.read_json("baseline.json")
+            has_energy = ((earlier or {}).get("result") or {}).get("energy_j", -1) > 0
             if earlier and earlier.get("verified") and earlier.get("hash") == config.ground().hash() \
-                    and earlier.get("metric_name") == o.metric:
+                    and earlier.get("metric_name") == o.metric and (has_energy or not o.measurement.energy):
                 reporter.message(f"baseline (from the earlier run): {format_ns(earlier['metric'])}")
                 self._judge_with(executor, earlier.get("tolerance") or {}, reporter)
                 return earlier
@@ -353,9 +371,28 @@ class TuneRun:
                 f"{': ' + result.error if result.error else ''}; the replay itself is broken, so no "
                 "candidate could be trusted. Check it with `mneme replay` (see baseline.json)"
             )
-        reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)")
+        reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)"
+                         + (f", {result.energy_j:.4g} J per launch at {result.power_w:.4g} W" if result.energy_j > 0
+                            else ""))
+        self._check_measurement(result, reporter)
         self._judge_with(executor, doc["tolerance"], reporter)
         return doc
+
+    def _check_measurement(self, result: ExperimentResult, reporter: Reporter) -> None:
+        """What the baseline says of the measurements: an energy objective the replays cannot measure is refused
+        (exit status 2, with why: never ranked on zeros); a baseline measured while the GPU throttled, or without
+        NVML, is said once."""
+        o = self.options
+        if o.measurement.energy and not result.energy_j > 0:
+            raise NotAvailableError(
+                f"--objective {o.objective} needs the GPU's energy, and the baseline's replay measured none: "
+                f"{energy_missing_reason(result)}; tune for time instead (--objective time)")
+        conditions = result.conditions or {}
+        if conditions.get("unavailable"):
+            reporter.message(f"note: the GPU's clocks and temperature are not recorded: {conditions['unavailable']}")
+        elif result.throttled:
+            reporter.message("note: the baseline was measured while the GPU throttled "
+                             f"({', '.join(conditions.get('throttle_reasons') or [])}); see baseline.json's conditions")
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
@@ -383,7 +420,7 @@ class TuneRun:
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:
         o = self.options
-        best = best_document(state.records, baseline, o.sampler == "nsga2").get("best")
+        best = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives).get("best")
         counts = state.counts()
         exactness = verification_counts(state.records)
         reporter.message(
@@ -393,10 +430,18 @@ class TuneRun:
         if best is None:
             reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")
             return 1
+        energy = f" energy={best['energy_j']:.4g} J/launch" if best.get("energy_j") else ""
         reporter.message(
             f"BEST: {json.dumps(best['params'])} {o.metric}={format_ns(best['metric'])} "
-            f"speedup={best['speedup']:.3f}"
+            f"speedup={best['speedup']:.3f}{energy}"
         )
+        if best.get("overlaps_baseline"):
+            reporter.message("note: the best's confidence interval overlaps the baseline's: with these launches the "
+                             "two are not told apart (best.json's spread; more --iterations narrow it)")
+        throttled = sum(1 for r in state.records if ((r.get("result") or {}).get("conditions") or {}).get("throttled"))
+        if throttled:
+            reporter.message(f"note: {throttled} trial(s) were measured while the GPU throttled (summary.json's "
+                             "throttled_trials; each result's conditions say which)")
         export = o.proteus_path(results.path)
         if export is not None:
             write_export(export, identity, best, o.to_dict())

@@ -116,6 +116,41 @@ class NondeterministicExecutor(FakeExecutor):
         return result
 
 
+class EnergyExecutor(FakeExecutor):
+    """Replays that measure energy, as servers asked for an energy window do: joules per launch = a power that
+    grows with the threads per block x the launch time, so the fastest configuration is not the most frugal
+    (a Pareto front of several points). ``throttled_x``: configurations of that block width were measured
+    while the GPU throttled (``conditions``)."""
+
+    UNAVAILABLE = "NVML did not initialize: NVML Shared Library Not Found (NVML error 12)"
+
+    def __init__(self, measure_energy=True, throttled_x=None, **kwargs):
+        super().__init__(**kwargs)
+        self.measure_energy, self.throttled_x = measure_energy, throttled_x
+
+    @staticmethod
+    def power_w(config: ExperimentConfiguration) -> float:
+        return 150.0 + 0.5 * config.block.count
+
+    def _run(self, config):
+        result = super()._run(config)
+        if not result.verified:
+            return result
+        throttled = config.block.x == self.throttled_x
+        reading = {"sm_clock_mhz": 1500 if throttled else 1980, "mem_clock_mhz": 2619, "temperature_c": 60,
+                   "power_w": 300.0, "clock_event_reasons": ["sw_power_cap"] if throttled else [], "age_s": 0.001}
+        result.conditions = {"before": reading, "throttled": throttled,
+                             "throttle_reasons": ["sw_power_cap"] if throttled else []}
+        if not self.measure_energy:
+            result.conditions = {"unavailable": self.UNAVAILABLE}
+            return result
+        power = self.power_w(config)
+        result.energy_j, result.power_w = power * result.measured_times[0] * 1e-9, power
+        result.conditions["energy"] = {"window_s": 0.1, "launches": 1000.0, "counter_steps": 5, "batches": 5,
+                                       "launches_run": 1200}
+        return result
+
+
 @pytest.fixture
 def kernel():
     return vecadd_kernel()

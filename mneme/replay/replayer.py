@@ -26,6 +26,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
+from mneme.model.measurement import MeasurementSettings
 from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.replay import engine as eng
 from mneme.replay import judge
@@ -33,6 +34,7 @@ from mneme.replay.compile import CompiledCode, CompileOptions
 from mneme.replay.engine import device_arch
 from mneme.replay.launch import Launcher, LaunchSettings, LoadedCode, RunFailure, measurements
 from mneme.replay.launch_attrs import LaunchPlan, plan_for
+from mneme.replay.measurement import Measurer
 from mneme.replay.nondeterminism import DerivedTolerance
 from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
@@ -73,6 +75,7 @@ class Replayer:
         reset: str = "auto",
         store_tolerance: bool = True,
         reset_decision: ResetDecision | None = None,
+        measurement: MeasurementSettings | None = None,
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
@@ -108,6 +111,9 @@ class Replayer:
             store_tolerance: write derived ``auto`` bounds beside the recording.
             reset_decision: the reset policy as a proof made elsewhere decided it (another process, after
                 this one's proof lost its context; a cached verdict): no proof is made here.
+            measurement: what replays measure besides times (:class:`mneme.model.measurement.MeasurementSettings`):
+                the GPU's conditions around the launches are read in any case where NVML is there; with
+                ``energy``, a verified replay also runs an energy window (``energy_j``, ``power_w``).
         """
         eng.require_driver()  # no GPU here: say so before reading anything
         if reset not in RESET_POLICIES:
@@ -131,12 +137,14 @@ class Replayer:
         self.queue_ahead, self.l2_scrub, self.timing, self.timeout_s = (
             settings.queue_ahead, settings.l2_scrub, settings.timing, settings.timeout_s)  # fmt: skip
         self.overrides = judged_overrides(verification)
+        self.measurement = measurement or MeasurementSettings()
         self.last_timing: dict[str, Any] = {}
         self._state: DeviceState | None = None
         self._launcher: Launcher | None = None
         self.ctx = eng.open_context(self.device)
         mark("replayer", "context")
         self.arch = device_arch(self.ctx)
+        self._measurer = Measurer(self.device, self.measurement)  # (NVML is initialized by the first run)
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
         mark("replayer", "snapshots")
@@ -363,8 +371,11 @@ class Replayer:
             measured = measurements(loaded.code, loaded)
             launcher.check_launch(loaded, config, plan)
             checks = judge.plan_checks(self._state, loaded.global_homes, self.overrides, self._readiness.derived)
+            before = self._measurer.before()
             out, found, resets_each_launch = self._replay(loaded, config, warmup + iterations, plan, checks,
                                                           resets_each_launch)  # fmt: skip
+            conditions = self._measurer.after(before)
+            energy = {} if found else self._energy(loaded, config, plan, resets_each_launch, out, conditions)
         except RunFailure as failure:
             return ExperimentResult.failure(failure.status, failure.error, end_time=_now(), **base, **measured,
                                             **failure.fields)  # fmt: skip
@@ -377,10 +388,35 @@ class Replayer:
             end_time=_now(),
             reset_each_launch=resets_each_launch,
             reset_reason=self._reset_reason(resets_each_launch),
+            conditions=conditions,
+            **energy,
             **judge.verdict(checks, out, found, self._readiness.derived, nondeterminism, note),
             **base,
             **measured,
         )
+
+    def _energy(self, loaded: LoadedCode, config: ExperimentConfiguration, plan: LaunchPlan, resets_each_launch: bool,
+                out: dict, conditions: dict) -> dict[str, float]:
+        """The energy window of a verified replay, when the measurement settings ask for one: the
+        configuration's launches back to back (with the resets its replay needed, no comparisons),
+        ``mneme.replay.measurement``; its details go to ``conditions["energy"]``. RunFailure for a launch
+        that failed."""
+        if not self.measurement.energy:
+            return {}
+        resets = self._state.iteration_resets(loaded.global_homes) if resets_each_launch else []
+
+        def batch(launches: int) -> None:
+            try:
+                self._launcher.launch(loaded, config, launches, plan, resets=resets, checks=[], check_launches=[],
+                                      timed=False, from_recorded=False)  # fmt: skip
+            except Exception as exc:
+                raise self._launcher.run_failure(exc) from None
+
+        times = out["times_ns"]
+        per_launch_ns = (out.get("gpu_span_ns") or out["wall_ns"]) / max(len(times), 1)
+        reading = self._measurer.energy(batch, per_launch_ns / 1e9)
+        conditions["energy"] = reading.details
+        return {"energy_j": reading.energy_j, "power_w": reading.power_w}
 
     def _reset_reason(self, resets_each_launch: bool) -> str:
         """Why every launch of a replay was reset ('' when not)."""
