@@ -20,11 +20,12 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
-from tuner.errors import TuningError
+from tuner.errors import ServersUnreachableError, TuningError
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
+from tuner.preflight import check_results_location, check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
 from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
@@ -83,6 +84,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
 
 
 default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
+default_executor.dials_servers = True  # replays on --servers: the run dials them before anything starts
 
 
 class PrestartedServers:
@@ -219,6 +221,8 @@ class TuneRun:
             print(f"wrote the resolved configuration to {o.dump_config}", file=self.out)
             return 0
         real_run = not (o.print_space or o.dry_run)
+        if real_run:
+            self._preflight()
         # Local servers start now, while this process reads the recording and builds the space.
         self._prestarted = PrestartedServers(o) if real_run and not o.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
@@ -244,6 +248,15 @@ class TuneRun:
         finally:
             if self._prestarted is not None:
                 self._prestarted.discard()
+
+    def _preflight(self) -> None:
+        """Before any server starts: the results directory can be written and holds what the run expects,
+        and the ``--servers`` answer (those that do not are named; none answering ends the run)."""
+        o = self.options
+        check_results_location(o.results_dir, o.resume)
+        dials = getattr(self.executor_factory, "dials_servers", False)  # an executor of its own may not
+        for line in check_servers(o.servers) if o.servers and dials else ():
+            print(f"warning: {line}; going on with the other servers", file=sys.stderr)
 
     # -- a real run -----------------------------------------------------------------------
     def _tune(self, space: SearchSpace, description: dict[str, Any], identity: KernelIdentity) -> int:
@@ -357,11 +370,7 @@ class TuneRun:
         results.write_json("baseline.json", doc)
         self.log.info("baseline %s metric=%s", doc["status"], doc["metric"])
         if not doc["verified"]:
-            raise TuningError(
-                f"the baseline (recorded launch) did not verify: status {doc['status']}"
-                f"{': ' + result.error if result.error else ''}; the replay itself is broken, so no "
-                "candidate could be trusted. Check it with `mneme replay` (see baseline.json)"
-            )
+            raise baseline_failure(doc["status"], result.error)
         reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)")
         self._judge_with(executor, doc["tolerance"], reporter)
         return doc
@@ -410,6 +419,23 @@ class TuneRun:
             write_export(export, identity, best, o.to_dict())
             self.log.info("wrote the tuned-kernels export %s", export)
         return 1 if state.stopped == "fail-fast" else 0
+
+
+def baseline_failure(status: str, error: str) -> TuningError:
+    """Why the run stops when its baseline did not verify: the servers could not be reached (the
+    executor gave up on them), or the replay of the recorded launch itself is broken."""
+    if error.startswith(SERVERS_LOST):
+        return ServersUnreachableError(
+            f"the baseline could not be replayed: {error}. The replay servers, not the recording, failed: "
+            "check --servers (or the local servers' log) and run again")
+    return TuningError(
+        f"the baseline (recorded launch) did not verify: status {status}{': ' + error if error else ''}; "
+        "the replay itself is broken, so no candidate could be trusted. Check it with `mneme replay` "
+        "(see baseline.json)")
+
+
+#: How the executor's result for a configuration no server answered begins (replay_server.client.executor).
+SERVERS_LOST = "replay server lost"
 
 
 def run_tune(options: TuneOptions, **kwargs: Any) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mneme.errors import ConfigurationError, NotAvailableError
+from tuner.errors import cannot_write
 from tuner.results.directory import ResultsDirectory, iter_verified
 from tuner.results.summary import verification_counts
 
@@ -96,7 +97,10 @@ def write_report(run_dir: str | Path) -> dict[str, Any]:
             "(matplotlib) and/or pip install plotly"
         )
     out = results.path / "report"
-    out.mkdir(exist_ok=True)
+    try:
+        out.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise cannot_write(out, exc) from exc
     varying = _varying_params(study)
     written: list[str] = []
     skipped: list[str] = []
