@@ -111,7 +111,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("outputs and run modes")
     g.add_argument("--results-dir", metavar="DIR", default=S,
                    help="where results go (default: a timestamped directory under mneme-tune-results/)")
-    g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
+    g.add_argument("--resume", action="store_true", default=S,
+                   help="continue the run in --results-dir (its settings are read from DIR/config.json; a run "
+                   "whose kernel, space, objective, measurement or tolerance differs is refused)")
+    g.add_argument("--force", action="store_true", default=S,
+                   help="when --results-dir holds another run (or --resume finds other settings there), start a "
+                   "new run in a directory beside it (DIR-2, DIR-3, ...)")
     g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
     g.add_argument("--tolerance", action="append", default=S, metavar="auto|exact|SEL=dtype:mode:threshold[:norm]",
                    help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "

@@ -25,11 +25,14 @@ from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
 from tuner.objective import Objective, effective_status, metric_value
 from tuner.options import TuneOptions
-from tuner.preflight import check_results_location, check_servers
+from tuner.preflight import check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
+from tuner.resume import check_resumable, choose_results_dir
+from tuner.results.coverage import space_coverage
 from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
 from tuner.results.export import write_export
+from tuner.results.fingerprint import run_fingerprint
 from tuner.results.summary import best_document, summary_document, verification_counts
 from tuner.space.factory import build_space
 from tuner.space.search_space import (
@@ -243,6 +246,10 @@ class TuneRun:
                 _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
                              "sampler": o.sampler, "trials": o.trials}, self.out)
                 return 0
+            if o.resume:  # the kernel and the space must be the run's in the directory
+                self.options, moved = check_resumable(o, vars(identity), description)
+                if moved:
+                    print(moved, file=sys.stderr)
             with sigterm_as_interrupt():  # a batch system's time limit stops the run as Ctrl-C does
                 return self._tune(space, description, identity)
         finally:
@@ -252,8 +259,10 @@ class TuneRun:
     def _preflight(self) -> None:
         """Before any server starts: the results directory can be written and holds what the run expects,
         and the ``--servers`` answer (those that do not are named; none answering ends the run)."""
+        self.options, moved = choose_results_dir(self.options)
+        if moved:
+            print(moved, file=sys.stderr)
         o = self.options
-        check_results_location(o.results_dir, o.resume)
         dials = getattr(self.executor_factory, "dials_servers", False)  # an executor of its own may not
         for line in check_servers(o.servers) if o.servers and dials else ():
             print(f"warning: {line}; going on with the other servers", file=sys.stderr)
@@ -263,13 +272,14 @@ class TuneRun:
         o = self.options
         results = ResultsDirectory(o.results_dir or default_results_dir(o.record_id))
         results.prepare(resume=o.resume)
-        previous = self._check_resumable(results, identity) if o.resume else []
+        previous = results.load_trials() if o.resume else []
         handler = results.open_log(self.log)
         reporter = make_reporter(o.quiet, self.out, self.is_tty)
         # The driver the run measured with: `mneme run --apply` refuses the results under another one.
         config_doc = {**o.to_dict(), "results_dir": str(results.path), "kernel": vars(identity),
                       "device": {"driver_version": driver_version()},
-                      "mneme_version": __version__, "written": now_iso()}
+                      "mneme_version": __version__, "written": now_iso(),
+                      "fingerprint": run_fingerprint(o.to_dict(), vars(identity), description)}
         results.write_json("config.json", config_doc)
         results.write_json("search_space.json", description)
         self.log.info("tuning %s (%s) instance %s into %s", identity.name, identity.static_hash,
@@ -278,7 +288,6 @@ class TuneRun:
         baseline: dict[str, Any] | None = None
         started = time.monotonic()
         executor = strategy = None
-        complete = False
         try:
             # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
             ahead = [] if o.baseline_only else code_variants(space)
@@ -292,7 +301,6 @@ class TuneRun:
             baseline = self._baseline(space, executor, results, reporter)
             mark("tune", "baseline")
             if o.baseline_only:
-                complete = True
                 state.stopped = "baseline-only"
                 return 0
             objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
@@ -315,7 +323,6 @@ class TuneRun:
                 loop.run()
             finally:
                 reporter.finish()
-            complete = state.stopped in ("exhausted", "budget")
             return self._conclude(state, baseline, results, identity, reporter)
         except KeyboardInterrupt:
             state.stopped = "interrupted"
@@ -334,19 +341,11 @@ class TuneRun:
             results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
             results.write_json("summary.json", summary_document(
                 state.records, baseline, state=state, options=o.to_dict(),
-                elapsed_s=time.monotonic() - started, space_size=description.get("size"), complete=complete))
+                elapsed_s=time.monotonic() - started, space_size=description.get("size"),
+                coverage=space_coverage(space, state.records, state.banned_blocks)))
             self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
             self.log.removeHandler(handler)
             handler.close()
-
-    def _check_resumable(self, results: ResultsDirectory, identity: KernelIdentity) -> list[dict[str, Any]]:
-        earlier = results.read_json("config.json") or {}
-        if str(earlier.get("record_id")) != str(identity.record_id):
-            raise ConfigurationError(
-                f"--resume: {results.path} tuned instance {earlier.get('record_id')}, not {identity.record_id}; "
-                "give the matching --record-id or another --results-dir"
-            )
-        return results.load_trials()
 
     def _baseline(self, space: SearchSpace, executor: Executor, results: ResultsDirectory,
                   reporter: Reporter) -> dict[str, Any]:

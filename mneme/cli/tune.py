@@ -43,10 +43,12 @@ def run(args: argparse.Namespace) -> int:
               f"tolerance; derived tolerance: {bounds}")
         return 0
     from tuner.options import resolve_options
+    from tuner.resume import resume_settings
     from tuner.run import run_tune
 
     config_file = given.pop("config", None)
-    return run_tune(resolve_options(given, config_file))
+    base = resume_settings(given["results_dir"]) if given.get("resume") and given.get("results_dir") else None
+    return run_tune(resolve_options(given, config_file, base))
 
 
 COMMANDS = [Command("tune", "tune a recorded kernel instance (or `tune report DIR`: plot a run)", configure, run)]
