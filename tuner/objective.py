@@ -67,6 +67,15 @@ class Objective:
     secondary: str | None = None  # "registers" | "binary-size" for multi-objective runs
     baseline_metric: float | None = None
 
+    @property
+    def metric_names(self) -> list[str]:
+        """The objectives' names in an Optuna study (``study.set_metric_names``): what the dashboard and
+        the plots call each value."""
+        first = f"{self.metric}_time_ns" if self.objective == "time" else f"speedup_vs_baseline_{self.metric}"
+        if self.secondary:
+            return [first, "registers" if self.secondary == "registers" else "binary_size_bytes"]
+        return [first]
+
     def with_baseline(self, baseline_metric: float) -> "Objective":
         return Objective(self.metric, self.objective, self.secondary, baseline_metric)
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, TextIO
 from mneme import __version__
 from mneme._internal.startup_trace import mark
 from mneme.apply.device import driver_version
-from mneme.errors import ConfigurationError, NotAvailableError
+from mneme.errors import NotAvailableError
 from mneme.model.experiment import (
     STATUS_VERIFIED,
     ExperimentConfiguration,
@@ -28,12 +28,12 @@ from tuner.options import TuneOptions
 from tuner.preflight import check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
-from tuner.resume import check_resumable, choose_results_dir
 from tuner.results.coverage import space_coverage
 from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
 from tuner.results.export import write_export
 from tuner.results.fingerprint import run_fingerprint
 from tuner.results.summary import best_document, summary_document, verification_counts
+from tuner.resume import check_resumable, choose_results_dir
 from tuner.space.factory import build_space
 from tuner.space.search_space import (
     SearchSpace,
@@ -307,7 +307,7 @@ class TuneRun:
                                   baseline["metric"])
             strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
                                      study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner,
-                                     results_dir=str(results.path))
+                                     results_dir=str(results.path), metric_names=objective.metric_names)
             if previous:
                 strategy.seed_history(previous)
                 reporter.message(f"resuming: {len(previous)} trials already in {results.path}")
