@@ -33,6 +33,7 @@ from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
 from tuner.results.export import write_export
 from tuner.results.fingerprint import run_fingerprint
 from tuner.results.summary import best_document, summary_document, verification_counts
+from tuner.results.table import render_top_table, top_configurations
 from tuner.resume import check_resumable, choose_results_dir
 from tuner.space.factory import build_space
 from tuner.space.search_space import (
@@ -226,6 +227,7 @@ class TuneRun:
         real_run = not (o.print_space or o.dry_run)
         if real_run:
             self._preflight()
+            o = self.options  # --force may have moved the run beside its --results-dir
         # Local servers start now, while this process reads the recording and builds the space.
         self._prestarted = PrestartedServers(o) if real_run and not o.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
@@ -347,6 +349,10 @@ class TuneRun:
             self.log.removeHandler(handler)
             handler.close()
 
+    def _say_where(self, path: Path) -> None:
+        """Where the results are (on standard error with --quiet: said in any case)."""
+        print(f"results: {path} (plots: mneme tune report {path})", file=sys.stderr if self.options.quiet else self.out)
+
     def _baseline(self, space: SearchSpace, executor: Executor, results: ResultsDirectory,
                   reporter: Reporter) -> dict[str, Any]:
         o = self.options
@@ -408,11 +414,14 @@ class TuneRun:
         )
         if best is None:
             reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")
+            self._say_where(results.path)
             return 1
-        reporter.message(
-            f"BEST: {json.dumps(best['params'])} {o.metric}={format_ns(best['metric'])} "
-            f"speedup={best['speedup']:.3f}"
-        )
+        self.log.info("best: trial %s, %s=%s, speedup %.3f: %s", best["trial"], o.metric, format_ns(best["metric"]),
+                      best["speedup"], json.dumps(best["params"]))
+        if not o.quiet:
+            render_top_table(top_configurations(state.records, baseline["metric"]), baseline["metric"], o.metric,
+                             self.out, is_tty=self.is_tty, title="best configurations against the baseline")
+        self._say_where(results.path)
         export = o.proteus_path(results.path)
         if export is not None:
             write_export(export, identity, best, o.to_dict())
