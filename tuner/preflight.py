@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import socket
-from pathlib import Path
 
 from tuner.errors import ServersUnreachableError
 from tuner.results.directory import DEFAULT_ROOT, ResultsDirectory, check_writable
@@ -38,7 +37,14 @@ def check_results_location(results_dir: str | None, resume: bool) -> None:
 
 
 def split_address(address: str) -> tuple[str, int] | None:
-    """``host:port`` or ``[v6]:port`` as (host, port); None for forms this check does not dial (``unix:``)."""
+    """The host and port a TCP connection to a replay server dials.
+
+    Args:
+        address: ``host:port`` or ``[v6]:port`` (or a gRPC form such as ``unix:PATH``).
+
+    Returns:
+        (host, port), or None for forms this check does not dial.
+    """
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or address.startswith("unix"):
         return None
@@ -46,8 +52,16 @@ def split_address(address: str) -> tuple[str, int] | None:
 
 
 def connect_error(address: str, timeout: float = CONNECT_TIMEOUT_S) -> str | None:
-    """Why a TCP connection to ``address`` cannot be made (``connection refused``, ``unknown host``, ``no
-    answer in 3 s``), or None when it can (or the address is of a form not dialed here)."""
+    """Dial ``address`` once.
+
+    Args:
+        address: a replay server's ``host:port``.
+        timeout: seconds the connection may take.
+
+    Returns:
+        Why a TCP connection cannot be made (``connection refused``, ``unknown host (...)``, ``no answer in
+        3 s``, ``no route to host``), or None when it can (or the address is of a form not dialed here).
+    """
     where = split_address(address)
     if where is None:
         return None
@@ -87,7 +101,3 @@ def check_servers(addresses: list[str], timeout: float = CONNECT_TIMEOUT_S) -> l
             "; ".join(lines) + "; check that `mneme serve` runs there and that --servers names its host and port")
     return lines
 
-
-def results_location(results_dir: str | None) -> Path:
-    """Where a run's results go, for messages before the directory is chosen."""
-    return Path(results_dir) if results_dir else Path(DEFAULT_ROOT)

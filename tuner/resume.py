@@ -45,7 +45,14 @@ def resume_settings(results_dir: str | Path) -> dict[str, Any]:
 
 
 def beside(path: Path) -> Path:
-    """The first of ``DIR-2``, ``DIR-3``, ... that does not exist."""
+    """Where ``--force`` puts a new run.
+
+    Args:
+        path: the results directory that holds another run.
+
+    Returns:
+        The first of ``DIR-2``, ``DIR-3``, ... that does not exist.
+    """
     n = 2
     while path.with_name(f"{path.name}-{n}").exists():
         n += 1

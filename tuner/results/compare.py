@@ -83,7 +83,13 @@ def compare_runs(a: str | Path, b: str | Path) -> dict[str, Any]:
 
 
 def print_comparison(doc: Mapping[str, Any], out: TextIO, *, is_tty: bool | None = None) -> None:
-    """``doc`` (:func:`compare_runs`) as a rich table and a few lines."""
+    """Print a comparison.
+
+    Args:
+        doc: :func:`compare_runs`'s document.
+        out: where to print.
+        is_tty: a terminal (colours, its width); None: ``out.isatty()``.
+    """
     from rich.console import Console
     from rich.table import Table
 
@@ -141,6 +147,15 @@ def print_comparison(doc: Mapping[str, Any], out: TextIO, *, is_tty: bool | None
 
 
 def compare_command(a: str, b: str, out: TextIO) -> int:
-    """``mneme tune compare A B``: print the comparison; exit status 0."""
+    """``mneme tune compare A B``.
+
+    Args:
+        a: the first results directory.
+        b: the second.
+        out: where to print.
+
+    Returns:
+        The exit status (0).
+    """
     print_comparison(compare_runs(a, b), out)
     return 0

@@ -83,8 +83,16 @@ def _class_name(name: Any) -> Any:
 
 
 def stored_fingerprint(config: Mapping[str, Any], space: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The fingerprint of the run in a results directory: the one ``config.json`` carries, or, for a
-    directory written before fingerprints, the one its ``config.json`` and ``search_space.json`` give."""
+    """The fingerprint of the run in a results directory.
+
+    Args:
+        config: its ``config.json``.
+        space: its ``search_space.json`` (None: only the settings' sections are compared).
+
+    Returns:
+        The fingerprint ``config.json`` carries, or, for a directory written before fingerprints, the one
+        its ``config.json`` and ``search_space.json`` give.
+    """
     stored = config.get("fingerprint")
     if isinstance(stored, Mapping) and stored.get("version") == VERSION:
         return dict(stored)
@@ -123,8 +131,17 @@ def differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
 
 
 def dimension_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
-    """The dimensions that differ, judged as Optuna judges a parameter's distributions
-    (``optuna.distributions.check_distribution_compatibility``), and any other change of them (a range)."""
+    """The dimensions that differ.
+
+    Args:
+        old: the earlier run's dimensions (``search_space.json``'s ``dimensions``).
+        new: this run's.
+
+    Returns:
+        One line per dimension that differs: gone, new, incompatible as Optuna judges a parameter's
+        distributions (``optuna.distributions.check_distribution_compatibility``), or otherwise changed
+        (a range).
+    """
     lines = []
     for name in list(old) + [n for n in new if n not in old]:
         if name not in new:
@@ -150,7 +167,14 @@ def _incompatibility(old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
 
 
 def distribution_of(described: Mapping[str, Any]):
-    """The Optuna distribution of a dimension as ``search_space.json`` describes it (``Param.describe``)."""
+    """The Optuna distribution of a described dimension.
+
+    Args:
+        described: the dimension as ``search_space.json`` describes it (``Param.describe``).
+
+    Returns:
+        Its ``IntDistribution``, ``FloatDistribution`` or ``CategoricalDistribution``.
+    """
     import optuna.distributions as d
 
     kind = described.get("type")

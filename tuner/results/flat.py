@@ -68,7 +68,15 @@ def flat_row(record: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def write_csv(records: Iterable[Mapping[str, Any]], out: TextIO) -> int:
-    """Write ``records`` as CSV to ``out``; returns how many rows."""
+    """Write trial records as CSV.
+
+    Args:
+        records: the records.
+        out: a text stream.
+
+    Returns:
+        How many rows were written.
+    """
     rows = [flat_row(r) for r in records]
     columns: dict[str, None] = {}
     for row in rows:

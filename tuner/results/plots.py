@@ -54,7 +54,15 @@ class Plotting:
 
 
 def applicable(plotting: Plotting, plot: str) -> str:
-    """"" when ``plot`` applies to the study, else why it is not drawn."""
+    """Whether ``plot`` is drawn for ``plotting``.
+
+    Args:
+        plotting: the study and what goes with it.
+        plot: one of :data:`PLOTS`.
+
+    Returns:
+        "" when it applies, else why it is not drawn.
+    """
     varying = plotting.varying
     if plot == "optimization_history":
         return "" if plotting.completed else "no verified trial"
@@ -94,7 +102,15 @@ def _contour_params(plotting: Plotting) -> list[str]:
 
 # -- HTML (plotly) -----------------------------------------------------------------------------------
 def plotly_figure(plotting: Plotting, plot: str) -> Any:
-    """The plotly figure of ``plot``."""
+    """The plotly figure of ``plot``.
+
+    Args:
+        plotting: the study and what goes with it.
+        plot: one of :data:`PLOTS` that applies.
+
+    Returns:
+        The figure, with the baseline's line, failures and log axes where they belong.
+    """
     import optuna.visualization as v
     import plotly.graph_objects as go
 
@@ -134,7 +150,16 @@ def plotly_figure(plotting: Plotting, plot: str) -> Any:
 
 
 def write_html(plotting: Plotting, plot: str, out: Path) -> Path:
-    """``out/PLOT.html``, loading ``plotly.min.js`` from ``out`` (written there once): no network needed."""
+    """Write ``out/PLOT.html``.
+
+    Args:
+        plotting: the study and what goes with it.
+        plot: one of :data:`PLOTS` that applies.
+        out: the report directory.
+
+    Returns:
+        The page's path; it loads ``plotly.min.js`` from ``out`` (written there once): no network needed.
+    """
     with _quiet_experimental():
         fig = plotly_figure(plotting, plot)
     path = out / f"{plot}.html"
@@ -144,7 +169,16 @@ def write_html(plotting: Plotting, plot: str, out: Path) -> Path:
 
 # -- PNG (matplotlib) --------------------------------------------------------------------------------
 def write_png(plotting: Plotting, plot: str, out: Path) -> Path:
-    """``out/PLOT.png`` through Optuna's matplotlib visualizations."""
+    """Write ``out/PLOT.png`` through Optuna's matplotlib visualizations.
+
+    Args:
+        plotting: the study and what goes with it.
+        plot: one of :data:`PLOTS` that applies.
+        out: the report directory.
+
+    Returns:
+        The image's path.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -191,7 +191,16 @@ def _pareto_study(records: Sequence[Mapping[str, Any]], space: ReportSpace, conf
 
 
 def plotting_for(results: ResultsDirectory, records: Sequence[Mapping[str, Any]]) -> Plotting:
-    """What the plots of ``results`` are drawn from."""
+    """What the plots of a results directory are drawn from.
+
+    Args:
+        results: the directory (its ``config.json``, ``search_space.json`` and ``baseline.json`` are read).
+        records: its trial records.
+
+    Returns:
+        The study of every trial, the varying parameters, the failures, the baseline's metric and, for an
+        NSGA-II run, the two-objective study.
+    """
     config = results.read_json("config.json") or {}
     described = (results.read_json("search_space.json") or {}).get("dimensions")
     space = ReportSpace(described, records)
@@ -280,8 +289,19 @@ def _try(skipped: list[str], plot: str, kind: str, write: Callable[[], str]) -> 
 
 def index_html(results: ResultsDirectory, records: Sequence[Mapping[str, Any]], plotting: Plotting,
                written: Sequence[str], skipped: Sequence[str]) -> str:
-    """The report's front page: the run, its best configurations against the baseline, its failures by
-    status, and the plots; every resource it names is beside it."""
+    """The report's front page.
+
+    Args:
+        results: the results directory.
+        records: its trial records.
+        plotting: what the plots were drawn from.
+        written: the files written so far.
+        skipped: what was not drawn, and why.
+
+    Returns:
+        HTML: the run, its best configurations against the baseline, its failures by status, the plots;
+        every resource it names is beside it.
+    """
     e = html.escape
     config = results.read_json("config.json") or {}
     summary = results.read_json("summary.json") or {}

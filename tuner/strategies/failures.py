@@ -27,7 +27,15 @@ FAILED_ATTR = "mneme:failed"
 
 
 def is_failed_configuration(trial: Any) -> bool:
-    """A ``FAIL`` trial of a configuration that failed (not one abandoned or never evaluated)."""
+    """Whether ``trial`` is the trial of a configuration that failed.
+
+    Args:
+        trial: an Optuna ``FrozenTrial``.
+
+    Returns:
+        True for a ``FAIL`` trial with a ``status`` user attribute or ``mneme:failed`` (not one abandoned
+        or never evaluated).
+    """
     return trial.state.name == "FAIL" and ("status" in trial.user_attrs or FAILED_ATTR in trial.system_attrs)
 
 
@@ -67,7 +75,15 @@ class _StudyView:
 
 
 def failures_as_worst(sampler: Any) -> Any:
-    """``sampler`` wrapped so that it sees failed configurations as the worst trials (see the module)."""
+    """Show ``sampler`` failed configurations as the worst trials (see the module).
+
+    Args:
+        sampler: an Optuna sampler (``TPESampler``).
+
+    Returns:
+        A sampler that delegates every call to ``sampler`` with a view of the study in which failed
+        configurations' trials are ``PRUNED``.
+    """
     import optuna
 
     class FailuresAsWorst(optuna.samplers.BaseSampler):
