@@ -20,25 +20,14 @@ from mneme.model.experiment import ExperimentResult
 from tuner.errors import ResultsDirectoryError, ServersUnreachableError
 from tuner.options import resolve_options
 from tuner.preflight import check_servers, connect_error
-from tuner.recording import KernelIdentity
 from tuner.run import run_tune
 from tuner.testing import FakeExecutor
 
 
 @pytest.fixture
-def wired(monkeypatch, kernel):
-    """The CLI's executor and recording loader are the test doubles; ``made`` lists the executors made."""
-    made = []
-
-    def make_executor(options, results_dir, compile_ahead):
-        made.append(FakeExecutor())
-        return made[-1]
-
-    make_executor.dials_servers = True  # it stands in for the real one, which replays on --servers
-    monkeypatch.setattr(tuner.run, "default_executor", make_executor)
-    monkeypatch.setattr(tuner.run, "load_instance",
-                        lambda db, rid: (kernel, KernelIdentity("vecAdd", "15941914485064662553", rid or "163")))
-    return made
+def wired(cli_doubles):
+    """The executors the run made (the test doubles: tuner.testing.cli_doubles)."""
+    return cli_doubles
 
 
 def tune_args(results, *extra):

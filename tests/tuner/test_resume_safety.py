@@ -7,28 +7,16 @@ import json
 
 import pytest
 
-import tuner.run
 from mneme.cli import main
-from tuner.recording import KernelIdentity
 from tuner.results.fingerprint import differences, run_fingerprint
-from tuner.testing import FakeExecutor
 
 DB = ["-rdb", "rec/159.json", "-rid", "163"]
 
 
 @pytest.fixture
-def wired(monkeypatch, kernel):
-    """The CLI's executor and recording loader are the test doubles; ``made`` lists the executors made."""
-    made = []
-
-    def make_executor(options, results_dir, compile_ahead):
-        made.append(FakeExecutor())
-        return made[-1]
-
-    monkeypatch.setattr(tuner.run, "default_executor", make_executor)
-    monkeypatch.setattr(tuner.run, "load_instance",
-                        lambda db, rid: (kernel, KernelIdentity("vecAdd", "15941914485064662553", rid or "163")))
-    return made
+def wired(cli_doubles):
+    """The executors the run made (the test doubles: tuner.testing.cli_doubles)."""
+    return cli_doubles
 
 
 def read(path, name):

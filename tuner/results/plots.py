@@ -100,6 +100,26 @@ def _contour_params(plotting: Plotting) -> list[str]:
     return list(ranked)[:CONTOUR_PARAMS]
 
 
+def _optuna_plot(module: Any, plotting: Plotting, plot: str) -> Any:
+    """Optuna's visualization ``plot`` from ``module`` (``optuna.visualization`` or its ``matplotlib``)."""
+    study, name = plotting.study, plotting.target_name
+    with _quiet_experimental():
+        if plot == "pareto_front":
+            return module.plot_pareto_front(plotting.pareto, target_names=plotting.metric_names)
+        if plot == "timeline":
+            return module.plot_timeline(study)
+        if plot == "optimization_history":
+            return module.plot_optimization_history(study, target_name=name)
+        params = _contour_params(plotting) if plot == "contour" else plotting.varying
+        return getattr(module, f"plot_{plot}")(study, params=params, target_name=name)
+
+
+def _failure_height(plotting: Plotting) -> float:
+    """Where the history plot marks failures: above the highest verified value."""
+    completed = [t.value for t in plotting.completed]
+    return max(completed + [plotting.baseline_metric or 0]) * (1.25 if plotting.log_values else 1.05)
+
+
 # -- HTML (plotly) -----------------------------------------------------------------------------------
 def plotly_figure(plotting: Plotting, plot: str) -> Any:
     """The plotly figure of ``plot``.
@@ -114,30 +134,16 @@ def plotly_figure(plotting: Plotting, plot: str) -> Any:
     import optuna.visualization as v
     import plotly.graph_objects as go
 
-    study, name = plotting.study, plotting.target_name
-    if plot == "pareto_front":
-        return v.plot_pareto_front(plotting.pareto, target_names=plotting.metric_names)
-    if plot == "timeline":
-        return v.plot_timeline(study)
-    if plot == "param_importances":
-        return v.plot_param_importances(study, params=plotting.varying, target_name=name)
-    if plot == "parallel_coordinate":
-        return v.plot_parallel_coordinate(study, params=plotting.varying, target_name=name)
-    if plot == "contour":
-        return v.plot_contour(study, params=_contour_params(plotting), target_name=name)
-    if plot == "slice":
-        fig = v.plot_slice(study, params=plotting.varying, target_name=name)
-    else:
-        fig = v.plot_optimization_history(study, target_name=name)
-        if plotting.failures:
-            completed = [t.value for t in plotting.completed]
-            top = max(completed + [plotting.baseline_metric or 0]) * (1.25 if plotting.log_values else 1.05)
-            fig.add_trace(go.Scatter(
-                x=[n for n, _, _ in plotting.failures], y=[top] * len(plotting.failures), mode="markers",
-                name=f"failed ({len(plotting.failures)})",
-                marker={"symbol": "x", "color": FAILURE_COLOR, "size": 9},
-                hovertext=[f"trial {n}: {status}: {error[:200]}" for n, status, error in plotting.failures],
-                hoverinfo="text"))
+    fig = _optuna_plot(v, plotting, plot)
+    if plot not in ("optimization_history", "slice"):
+        return fig
+    if plot == "optimization_history" and plotting.failures:
+        fig.add_trace(go.Scatter(
+            x=[n for n, _, _ in plotting.failures], y=[_failure_height(plotting)] * len(plotting.failures),
+            mode="markers", name=f"failed ({len(plotting.failures)})",
+            marker={"symbol": "x", "color": FAILURE_COLOR, "size": 9},
+            hovertext=[f"trial {n}: {status}: {error[:200]}" for n, status, error in plotting.failures],
+            hoverinfo="text"))
     if plotting.log_values:
         fig.update_yaxes(type="log")
     if plotting.baseline_metric is not None:
@@ -160,8 +166,7 @@ def write_html(plotting: Plotting, plot: str, out: Path) -> Path:
     Returns:
         The page's path; it loads ``plotly.min.js`` from ``out`` (written there once): no network needed.
     """
-    with _quiet_experimental():
-        fig = plotly_figure(plotting, plot)
+    fig = plotly_figure(plotting, plot)
     path = out / f"{plot}.html"
     fig.write_html(str(path), include_plotlyjs="directory", full_html=True)
     return path
@@ -185,22 +190,7 @@ def write_png(plotting: Plotting, plot: str, out: Path) -> Path:
     import matplotlib.pyplot as plt
     import optuna.visualization.matplotlib as vm
 
-    study, name = plotting.study, plotting.target_name
-    with _quiet_experimental():
-        if plot == "pareto_front":
-            ax = vm.plot_pareto_front(plotting.pareto, target_names=plotting.metric_names)
-        elif plot == "timeline":
-            ax = vm.plot_timeline(study)
-        elif plot == "param_importances":
-            ax = vm.plot_param_importances(study, params=plotting.varying, target_name=name)
-        elif plot == "parallel_coordinate":
-            ax = vm.plot_parallel_coordinate(study, params=plotting.varying, target_name=name)
-        elif plot == "contour":
-            ax = vm.plot_contour(study, params=_contour_params(plotting), target_name=name)
-        elif plot == "slice":
-            ax = vm.plot_slice(study, params=plotting.varying, target_name=name)
-        else:
-            ax = vm.plot_optimization_history(study, target_name=name)
+    ax = _optuna_plot(vm, plotting, plot)
     axes = list(ax.flat) if hasattr(ax, "flat") else [ax]
     if plot in ("optimization_history", "slice"):
         for a in axes:
@@ -209,10 +199,8 @@ def write_png(plotting: Plotting, plot: str, out: Path) -> Path:
             if plotting.baseline_metric is not None:
                 a.axhline(plotting.baseline_metric, linestyle="--", color="gray", label="baseline")
         if plot == "optimization_history" and plotting.failures:
-            completed = [t.value for t in plotting.completed]
-            top = max(completed + [plotting.baseline_metric or 0]) * (1.25 if plotting.log_values else 1.05)
-            axes[0].scatter([n for n, _, _ in plotting.failures], [top] * len(plotting.failures), marker="x",
-                            color=FAILURE_COLOR, label=f"failed ({len(plotting.failures)})")
+            axes[0].scatter([n for n, _, _ in plotting.failures], [_failure_height(plotting)] * len(plotting.failures),
+                            marker="x", color=FAILURE_COLOR, label=f"failed ({len(plotting.failures)})")
         axes[0].legend(loc="best")
     fig = axes[0].get_figure()
     if plot in ("slice", "contour"):
