@@ -412,6 +412,12 @@ class TuneRun:
             f"{len(state.records)} trials ({counts.get('verified', 0)} verified: {exactness['verified_exact']} "
             f"exactly, {exactness['verified_within_tolerance']} within tolerance), stopped: {state.stopped}"
         )
+        if best is None and o.optuna_storage and not state.records and state.stopped == "exhausted":
+            # A shared study whose other processes claimed every configuration first: nothing failed here.
+            reporter.message(f"the other processes of study {o.study_name} evaluated every configuration; "
+                             f"see mneme tune report --optuna-storage {o.optuna_storage} --study-name {o.study_name}")
+            self._say_where(results.path)
+            return 0
         if best is None:
             reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")
             self._say_where(results.path)

@@ -127,3 +127,17 @@ def test_resumed_failures_are_fail_trials_of_the_new_study(tmp_path, loader, spa
     for t, record in zip(trials, earlier):
         assert t.state.name == ("COMPLETE" if record["status"] == "verified" else "FAIL")
         assert t.user_attrs["status"] == record["status"]
+
+
+def test_a_process_that_finds_the_shared_space_evaluated_succeeds(tmp_path, loader, space_module):
+    """Another process of the study evaluated every configuration first: nothing failed in this one."""
+    storage = f"journal:{tmp_path / 'study.log'}"
+    shared = dict(sampler="random", trials=64, seed=2, optuna_storage=storage, study_name="s")
+    assert tune(tmp_path, loader, space_module, **shared) == 0
+    out = io.StringIO()
+    options = resolve_options({"record_database": "rec/159.json", "record_id": "163", "space_module": space_module,
+                               "results_dir": str(tmp_path / "late"), **shared})
+    assert run_tune(options, executor_factory=lambda o, d, ahead: FakeExecutor(), instance_loader=loader,
+                    out=out, is_tty=False) == 0
+    assert "the other processes of study s evaluated every configuration" in out.getvalue()
+    assert (tmp_path / "late" / "trials.jsonl").read_text() == ""
