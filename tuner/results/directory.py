@@ -251,10 +251,8 @@ def check_writable(directory: str | Path) -> None:
     probe = path / f".mneme-write-check-{os.getpid()}"
     try:
         path.mkdir(parents=True, exist_ok=True)
-        with open(probe, "w") as fh:
+        with open(probe, "w") as fh:  # closed: where a full quota shows on network file systems
             fh.write("mneme\n")
-            fh.flush()
-            os.fsync(fh.fileno())
         probe.unlink()
     except OSError as exc:
         with contextlib.suppress(OSError):
