@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-
 import headline_apps as apps  # noqa: E402
 from headline import default_arch, gpu_description  # noqa: E402
 

@@ -1,27 +1,41 @@
-"""The agent's CPU side of capture, without a GPU: hashing, compression, storing chunks (issue 19).
+"""The agent's CPU side of capture, without a GPU: per-core cost of each stage of storing fresh snapshot data.
 
-Snapshot-like data (float64 noise, a smooth float32 field, CSR-style int32 indices, zeros;
-the mix of an iterative solver's memory) is written to raw files as the
-recorder's spool holds them, then stored as chunks into a local recording
-directory, side by side in one run:
+Snapshot-like data is written to raw files as the recorder's spool holds
+them, then stored as chunks into a recording directory, side by side in one run:
 
-* each stage alone, one thread and all threads: SHA-256, xxh3-128, zstd level
-  3, the compression probe + raw frame;
-* ``put_many`` (into a store without per-chunk fsync, as `mneme record` writes) as before issue 19 (every piece SHA-256 hashed and zstd-3
-  compressed) and as now (xxh3 index, probe, raw frames), for a first
-  snapshot (every byte new) and a repeated one (an iterative program's next
-  instance: the same bytes but one field).
+* each stage alone on one 4 MiB piece, one thread and all threads: reading
+  from the page cache, xxh3-128, SHA-256 (version 1 chunk names), BLAKE3
+  (version 2), the compression probe + raw frame, zstd levels 1 and 3, and
+  writing one chunk object (create, write, rename);
+* ``put_many`` on a first snapshot (every byte new) with SHA-256 and with
+  BLAKE3 chunk names, one thread (per-core cost: the thread's CPU time, in
+  ns per byte per stage) and all threads; and a repeated snapshot (an
+  iterative program's next instance: the same bytes but the float fields,
+  named from the index).
 
-    python bench/capture_cpu.py [--gb 2] [--threads N]
+Two kinds of data: ``mix`` (quarters: float64 noise, a smooth float32 field,
+int32 indices, zeros: an iterative solver's memory) and ``stencil`` (the
+float32 field of bench/apps/stencil_app.cu: what the fresh-data case of
+bench/record_overhead.py records). The per-core cost predicts the rate on a
+bigger host: ``--predict-cores`` cores at that cost each, scaling ideally
+(page-cache writes and BLAKE3 scale with threads; memory bandwidth and SMT
+siblings are what can make it less).
+
+    python bench/capture_cpu.py [--gb 0.5] [--threads N] [--dir DIR] [--predict-cores 16] [--results FILE]
+
+``--dir`` is where the snapshot files and the recording go (default: the
+system's temporary directory; /dev/shm measures the CPU alone, without the
+disk's write-back).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
+import shutil
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,106 +45,203 @@ import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from results_file import write_section  # noqa: E402
 
 from mneme.format.capture import ContentIndex, PipelineStats  # noqa: E402
 from mneme.format.chunks import DEFAULT_CHUNK_SIZE, FileSlice, compress_chunk, default_workers, put_many  # noqa: E402
+from mneme.format.content_hash import chunk_digest  # noqa: E402
 from mneme.format.frames import stored_frame  # noqa: E402
 from mneme.store import LocalStore  # noqa: E402
 
 PIECE = DEFAULT_CHUNK_SIZE
+STAGES = ("read", "fingerprint", "hash", "compress", "write")
 
 
-def snapshot_file(path: Path, nbytes: int, seed: int) -> None:
-    """Quarters: float64 noise (zstd keeps ~95%), a smooth float32 field (a stencil's: ~80%), int32 indices, zeros.
-
-    ``seed`` changes both float fields (an iterative solver's next state); the indices and zeros repeat.
-    """
-    quarter = nbytes // 4 // PIECE * PIECE
+def smooth_field(nbytes: int, seed: int) -> bytes:
+    """float32 planes of sin x cos, shifted by ``seed`` (a smooth field that zstd shrinks by 10-20%)."""
     side = 1024
     s = 6.2831853 / side
     x = np.arange(side, dtype=np.float32)
     plane = (np.sin(s * x)[None, :] * np.cos(s * x)[:, None]).astype(np.float32)
-    planes = quarter // plane.nbytes + 1
+    planes = nbytes // plane.nbytes + 1
+    return np.concatenate([(plane + 0.001 * (k + 1000 * seed)).ravel() for k in range(planes)]).tobytes()[:nbytes]
+
+
+def stencil_field(nbytes: int, seed: int) -> bytes:
+    """The initial field of bench/apps/stencil_app.cu (N=580), ``seed`` sweeps of smoothing later (roughly)."""
+    n = 580
+    s = np.float32(6.2831853 / n)
+    i = np.arange(n, dtype=np.float32)
+    out, k = [], 0
+    while sum(len(b) for b in out) < nbytes:
+        ks = np.arange(k, k + 8, dtype=np.float32) % n
+        v = np.sin(s * i)[None, None, :] * np.cos(s * i)[None, :, None] + 0.5 * np.sin(2 * s * ks)[:, None, None]
+        di, dj, dk = i[None, None, :] - n // 3, i[None, :, None] - n // 2, ks[:, None, None] - n // 2
+        v = v + np.where(di * di + dj * dj + dk * dk < (n // 8) ** 2, np.float32(10), np.float32(0))
+        out.append((v * np.float32(1 - 1e-3 * seed)).astype(np.float32).tobytes())
+        k += 8
+    return b"".join(out)[:nbytes]
+
+
+def snapshot_file(path: Path, nbytes: int, seed: int, kind: str = "mix") -> None:
+    """Write ``nbytes`` of snapshot data; ``seed`` changes the float fields (the next instance's state).
+
+    ``mix``: quarters of float64 noise (zstd keeps ~95%), a smooth float32 field (~85%), int32 indices and
+    zeros; the indices and zeros repeat across seeds. ``stencil``: the stencil's float32 field throughout.
+    """
+    if kind == "stencil":
+        path.write_bytes(stencil_field(nbytes, seed))
+        return
+    quarter = nbytes // 4 // PIECE * PIECE
     with open(path, "wb") as f:
         f.write(np.random.default_rng(seed).standard_normal(quarter // 8).tobytes())
-        f.write(np.concatenate([(plane + 0.001 * (k + 1000 * seed)).ravel() for k in range(planes)]).tobytes()[:quarter])
+        f.write(smooth_field(quarter, seed))
         f.write((np.arange(quarter // 4, dtype=np.int32) // 27).tobytes())
         f.write(bytes(nbytes - 3 * quarter))
 
 
-def stage_rates(sample: bytes, threads: int, reps: int) -> list[tuple[str, float, float]]:
-    def rate(fn, n_threads: int) -> float:
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(n_threads) as pool:
-            list(pool.map(lambda _: fn(sample), range(reps)))
-        return reps * len(sample) / (time.perf_counter() - t0) / 1e9
+def stage_rates(tmp: Path, threads: int, reps: int, repeats: int) -> list[tuple[str, float, float]]:
+    """GB/s of each stage alone on 4 MiB pieces (the best of ``repeats``): one thread, ``threads`` threads."""
+    noise = np.random.default_rng(0).standard_normal(PIECE // 8).tobytes()
+    smooth = smooth_field(PIECE, 0)
+    indices = (np.arange(PIECE // 4, dtype=np.int32) // 27).tobytes()
+    source = tmp / "stage-read.bin"
+    source.write_bytes(noise * 16)
+    fd = os.open(source, os.O_RDONLY)
+    store = LocalStore(tmp / "stage-store", sync=False)
+    counter = iter(range(10**9))
+    local = threading.local()
+
+    def read(_: bytes) -> None:
+        if not hasattr(local, "buf"):
+            local.buf = bytearray(PIECE)  # reused, as put_many's readers do
+        os.preadv(fd, [local.buf], (next(counter) % 16) * PIECE)
+
+    def write(b: bytes) -> None:
+        store.put(f"chunks/{next(counter) % 256:02x}/{next(counter):064x}", b)
 
     stages = [
-        ("SHA-256", lambda b: hashlib.sha256(b).digest()),
-        ("xxh3-128", xxhash.xxh3_128_digest),
-        ("zstd level 3", lambda b: compress_chunk(b, 3)),
-        ("probe + raw frame or zstd 3", lambda b: stored_frame(b, 3)),
+        ("read (preadv, page cache)", read, noise),
+        ("xxh3-128 (index)", xxhash.xxh3_128_digest, noise),
+        ("SHA-256 (version 1 names)", lambda b: chunk_digest(b, "sha256"), noise),
+        ("BLAKE3 (version 2 names)", lambda b: chunk_digest(b, "blake3"), noise),
+        ("probe + raw frame (noise)", lambda b: stored_frame(b, 3), noise),
+        ("zstd level 1 (smooth field)", lambda b: compress_chunk(b, 1), smooth),
+        ("zstd level 3 (indices)", lambda b: compress_chunk(b, 3), indices),
+        ("write one chunk object", write, noise),
     ]
-    return [(name, rate(fn, 1), rate(fn, threads)) for name, fn in stages]
 
+    def rate(fn, sample: bytes, n_threads: int) -> float:
+        fn(sample)
+        best = float("inf")
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(n_threads) as pool:
+                list(pool.map(lambda _: fn(sample), range(reps)))
+            best = min(best, time.perf_counter() - t0)
+        return reps * len(sample) / best / 1e9
 
-def old_put(store: LocalStore, path: Path, workers: int) -> None:
-    """Before issue 19: every piece SHA-256 hashed, zstd-3 compressed unless stored, one pool per 16 MiB piece."""
-    size = path.stat().st_size
-    fd = os.open(path, os.O_RDONLY)
     try:
-        def one(start: int) -> None:
-            data = os.pread(fd, min(PIECE, size - start), start)
-            name = "chunks/" + hashlib.sha256(data).hexdigest()
-            if not store.exists(name):
-                store.put(name, compress_chunk(data, 3))
-
-        for group in range(0, size, 4 * PIECE):  # the converter called put_chunks_from_file per 16 MiB piece
-            with ThreadPoolExecutor(min(workers, 4)) as pool:
-                list(pool.map(one, range(group, min(size, group + 4 * PIECE), PIECE)))
+        return [(name, rate(fn, sample, 1), rate(fn, sample, threads)) for name, fn, sample in stages]
     finally:
         os.close(fd)
 
 
+def store_file(root: Path, path: Path, workers: int, algorithm: str, index: ContentIndex | None = None) -> tuple[float, PipelineStats]:
+    """Store ``path`` as chunks into ``root``; (wall seconds, stats)."""
+    stats = PipelineStats()
+    t0 = time.perf_counter()
+    put_many(LocalStore(root, sync=False), [FileSlice(path)], PIECE, index=index if index is not None else ContentIndex(),
+             stats=stats, workers=workers, algorithm=algorithm)
+    return time.perf_counter() - t0, stats
+
+
+def per_byte(stats: PipelineStats) -> dict[str, float]:
+    """Thread-nanoseconds per offered byte, per stage."""
+    return {stage: getattr(stats, f"{stage}_s") / stats.bytes * 1e9 for stage in STAGES}
+
+
+def least_cost(root: Path, path: Path, algorithm: str, repeats: int) -> dict[str, float]:
+    """Per-stage CPU cost of one thread storing ``path`` afresh [ns per byte], the least of ``repeats`` runs.
+
+    One thread runs every piece in the calling thread, so its CPU time
+    (``time.thread_time``: user and system, not the time other processes held
+    the core) is the pipeline's own; each stage gets its share of it by its
+    share of the wall time. On a shared machine other processes only ever add
+    time, so the least run is the closest to the stages' own cost.
+    """
+    best: dict[str, float] | None = None
+    for k in range(repeats):
+        cpu0 = time.thread_time()
+        _, stats = store_file(root / f"{algorithm}-{k}", path, 1, algorithm)
+        cpu = (time.thread_time() - cpu0) / stats.bytes * 1e9
+        shutil.rmtree(root / f"{algorithm}-{k}")
+        wall = per_byte(stats)
+        cost = {stage: cpu * ns / sum(wall.values()) for stage, ns in wall.items()}
+        if best is None or sum(cost.values()) < sum(best.values()):
+            best = cost
+    assert best is not None
+    return best
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--gb", type=float, default=1.0, help="snapshot size in GB (default 1)")
+    ap.add_argument("--gb", type=float, default=0.5, help="snapshot size in GB (default 0.5)")
     ap.add_argument("--threads", type=int, default=default_workers(), help="pool threads (default: every CPU)")
+    ap.add_argument("--dir", default=None, help="where the files and the recording go (default: the temporary directory)")
+    ap.add_argument("--data", default="mix,stencil", help="data kinds, comma-separated: mix, stencil")
+    ap.add_argument("--predict-cores", type=int, default=16, help="cores of the host to predict the rate of (default 16)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each measurement; the best counts (default 3)")
+    ap.add_argument("--results", help="also write the tables into this markdown file (its 'capture CPU' section)")
     args = ap.parse_args()
     nbytes = int(args.gb * 1e9) // PIECE * PIECE
-    with tempfile.TemporaryDirectory(prefix="mneme-capture-cpu-") as tmp:
+    out: list[str] = []
+
+    def emit(line: str = "") -> None:
+        print(line)
+        out.append(line)
+
+    with tempfile.TemporaryDirectory(prefix="mneme-capture-cpu-", dir=args.dir) as tmp:
         tmp_path = Path(tmp)
-        first, second = tmp_path / "first.bin", tmp_path / "second.bin"
-        snapshot_file(first, nbytes, 0)
-        snapshot_file(second, nbytes, 1)  # the float field changed, the rest repeats
-        sample = first.read_bytes()[:PIECE]
-        print(f"\nstages on one {PIECE >> 20} MiB piece (float64 noise), GB/s: 1 thread, {args.threads} threads")
-        for name, one, many in stage_rates(sample, args.threads, 4 * args.threads):
-            print(f"  {name:30s} {one:7.2f} {many:7.2f}")
-        print(f"\nstoring a {nbytes / 1e9:.2f} GB snapshot file as chunks ({args.threads} threads), GB/s of snapshot bytes")
-        print(f"  {'path':44s} {'first snapshot':>15s} {'repeated snapshot':>18s}")
-        old = []
-        store = LocalStore(tmp_path / "old", sync=False)  # as mneme record writes now: no fsync per chunk
-        for path in (first, second):
-            t0 = time.perf_counter()
-            old_put(store, path, args.threads)
-            old.append(nbytes / (time.perf_counter() - t0) / 1e9)
-        print(f"  {'before (SHA-256 + zstd 3 every piece)':44s} {old[0]:15.2f} {old[1]:18.2f}")
-        new, stats = [], []
-        store, index = LocalStore(tmp_path / "new", sync=False), ContentIndex()
-        for path in (first, second):
-            s = PipelineStats()
-            t0 = time.perf_counter()
-            put_many(store, [FileSlice(path)], PIECE, index=index, stats=s, workers=args.threads)
-            new.append(nbytes / (time.perf_counter() - t0) / 1e9)
-            stats.append(s)
-        print(f"  {'now (xxh3 index, probe, raw frames)':44s} {new[0]:15.2f} {new[1]:18.2f}")
-        for label, s in zip(("first", "repeated"), stats):
-            r = s.rates()
-            print(f"    {label}: hashed {s.hashed_bytes / 1e9:.2f} GB, known {s.known_bytes / 1e9:.2f} GB, "
-                  f"compressed {s.compressed_bytes / 1e9:.2f} GB, raw {s.raw_bytes / 1e9:.2f} GB, stored {s.stored_bytes / 1e9:.2f} GB; "
-                  f"per thread: read {r['read_gb_s_per_thread']:.1f}, hash {r['hash_gb_s_per_thread']:.2f}, "
-                  f"compress {r['compress_gb_s_per_thread']:.2f}, write {r['write_gb_s_per_thread']:.2f} GB/s")
+        emit(f"Stages alone on {PIECE >> 20} MiB pieces, GB/s of wall time, the best of {args.repeats} runs (into "
+             f"{tmp_path.parent}; on a shared machine other processes' load shows here, not in the CPU costs below):\n")
+        emit(f"| stage | 1 thread | {args.threads} threads |")
+        emit("| --- | --- | --- |")
+        for name, one, many in stage_rates(tmp_path, args.threads, 4 * max(args.threads, 4), args.repeats):
+            emit(f"| {name} | {one:.2f} | {many:.2f} |")
+        emit()
+        emit(f"Storing a {nbytes / 1e9:.2f} GB snapshot file as chunks: per-stage CPU cost of one thread [ns per byte; "
+             f"the least of {args.repeats} runs], its per-core rate, the rate predicted for {args.predict_cores} cores "
+             f"(ideal scaling) and measured with {args.threads} threads here (the best run), and a repeated snapshot "
+             f"(float fields changed) with {args.threads} threads:\n")
+        emit("| data | chunk names | read | xxh3 | hash | probe + compress | write | per core GB/s | "
+             f"{args.predict_cores} cores GB/s (predicted) | {args.threads} threads GB/s | stored / offered | repeated GB/s |")
+        emit("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for kind in [k for k in args.data.split(",") if k]:
+            first, second = tmp_path / f"{kind}-first.bin", tmp_path / f"{kind}-second.bin"
+            snapshot_file(first, nbytes, 0, kind)
+            snapshot_file(second, nbytes, 1, kind)
+            for algorithm, label in (("sha256", "SHA-256 (v1)"), ("blake3", "BLAKE3 (v2)")):
+                cost = least_cost(tmp_path / f"one-{kind}", first, algorithm, args.repeats)
+                per_core = 1 / sum(cost.values())
+                wall = wall2 = float("inf")
+                for k in range(args.repeats):
+                    index = ContentIndex()
+                    root = tmp_path / f"many-{kind}-{algorithm}-{k}"
+                    w, many = store_file(root, first, args.threads, algorithm, index)
+                    w2, _ = store_file(root, second, args.threads, algorithm, index)
+                    wall, wall2 = min(wall, w), min(wall2, w2)
+                    shutil.rmtree(root)
+                emit(f"| {kind} | {label} | {cost['read']:.3f} | {cost['fingerprint']:.3f} | {cost['hash']:.3f} | "
+                     f"{cost['compress']:.3f} | {cost['write']:.3f} | {per_core:.2f} | {per_core * args.predict_cores:.1f} | "
+                     f"{nbytes / wall / 1e9:.2f} | {many.stored_bytes / many.bytes:.2f} | {nbytes / wall2 / 1e9:.2f} |")
+            first.unlink()
+            second.unlink()
+    if args.results:
+        write_section(args.results, f"capture CPU, {os.cpu_count()} CPUs (bench/capture_cpu.py)", "\n".join(out),
+                      heading="Recording cost: measured")
     return 0
 
 

@@ -15,7 +15,7 @@ level over the same steady part, sampled every 20 ms: the run's start-up, baseli
 out). The client runs this checkout's code, as the servers do.
 
 ``--hold-responses SECONDS`` sets how long the servers may hold a ready result to send it with others
-(``ReplayBatch.hold_responses_seconds``; default the executor's ``HOLD_RESPONSES_SECONDS``); 0 sends
+(``ReplayBatch.hold_responses_seconds``; default ``ConnectionSettings``' ``HOLD_RESPONSES_SECONDS``); 0 sends
 each as soon as it is ready, as servers did before the field existed.
 
 ``--echo-servers``: instead of ``mneme serve`` processes, one process of minimal servers (grpc.aio, one
@@ -26,18 +26,22 @@ servers take most of the CPU and set the rate, so only the client's CPU per resu
 ``--mode loop``: the tuner loop alone, against an executor that answers at once in this process (no
 servers, no gRPC): what the loop itself costs per trial, without servers competing for the cores.
 
-``--mode shared-study``: tuner processes (``--tuners``, default 1 then 2) share one Optuna study
-(``journal:`` file by default, ``--storage`` for another) and the same servers; their trial rate
-together against one process's, where the servers are not saturated.
+``--mode shared-study``: tuner processes (``--tuners``, default 1 then 2) share one Optuna study and
+the same servers; their trial rate together against one process's, where the servers are not
+saturated, and whether any configuration was evaluated twice. ``--storage`` says where the study is:
+``study-server`` (default: ``mneme study-server`` over a journal file of its own, tuners on
+``grpc://127.0.0.1:PORT``), ``study-server:URL`` (the study server over that storage: ``sqlite:///...``,
+``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. The table goes to ``--results-file`` too (default
+``bench/results/client_capacity.md``, appended with the host, date and commit).
 
     python bench/client_capacity.py                         # the curve, executor and tuner levels
     python bench/client_capacity.py --servers 16 --seconds 5
-    python bench/client_capacity.py --mode shared-study --servers 8
+    python bench/client_capacity.py --mode shared-study --servers 8 --tuners 1,2,4 --echo-servers
     python bench/client_capacity.py --servers 1,4 --hold-responses 0   # what holding results saves
     python bench/client_capacity.py --mode loop                        # the tuning loop's own CPU per trial
 
 Targets: >= 10,000 results/s from 16 servers in one process; >= 1.8x one process's trial rate with
-two processes sharing a study.
+two processes sharing a study, >= 3.2x with four.
 """
 
 from __future__ import annotations
@@ -60,13 +64,14 @@ REPO = Path(__file__).resolve().parents[1]
 # installed mneme (the test engine and the client are pure Python: no native parts needed).
 sys.path.insert(0, str(REPO))
 
-import replay_server.client.executor  # noqa: E402
+import replay_server.client.connection  # noqa: E402
 from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
 from mneme.testing.synthetic import write_vecadd_recording  # noqa: E402
 from replay_server.client.executor import AsyncReplayExecutor, server_capacity  # noqa: E402
 
 TARGET_RESULTS = 10_000
-TARGET_SHARED = 1.8
+TARGET_SHARED = {2: 1.8, 4: 3.2}  # tuner processes: their rate together / one process's
+RESULTS_FILE = REPO / "bench" / "results" / "client_capacity.md"
 SPACE = '''
 from mneme.model.experiment import ExperimentConfiguration
 from tuner.space.search_space import IntRangeParam, SearchSpace
@@ -126,6 +131,15 @@ class CpuSampler:
         return before[0], after[0], after[1] - before[1]
 
 
+def stop_process(process: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL after 15 s."""
+    process.terminate()
+    try:
+        process.wait(15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
 class EchoServers:
     """``count`` minimal replay servers in one child process (``--echo-process``): see ``echo_serve``."""
 
@@ -140,11 +154,7 @@ class EchoServers:
         self.addresses = line.split()[1:]
 
     def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        stop_process(self.process)
 
 
 def echo_serve(count: int) -> int:
@@ -365,32 +375,106 @@ def tuner_process(settings: dict) -> int:
     return run_tune(resolve_options(settings), out=io.StringIO(), is_tty=False)
 
 
+class StudyServer:
+    """``mneme study-server URL --port 0`` (this checkout's code) for one shared-study measurement."""
+
+    def __init__(self, url: str) -> None:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        self.process = subprocess.Popen([sys.executable, "-m", "mneme", "study-server", url, "--port", "0"],
+                                        stdout=subprocess.PIPE, text=True, env=env)
+        line = self.process.stdout.readline()
+        if "grpc://" not in line:
+            self.stop()
+            raise SystemExit(f"the study server did not start: {line!r}")
+        self.url = line.rsplit("--optuna-storage ", 1)[1].rstrip(")\n ")
+
+    def stop(self) -> None:
+        stop_process(self.process)
+
+
+def study_storage(storage: str, work: Path, count: int) -> tuple[str, StudyServer | None]:
+    """(the tuners' --optuna-storage, the study server started for it or None) of ``--storage``."""
+    if storage == "journal":
+        return f"journal:{work / f'study-{count}.log'}", None
+    if storage == "study-server" or storage.startswith("study-server:"):
+        url = storage.partition(":")[2] or f"journal:{work / f'study-{count}.log'}"
+        server = StudyServer(url)
+        return server.url, server
+    return storage, None
+
+
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
-                 storage: str | None, work: Path) -> list[dict]:
+                 storage: str, work: Path) -> list[dict]:
     space = work / "launch_grid.py"
     space.write_text(SPACE)
     rows = []
     for count in tuners:
-        study = storage or f"journal:{work / f'study-{count}.log'}"
+        study, study_server = study_storage(storage, work, count)
         dirs = [work / f"shared-{count}-{i}" for i in range(count)]
         per = max(1, server_capacity(workers) * len(servers) // (2 * count))
         procs = []
-        for d in dirs:
-            settings = {"record_database": db, "record_id": rid, "servers": servers, "space_module": f"{space}:LaunchGrid",
-                        "results_dir": str(d), "quiet": True, "iterations": 1, "warmup": 0, "workers": per,
-                        "sampler": "random", "trials": trials, "seed": len(procs), "optuna_storage": study,
-                        "study_name": f"capacity-{count}", "tolerance": "exact", "proteus_output": False}
-            procs.append(subprocess.Popen([sys.executable, __file__, "--tuner-process", json.dumps(settings)]))
-        for p in procs:
-            p.wait()
+        try:
+            for d in dirs:
+                settings = {"record_database": db, "record_id": rid, "servers": servers,
+                            "space_module": f"{space}:LaunchGrid", "results_dir": str(d), "quiet": True,
+                            "iterations": 1, "warmup": 0, "workers": per, "sampler": "random", "trials": trials,
+                            "seed": len(procs), "optuna_storage": study, "study_name": f"capacity-{count}",
+                            "tolerance": "exact", "proteus_output": False}
+                procs.append(subprocess.Popen([sys.executable, __file__, "--tuner-process", json.dumps(settings)]))
+            for p in procs:
+                p.wait()
+        finally:
+            if study_server is not None:
+                study_server.stop()
         times = sorted(t for d in dirs for t in trial_times(d))
         # Steady part: from the moment every process has started trials to the first that finished.
         first = max(trial_times(d)[0] for d in dirs)
         last = min(trial_times(d)[-1] for d in dirs)
         steady = [t for t in times if first <= t <= last]
+        hashes = [json.loads(line)["hash"] for d in dirs for line in (d / "trials.jsonl").read_text().splitlines()]
         rows.append({"tuners": count, "trials": len(times), "rate": (len(steady) - 1) / max(last - first, 1e-9),
-                     "per_process": [len(trial_times(d)) for d in dirs]})
+                     "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes))})
     return rows
+
+
+def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool, trials: int) -> str:
+    """The shared-study table and verdicts (markdown)."""
+    kind = "echo servers" if echo else "test-engine servers"
+    lines = [f"shared study ({storage}), {servers} {kind}, {trials} random-sampler trials per process:", "",
+             "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice |",
+             "|---|---|---|---|---|"]
+    one = next((r["rate"] for r in rows if r["tuners"] == 1), None)
+    for r in rows:
+        ratio = f"{r['rate'] / one:.2f}x" if one else "-"
+        lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
+                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} |")
+    lines.append("")
+    for r in rows:
+        target = TARGET_SHARED.get(r["tuners"])
+        if one and target:
+            ratio = r["rate"] / one
+            lines.append(f"{r['tuners']} processes / 1: {ratio:.2f}x (target >= {target}x: "
+                         f"{'met' if ratio >= target else 'not met'})")
+    return "\n".join(lines)
+
+
+def machine_header(command: list[str]) -> str:
+    """Host, CPU model and count, date and commit of a results-file entry."""
+    import platform
+    import socket
+
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
+    try:
+        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, timeout=10).stdout.strip() or "unknown"
+    except OSError:
+        commit = "unknown"
+    when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    return (f"## {when}, {socket.gethostname()}\n\n"
+            f"- host: {os.cpu_count()} CPUs ({cpu}), no GPU used (test-engine or echo servers on loopback); "
+            f"load average at the end {os.getloadavg()[0]:.1f}\n"
+            f"- commit: {commit}\n- command: `python3 bench/client_capacity.py {' '.join(command)}`\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -403,11 +487,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=3.0, help="timed seconds per point (default 3)")
     p.add_argument("--settle", type=float, default=1.0, help="seconds before timing starts (default 1)")
     p.add_argument("--hold-responses", type=float, default=None,
-                   help="how long servers may hold a result to send it with others (the executor's "
+                   help="how long servers may hold a result to send it with others (ConnectionSettings' "
                         "HOLD_RESPONSES_SECONDS; 0: each at once, as before the hold existed)")
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
-    p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare")
-    p.add_argument("--storage", default=None, help="--mode shared-study: Optuna storage (default a journal file)")
+    p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare (default 1,2)")
+    p.add_argument("--storage", default="study-server",
+                   help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
+                        "study-server:URL, journal, or an --optuna-storage URL")
+    p.add_argument("--results-file", default=str(RESULTS_FILE),
+                   help="--mode shared-study: markdown file the table is appended to ('' for none)")
     p.add_argument("--echo-servers", action="store_true",
                    help="minimal servers in one process that answer at once (the client alone is measured)")
     p.add_argument("--tuner-process", help=argparse.SUPPRESS)
@@ -419,8 +507,8 @@ def main(argv: list[str] | None = None) -> int:
         return echo_serve(args.echo_process)
     counts = [int(n) for n in args.servers.split(",")]
     if args.hold_responses is not None:  # both levels (the tuner makes its executor with the default)
-        replay_server.client.executor.HOLD_RESPONSES_SECONDS = args.hold_responses
-    hold = getattr(replay_server.client.executor, "HOLD_RESPONSES_SECONDS", 0.0)  # (a checkout before the hold: 0)
+        replay_server.client.connection.HOLD_RESPONSES_SECONDS = args.hold_responses
+    hold = replay_server.client.connection.HOLD_RESPONSES_SECONDS
     with tempfile.TemporaryDirectory(prefix="mneme-capacity-") as tmp:
         work = Path(tmp)
         recording = write_vecadd_recording(work / "store", n=40000 * 256 // 1000, block=256)
@@ -458,16 +546,18 @@ def main(argv: list[str] | None = None) -> int:
                 n = max(counts)
                 rows = shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
                                     [int(t) for t in args.tuners.split(",")], args.storage, work)
-                print(f"\nshared study ({args.storage or 'journal file'}), {n} servers, {args.trials} trials per process:")
-                print("| tuner processes | trials/s together | trials (per process) |")
-                print("|---|---|---|")
-                for r in rows:
-                    print(f"| {r['tuners']} | {r['rate']:.0f} | {r['trials']} ({', '.join(map(str, r['per_process']))}) |")
-                if len(rows) > 1:
-                    ratio = rows[-1]["rate"] / rows[0]["rate"]
-                    verdict = "met" if ratio >= TARGET_SHARED else "not met"
-                    print(f"{rows[-1]['tuners']} processes / {rows[0]['tuners']}: {ratio:.2f}x "
-                          f"(target >= {TARGET_SHARED}x: {verdict})")
+                report = shared_study_report(rows, args.storage, n, args.echo_servers, args.trials)
+                print("\n" + report)
+                if args.results_file:
+                    path = Path(args.results_file)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    new = not path.exists()
+                    with path.open("a") as f:
+                        if new:
+                            f.write("# bench/client_capacity.py results\n\nEach entry is appended by the "
+                                    "benchmark: machine, date, commit, command, table.\n\n")
+                        f.write(machine_header(sys.argv[1:] if argv is None else argv) + "\n" + report + "\n\n")
+                    print(f"appended to {path}")
         finally:
             servers.stop()
     return 0

@@ -33,7 +33,6 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-
 import headline_apps as apps  # noqa: E402
 import headline_report as report  # noqa: E402
 

@@ -161,27 +161,33 @@ def report(table: list[list[Run]]) -> list[dict]:
     return rows
 
 
-def print_tables(rows: list[dict]) -> None:
-    print("\nApplication scale: wall time (median run), the application's own (exec to exit) and the `mneme record` command's")
-    print("| app | variant | app wall [s] | app overhead | `mneme record` wall [s] | command overhead | instances | captured GB | "
-          "copied off the GPU GB | stored GB |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def print_tables(rows: list[dict]) -> str:
+    """Print the two tables; returns their text (markdown)."""
+    out = ["Application scale: wall time (median run), the application's own (exec to exit) and the `mneme record` command's", "",
+           "| app | variant | app wall [s] | app overhead | `mneme record` wall [s] | command overhead | instances | captured GB | "
+           "copied off the GPU GB | stored GB |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         rec = r["variant"] != "no recording"
-        print(f"| {r['app']} | {r['variant']} | {r['app_s']:.2f} | {'%+.1f%%' % r['app_overhead_pct'] if rec else ''} | "
-              f"{r['command_s']:.2f} | {'%+.1f%%' % r['command_overhead_pct'] if rec else ''} | "
-              f"{r['instances'] if rec else ''} | {'%.2f' % r['snapshot_gb'] if rec else ''} | {'%.2f' % r['copied_gb'] if rec else ''} | "
-              f"{'%.2f' % r['stored_gb'] if rec else ''} |")
-    print("\nWhere recording's time goes (per recorded variant): stall inside the application, the agent's stages")
-    print("| app | variant | stall [s] | of which GPU digests [s] | waited for the agent [s] | stall per instance [s] | snapshot GB/s | SHA-256 GB/s/thread | compress GB/s/thread | "
-          "named from the index | agent conversion [s] | agent GB/s | pipeline GB/s | conversion after exit [s] |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        out.append(f"| {r['app']} | {r['variant']} | {r['app_s']:.2f} | {'%+.1f%%' % r['app_overhead_pct'] if rec else ''} | "
+                   f"{r['command_s']:.2f} | {'%+.1f%%' % r['command_overhead_pct'] if rec else ''} | "
+                   f"{r['instances'] if rec else ''} | {'%.2f' % r['snapshot_gb'] if rec else ''} | {'%.2f' % r['copied_gb'] if rec else ''} | "
+                   f"{'%.2f' % r['stored_gb'] if rec else ''} |")
+    out += ["", "Where recording's time goes (per recorded variant): stall inside the application, the agent's stages", "",
+            "| app | variant | stall [s] | of which GPU digests [s] | waited for the agent [s] | stall per instance [s] | snapshot GB/s | "
+            "hash GB/s/thread | compress GB/s/thread | named from the index | agent conversion [s] | agent GB/s | pipeline GB/s | "
+            "conversion after exit [s] |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         if r["variant"] == "no recording":
             continue
-        print(f"| {r['app']} | {r['variant']} | {r['stall_s']:.2f} | {r['digest_s']:.3f} | {r['spool_wait_s']:.2f} | {r['stall_per_instance_s']:.3f} | {r['snapshot_gb_s']:.1f} | "
-              f"{r['hash_gb_s_thread']:.2f} | {r['compress_gb_s_thread']:.2f} | {r['known_pct']:.0f}% | {r['convert_s']:.2f} | "
-              f"{r['agent_gb_s']:.1f} | {r['pipeline_gb_s']:.1f} | {r['after_exit_s']:.2f} |")
+        out.append(f"| {r['app']} | {r['variant']} | {r['stall_s']:.2f} | {r['digest_s']:.3f} | {r['spool_wait_s']:.2f} | "
+                   f"{r['stall_per_instance_s']:.3f} | {r['snapshot_gb_s']:.1f} | {r['hash_gb_s_thread']:.2f} | "
+                   f"{r['compress_gb_s_thread']:.2f} | {r['known_pct']:.0f}% | {r['convert_s']:.2f} | {r['agent_gb_s']:.1f} | "
+                   f"{r['pipeline_gb_s']:.1f} | {r['after_exit_s']:.2f} |")
+    text = "\n".join(out)
+    print("\n" + text)
+    return text
 
 
 def main(args) -> int:
@@ -204,9 +210,13 @@ def main(args) -> int:
 
         lib = args.recorder_lib or str(recorder_library())
         rows = report(measure(apps, args.app_repeats, lib, args.app_timeout))
-    print_tables(rows)
+    text = print_tables(rows)
     if args.json:
         Path(args.json).write_text(json.dumps({"app_scale": rows}, indent=1))
+    if getattr(args, "results", None):
+        from results_file import write_section
+
+        write_section(args.results, "application scale (--app-scale)", text, heading="Recording cost: measured")
     return 0
 
 

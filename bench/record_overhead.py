@@ -29,6 +29,13 @@ with the defaults and with -mr 1, and where the recording's time goes.
 
 `--only-apps` times Python/ML programs (issue 23): a PyTorch and a Triton program
 without recording, with eager module loading alone, and under `mneme record`.
+
+`--fresh` times a short program whose one recorded instance is 1.5 GB of new
+data, and the command's own start-up (bench/record_fresh.py): the capture
+pipeline's stages in GB/s. `--results FILE` writes its tables (and those of
+`--app-scale`) into a markdown result file with the host, GPU, date and commit.
+
+    python bench/record_overhead.py --fresh [--fresh-n 580] [--fresh-repeats 3] [--results bench/results/record_overhead.md]
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mn
 
 import record_app_scale  # noqa: E402
 import record_frameworks  # noqa: E402
+import record_fresh  # noqa: E402
 
 from mneme._internal.native_libs import cupti_library, recorder_library  # noqa: E402
 
@@ -247,7 +255,10 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results here")
     record_app_scale.add_arguments(ap)
     record_frameworks.add_arguments(ap)
+    record_fresh.add_arguments(ap)
     args = ap.parse_args()
+    if args.fresh:
+        return record_fresh.main(args)
     if args.app_scale:
         return record_app_scale.main(args)
     if args.only_apps:

@@ -142,15 +142,15 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
     them while they prepare, before the timed sweep."""
     tag = f"{gpus}gpu-{mode}-{transport}-{'ahead' if ahead else 'cold'}-{index}"
     os.environ["MNEME_CACHE_DIR"] = str(workdir / f"cache-{tag}")  # the servers' compile caches start empty
-    server_args = shlex.split(args.server_args)
-    extra = {"server_args": server_args}
+    local = {"local_gpus": list(range(gpus)), "transport": transport, "server_args": shlex.split(args.server_args)}
     if args.engine:
-        extra = {"server_args": ["--engine", args.engine, *server_args], "server_env": json.loads(args.engine_env or "{}")}
+        local.update(server_args=["--engine", args.engine, *local["server_args"]],
+                     server_env=json.loads(args.engine_env or "{}"))
     started = time.perf_counter()
     executor = AsyncReplayExecutor(
         record_db=database, record_id=record_id, iterations=args.iterations, warmup=args.warmup,
         results_db_dir=str(workdir / f"results-{tag}"), num_workers=gpus * args.workers_per_gpu,
-        local_gpus=list(range(gpus)), transport=transport, compile_ahead=configs if ahead else (), **extra,
+        compile_ahead=configs if ahead else (), **connection_arguments(local),
     )
     try:
         baseline = executor.evaluate(ExperimentConfiguration.from_dict({
@@ -182,6 +182,17 @@ def one_run(args, database: str, record_id: str, gpus: int, configs: list, mode:
             print(f"timeline {gpus} GPU {mode} {client_setup(transport, ahead)} run {index}: "
                   f"{json.dumps(timeline(arrivals))}", flush=True)
     return rows
+
+
+def connection_arguments(settings: dict) -> dict:
+    """The executor's keyword arguments for these connection settings: ``connection=ConnectionSettings(...)``,
+    or, for an installed mneme from before ``ConnectionSettings``, the loose keywords it took (so that one
+    copy of this script measures the code before and after side by side)."""
+    try:
+        from replay_server.client.connection import ConnectionSettings
+    except ImportError:
+        return settings
+    return {"connection": ConnectionSettings(**settings)}
 
 
 def client_setup(transport: str, ahead: bool) -> str:

@@ -20,7 +20,7 @@ class NotAvailableError(MnemeError):
 
 class RelocationRefusedError(NotAvailableError):
     """The recorded heap cannot have its recorded addresses in this process, and moving it was refused
-    (``mneme replay --no-relocate``, ``Replayer(relocate=False)``, ``mneme tune --no-relocate``)."""
+    (``mneme replay --no-relocate``, ``VerificationSettings(relocate=False)``, ``mneme tune --no-relocate``)."""
 
 
 class ArtifactError(MnemeError):

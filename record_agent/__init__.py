@@ -10,7 +10,22 @@
 * :mod:`record_agent.session`: starting the application, converting while it runs, signals, upload
 """
 
-from record_agent.options import RecordOptions
-from record_agent.session import RecordSummary, record
+from __future__ import annotations
+
+from typing import Any
 
 __all__ = ["RecordOptions", "RecordSummary", "record"]
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded when first used (PEP 562): `mneme record` imports its options and starts the application
+    # before the conversion machinery (mneme.format, zstandard, BLAKE3) is loaded.
+    if name == "RecordOptions":
+        from record_agent.options import RecordOptions
+
+        return RecordOptions
+    if name in ("RecordSummary", "record"):
+        from record_agent import session
+
+        return getattr(session, name)
+    raise AttributeError(f"module 'record_agent' has no attribute {name!r}")

@@ -47,7 +47,7 @@ from record_agent import fatbin, triton_cache
 from record_agent.spool import (
     SpoolEntry,
     SpoolModule,
-    committed_entries,
+    entries_in_order,
     read_entry,
     read_module,
 )
@@ -170,11 +170,12 @@ class EntryStats:
 
 @dataclass
 class ConversionStats:
-    instances: int = 0
+    instances: int = 0  # written to databases, abandoned ones included
     bytes: int = 0
     databases: set[str] = field(default_factory=set)
     kernels: set[str] = field(default_factory=set)
-    entries: list[EntryStats] = field(default_factory=list)
+    entries: list[EntryStats] = field(default_factory=list)  # the captured instances
+    abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, reason) of instances abandoned at a deadline
 
     @property
     def stall_s(self) -> float:
@@ -317,7 +318,8 @@ class SpoolConverter:
         A region's pieces are whole multiples of the chunk size but the last, so
         chunking piece by piece equals chunking the region. Pieces the recorder
         did not copy (their GPU digest was captured before) take the chunks of
-        the piece that digest names.
+        the piece that digest names. Once the chunks are stored the entry's
+        stripe files are deleted (:func:`release_stripes`).
         """
         sources, copied = [], []
         for phase in PHASES:
@@ -327,6 +329,8 @@ class SpoolConverter:
                         sources.append(FileSlice(entry.stripe_path(phase, p.stripe), p.offset, p.size))
                         copied.append((phase, i, k))
         piece_refs = dict(zip(copied, writer.put_chunks(sources, stats)))
+        release_stripes(entry)
+        started = time.perf_counter()
         seen = self._digest_chunks.setdefault(entry.device, {})
         for (phase, i, k), refs in piece_refs.items():
             digest = entry.regions[i].digest(phase, k)
@@ -351,6 +355,16 @@ class SpoolConverter:
                     stats.add(unchanged_bytes=p.size)
                 regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policies[r.base]))
             name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
+            out[phase] = ObjectRef(name, sha, size)
+        stats.add(snapshot_s=time.perf_counter() - started)
+        return out
+
+    @staticmethod
+    def _empty_snapshots(writer: RecordingWriter, static: str, dyn: str) -> dict[str, ObjectRef]:
+        """Snapshots without regions, for an instance the recorder abandoned (replay refuses it before reading them)."""
+        out = {}
+        for phase in PHASES:
+            name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, (), writer.chunk_size))
             out[phase] = ObjectRef(name, sha, size)
         return out
 
@@ -382,20 +396,30 @@ class SpoolConverter:
             db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence, attributes_key(attributes)
         )
         stats = PipelineStats()
-        refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
+        if entry.abandoned:
+            refs = self._empty_snapshots(writer, db.static_hash, dyn)
+            unsupported = (abandoned_reason(entry),)
+        else:
+            refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
+            unsupported = unsupported_reasons(entry, code.ptx, attributes)
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), attributes, unsupported_reasons(entry, code.ptx, attributes),
+            None, tuple(dict.fromkeys(warnings)), attributes, unsupported,
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
+        committing = time.perf_counter()
         db = writer.commit(db.add_instance(instance))
+        stats.add(commit_s=time.perf_counter() - committing)
         self._databases[(entry.device, db.static_hash)] = db
         self.stats.instances += 1
         self.stats.bytes += 2 * sum(r.size for r in entry.regions)
         self.stats.databases.add(db.name if entry.device == 0 else f"device{entry.device}/{db.name}")
         self.stats.kernels.add(entry.kernel)
-        self.stats.entries.append(_entry_stats(entry, stats, started))
+        if entry.abandoned:
+            self.stats.abandoned.append((entry.kernel, entry.abandoned))
+        else:
+            self.stats.entries.append(_entry_stats(entry, stats, started))
         shutil.rmtree(path, ignore_errors=True)
         if self._on_commit:
             self._on_commit()
@@ -404,12 +428,37 @@ class SpoolConverter:
     def convert_ready(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Convert every committed entry now in the spool; returns how many."""
         done = 0
-        for path in committed_entries(self.spool_dir):
+        for path in entries_in_order(self.spool_dir):
+            captured = len(self.stats.entries)
             self.convert(path)
             done += 1
             if progress:
-                progress(done, self.stats.entries[-1].snapshot_bytes)
+                progress(done, self.stats.entries[-1].snapshot_bytes if len(self.stats.entries) > captured else 0)
         return done
+
+
+def abandoned_reason(entry: SpoolEntry) -> str:
+    """The ``unsupported`` reason of an instance the recorder abandoned at a deadline."""
+    return (
+        f"the recorder abandoned this launch: {entry.abandoned}; its snapshots were not taken, so it cannot be "
+        "replayed (docs/recording.md, Threads and deadlines)"
+    )
+
+
+def release_stripes(entry: SpoolEntry) -> None:
+    """Delete an entry's stripe files once their pieces are stored.
+
+    What the database commit then makes durable (one ``syncfs`` of the file
+    system) no longer includes the spool's copy of the snapshot, which shares
+    the file system with the recording wherever both are under ``/tmp``, and
+    the recorder's back-pressure is relieved at once. Nothing is lost: a spool
+    is never converted again after its agent ends.
+    """
+    for stripe in entry.path.glob("*.bin"):
+        try:
+            stripe.unlink()
+        except OSError:
+            pass  # deleted with the entry directory afterwards
 
 
 def _entry_stats(entry: SpoolEntry, pipeline: PipelineStats, started: float) -> EntryStats:

@@ -48,7 +48,14 @@ class ConversionProgress:
         self._bar = None
         if enabled:
             from rich.console import Console
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             self._bar = Progress(
                 TextColumn("mneme record: converting"),
@@ -125,6 +132,7 @@ def stats_document(summary: "RecordSummary", stats: "ConversionStats") -> dict:
         "pipeline": total.as_dict(),
         "rates": total.rates(),
         "entries": [e.as_dict() for e in stats.entries],
+        "abandoned": [{"kernel": kernel, "reason": reason} for kernel, reason in stats.abandoned],
     }
 
 

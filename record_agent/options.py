@@ -16,6 +16,8 @@ GIB = 1 << 30
 DEFAULT_VASS_GIB = 4.0
 DEFAULT_MAX_RECORDINGS = 4
 DEFAULT_SPOOL_MAX_BYTES = 8 << 30
+#: Seconds each wait the recorder adds to the application may last (snapshot waits add 1 s per GB).
+DEFAULT_DEADLINE_S = 5.0
 SNAPSHOT_SCOPES = ("auto", "all", "reachable")
 
 
@@ -107,6 +109,7 @@ class RecordOptions:
     record_duplicates: bool = False
     va_base: int = DEFAULT_VA_BASE
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
+    deadline_s: float = DEFAULT_DEADLINE_S
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -137,6 +140,8 @@ class RecordOptions:
                 re.compile(regex)
             except re.error as exc:
                 errors.append(f"--kernel {regex!r} is not a valid regular expression ({exc})")
+        if not (self.deadline_s > 0):
+            errors.append(f"--deadline {self.deadline_s}: the deadline must be a positive number of seconds")
         if self.va_base <= 0 or self.va_base % (2 << 20):
             errors.append(f"MNEME_VA_BASE {self.va_base:#x} must be a positive multiple of 2 MiB")
         return errors
@@ -163,6 +168,7 @@ class RecordOptions:
             "MNEME_MAX_SNAPSHOT_BYTES": str(self.max_snapshot_bytes),
             "MNEME_SPOOL_MAX_BYTES": str(self.spool_max_bytes),
             "MNEME_RECORD_DUPLICATES": "1" if self.record_duplicates else "0",
+            "MNEME_RECORD_DEADLINE": f"{self.deadline_s:g}",
             "MNEME_RANK": "" if rank is None else str(rank),
         }
         if self.kernel_regexes:

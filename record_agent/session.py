@@ -5,38 +5,32 @@ exit status is returned unchanged (a death by signal N as 128+N, as shells
 report it). SIGINT/SIGTERM/SIGHUP/SIGQUIT sent to the agent are forwarded to the application; whatever
 the recorder committed before the application ended is converted, so a
 crash or a kill leaves valid databases for everything fully recorded.
+
+The application is started first: what the agent needs only to convert
+(``record_agent.convert``, ``mneme.format``, the store, zstandard, BLAKE3) is
+imported while the application starts, not before it.
 """
 
 from __future__ import annotations
 
-import datetime
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import mneme
 from mneme._internal.native_libs import cupti_library, recorder_library
 from mneme._internal.signals import exit_status, forward_signals, restore_signals
 from mneme.errors import MnemeError, NotAvailableError
-from mneme.format import RecorderInfo
-from mneme.store import LocalStore, open_store
-from record_agent.convert import SpoolConverter
-from record_agent.feedback import (
-    STATS_ENV,
-    ConversionProgress,
-    pending_bytes,
-    recorded_line,
-    write_stats,
-)
 from record_agent.options import RecordOptions
 from record_agent.ranks import detect_rank, rank_selected
-from record_agent.spool import abandoned_entries, read_json
+
+if TYPE_CHECKING:
+    from record_agent.convert import SpoolConverter
 
 POLL_INTERVAL_S = 0.05
 
@@ -53,7 +47,8 @@ class RecordSummary:
     databases: list[str] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     launches_seen: int | None = None
-    abandoned: int = 0
+    abandoned: int = 0  # launches whose recording was cut short by the application's end (spool .tmp leftovers)
+    deadline_abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, why): abandoned at a deadline
     errors: list[str] = field(default_factory=list)
     snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
     copied_bytes: int = 0  # of which copied off the device (the rest was unchanged since an earlier snapshot)
@@ -120,27 +115,8 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     else:
         local_dir = destination
         Path(local_dir).mkdir(parents=True, exist_ok=True)
-    # No fsync per chunk: a recording's GBs would go at the disk's speed (2 GB/s against the page cache's
-    # 15-40 on the H100 machine); renames keep every object atomic (docs/recording.md, Cost).
-    store = LocalStore(open_store(local_dir).root, sync=base_env.get("MNEME_RECORD_SYNC") == "1")  # type: ignore[attr-defined]
     spool_dir = tempfile.mkdtemp(prefix="mneme-spool-", dir=base_env.get("MNEME_SPOOL_PARENT") or None)
     app_env["MNEME_SPOOL_DIR"] = spool_dir
-    recorder_info = RecorderInfo(
-        mneme.__version__,
-        socket.gethostname(),
-        rank,
-        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        tuple(options.command),
-    )
-    converter = SpoolConverter(
-        spool_dir,
-        store,
-        executable=shutil.which(options.command[0]) or options.command[0],
-        recorder=recorder_info,
-        on_commit=uploader.notify if uploader else None,
-        before_write=(lambda: uploader.wait_for_space()) if uploader else None,
-        env=base_env,
-    )
     summary = RecordSummary(0, output=destination, rank=rank)
     started = time.monotonic()
     try:
@@ -152,6 +128,11 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     previous = forward_signals(proc)
     conversion_error: BaseException | None = None
     try:
+        # Loaded while the application starts (its CUDA initialization alone takes longer).
+        from record_agent.feedback import STATS_ENV, ConversionProgress, pending_bytes, write_stats
+        from record_agent.spool import abandoned_entries, read_json
+
+        converter = _converter(options, rank, spool_dir, local_dir, base_env, uploader)
         while proc.poll() is None:
             if conversion_error is None:
                 try:
@@ -181,6 +162,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     summary.launches_seen = None if done is None else done.get("launches_seen")
     summary.abandoned = len(abandoned_entries(spool_dir))
     summary.instances = converter.stats.instances
+    summary.deadline_abandoned = list(converter.stats.abandoned)
     summary.databases = sorted(converter.stats.databases)
     summary.kernels = sorted(converter.stats.kernels)
     summary.snapshot_bytes = sum(e.snapshot_bytes for e in converter.stats.entries)
@@ -216,6 +198,38 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     return summary
 
 
+def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_dir: str, base_env: dict[str, str],
+               uploader) -> "SpoolConverter":
+    """The spool converter writing into ``local_dir`` (the destination, or the S3 upload's staging directory)."""
+    import datetime
+    import socket
+
+    import mneme
+    from mneme.format import RecorderInfo
+    from mneme.store import LocalStore, open_store
+    from record_agent.convert import SpoolConverter
+
+    # No fsync per chunk: a recording's GBs would go at the disk's speed (2 GB/s against the page cache's
+    # 15-40 on the H100 machine); renames keep every object atomic (docs/recording.md, Cost).
+    store = LocalStore(open_store(local_dir).root, sync=base_env.get("MNEME_RECORD_SYNC") == "1")  # type: ignore[attr-defined]
+    recorder_info = RecorderInfo(
+        mneme.__version__,
+        socket.gethostname(),
+        rank,
+        datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        tuple(options.command),
+    )
+    return SpoolConverter(
+        spool_dir,
+        store,
+        executable=shutil.which(options.command[0]) or options.command[0],
+        recorder=recorder_info,
+        on_commit=uploader.notify if uploader else None,
+        before_write=(lambda: uploader.wait_for_space()) if uploader else None,
+        env=base_env,
+    )
+
+
 def _stop_recorder(spool_dir: str) -> None:
     """Ask the recorder to record nothing more (it checks for this file before each recording)."""
     try:
@@ -242,12 +256,20 @@ def _start_uploader(staging_dir: str, destination: str, spool_limit: int):
 
 
 def _report(summary: RecordSummary, log) -> None:
+    from record_agent.feedback import recorded_line
+
     if summary.instances:
         print(recorded_line(summary), file=log)
     elif not summary.errors:
         # The recorder watches launches only while a loaded kernel matches the selection.
         seen = f" ({summary.launches_seen} launches watched)" if summary.launches_seen is not None else ""
         print(f"mneme record: nothing recorded{seen}; check --kernel, --instances and -mr", file=log)
+    if summary.deadline_abandoned:
+        kernels = len({k for k, _ in summary.deadline_abandoned})
+        _, first_reason = summary.deadline_abandoned[0]
+        print(f"mneme record: {len(summary.deadline_abandoned)} instance(s) of {kernels} kernel(s) were abandoned at a "
+              f"deadline and written unsupported (`mneme ls --long` says why; --deadline raises it); the first: "
+              f"{first_reason}", file=log)
     if summary.abandoned:
         print(f"mneme record: {summary.abandoned} launch(es) were being recorded when the application ended; they are not in the recording", file=log)
     for error in summary.errors:

@@ -132,6 +132,9 @@ class SpoolEntry:
     foreign_references: tuple[ForeignReference, ...] = ()
     texture_objects: tuple[int, ...] = ()
     surface_objects: tuple[int, ...] = ()
+    #: Why the recorder abandoned this launch (a wait past its deadline); "" for a captured one. An abandoned
+    #: entry has no snapshot files (``stripes`` 0, no regions): the agent writes it ``supported: false``.
+    abandoned: str = ""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def stripe_path(self, phase: str, stripe: int) -> Path:
@@ -220,12 +223,15 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             ),
             texture_objects=tuple(int(h) for h in data.get("texture_objects", ())),
             surface_objects=tuple(int(h) for h in data.get("surface_objects", ())),
+            abandoned=str(data.get("abandoned", "")),
             raw=data,
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise ArtifactError(f"{what}: launch.json is incomplete or malformed ({exc!r})") from exc
     if len(entry.param_offsets) != len(entry.param_sizes):
         raise ArtifactError(f"{what}: param_offsets and param_sizes differ in length")
+    if entry.abandoned and (regions or entry.stripes):
+        raise ArtifactError(f"{what}: an abandoned entry lists snapshot regions; agent and recorder versions differ")
     need = [0] * entry.stripes
     for r in regions:
         if sum(p.size for p in r.pieces) != r.size:
@@ -274,6 +280,23 @@ def committed_entries(spool_dir: str | os.PathLike[str]) -> list[Path]:
     if not entries.is_dir():
         return []
     return sorted(p for p in entries.iterdir() if p.is_dir() and not p.name.endswith(".tmp"))
+
+
+def entries_in_order(spool_dir: str | os.PathLike[str]) -> list[Path]:
+    """Committed entries to convert now, in commit order, none missing before the last.
+
+    The recorder numbers entries as it commits them, and an entry may leave
+    out a piece captured by an entry committed before it. A directory listing
+    taken while entries are renamed into place may miss one committed before
+    another it lists; a second listing, started after the first ended, holds
+    every entry committed before any the first one saw. So: the second
+    listing, up to the last number the first one saw.
+    """
+    first = committed_entries(spool_dir)
+    if not first:
+        return []
+    last = first[-1].name
+    return [p for p in committed_entries(spool_dir) if p.name <= last]
 
 
 def abandoned_entries(spool_dir: str | os.PathLike[str]) -> list[Path]:

@@ -15,7 +15,6 @@ L2 persisting window of the application's process, a graph-only attribute:
 from __future__ import annotations
 
 import re
-
 from typing import Iterable
 
 from mneme.format.database import POINTER_SIZE, LaunchAttribute

@@ -111,3 +111,19 @@ def write_entry(
     final = spool / "entries" / f"{seq:08d}"
     tmp.rename(final)
     return final
+
+
+def write_abandoned_entry(spool: Path, seq: int, reason: str, **kw) -> Path:
+    """An entry the recorder abandoned at a deadline: the launch's metadata, ``abandoned`` (why), no regions and
+    no snapshot files (``stripes`` 0), committed like any entry (``kw`` as for ``write_entry``)."""
+    tmp = write_entry(spool, seq, committed=False, **kw)
+    entry = json.loads((tmp / "launch.json").read_text())
+    for f in tmp.glob("*.bin"):
+        f.unlink()
+    entry.update(stripes=0, regions=[], prologue_bytes=0, epilogue_bytes=0, abandoned=reason)
+    for key in ("prologue_seconds", "epilogue_seconds"):
+        entry.pop(key, None)
+    (tmp / "launch.json").write_text(json.dumps(entry))
+    final = spool / "entries" / f"{seq:08d}"
+    tmp.rename(final)
+    return final

@@ -1,7 +1,8 @@
 """``python -m replay_server.probe``: exit 0 when a replay server answers SERVING on grpc.health.v1.
 
-For readiness and liveness probes (Kubernetes ``exec`` probes, ``docker compose`` health checks) of a
-server that wants a bearer token or TLS, which the kubelet's built-in gRPC probe cannot send:
+For health checks where no gRPC client is at hand (``docker compose`` health checks) and for servers
+behind TLS, which the kubelet's built-in gRPC probe cannot speak (health answers without the bearer
+token, so a plaintext server needs neither this nor a token: kubelet's ``grpc`` probe works):
 
     python -m replay_server.probe --address 127.0.0.1:50051 --token-file /etc/mneme/token/token \\
         [--tls-ca /etc/mneme/tls/ca.crt --tls-server-name mneme-replay]

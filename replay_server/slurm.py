@@ -10,8 +10,11 @@ task's Slurm variables into the ``mneme serve`` / ``mneme tune`` command it runs
   (``--announce``; default ``$SLURM_SUBMIT_DIR/mneme-servers-$SLURM_JOB_ID``, a shared filesystem).
 * ``tune``: waits until ``--expect`` servers are announced (all of them up, not only the first),
   then runs ``mneme tune --servers-from`` with a results directory per task
-  (``RESULTS/task-<SLURM_PROCID>``) and, with ``--optuna-storage``, one study shared by every tuner
-  task (study name: ``mneme-<SLURM_JOB_ID>`` unless given); the tuner's other flags follow ``--``.
+  (``RESULTS/task-<SLURM_PROCID>``, continued with ``--resume`` when an earlier job left a run there)
+  and, with ``--optuna-storage``, one study shared by every tuner task (study name:
+  ``mneme-<SLURM_JOB_ID>`` unless given); the tuner's other flags follow ``--``.
+
+Both take ``--token-file``: the job's bearer token, which the servers require and the tuners send.
 
 Everything here is plain functions of an environment mapping, so the logic is tested with Slurm's
 variables set on loopback (``tests/scale/test_slurm.py``), without Slurm.
@@ -78,19 +81,28 @@ class SlurmTask:
 
 
 def serve_command(task: SlurmTask, *, store: str, announce: str | None = None, base_port: int = DEFAULT_BASE_PORT,
-                  host: str | None = None, extra: Sequence[str] = ()) -> list[str]:
+                  host: str | None = None, token_file: str | None = None, extra: Sequence[str] = ()) -> list[str]:
     """The ``mneme serve`` command of one server task."""
     port = base_port + task.local_id
     address = f"{host or task.node}:{port}"
+    token = ["--token-file", token_file] if token_file else []
     return mneme_command("serve", "--gpu", str(task.gpu), "--port", str(port), "--store", store,
-                         "--announce", announce or task.default_announce(), "--announce-address", address, *extra)
+                         "--announce", announce or task.default_announce(), "--announce-address", address,
+                         *token, *extra)
 
 
 def tune_command(task: SlurmTask, *, announce: str | None, results: str, storage: str | None = None,
-                 study_name: str | None = None, extra: Sequence[str] = ()) -> list[str]:
-    """The ``mneme tune`` command of one tuner task."""
+                 study_name: str | None = None, token_file: str | None = None,
+                 extra: Sequence[str] = ()) -> list[str]:
+    """The ``mneme tune`` command of one tuner task; ``--resume`` where an earlier job left this task's run
+    (a job stopped by its time limit, submitted again)."""
+    results_dir = Path(results) / f"task-{task.proc_id}"
     command = mneme_command("tune", "--servers-from", announce or task.default_announce(),
-                            "--results-dir", str(Path(results) / f"task-{task.proc_id}"), *extra)
+                            "--results-dir", str(results_dir), *extra)
+    if token_file:
+        command += ["--token-file", token_file]
+    if (results_dir / "config.json").exists() and "--resume" not in extra:
+        command.append("--resume")
     if storage:
         command += ["--optuna-storage", storage, "--study-name", study_name or f"mneme-{task.job_id}"]
     return command
@@ -120,6 +132,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--announce", help="where to announce (default $SLURM_SUBMIT_DIR/mneme-servers-$SLURM_JOB_ID)")
     serve.add_argument("--base-port", type=int, default=DEFAULT_BASE_PORT, help="port of local task 0 (default 50051)")
     serve.add_argument("--host", help="address tuners dial (default this node's name, SLURMD_NODENAME)")
+    serve.add_argument("--token-file", help="bearer token file the server requires (the job's)")
     tune = sub.add_parser("tune", help="wait for the servers, then run this task's mneme tune")
     tune.add_argument("--announce", help="where the servers announce (default as for serve)")
     tune.add_argument("--expect", type=int, default=1, help="servers to wait for before tuning (default 1)")
@@ -127,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument("--results", default="mneme-results", help="results root; each task writes task-<PROCID>/")
     tune.add_argument("--optuna-storage", help="a study shared by every tuner task (journal:PATH, postgresql://...)")
     tune.add_argument("--study-name", help="default mneme-$SLURM_JOB_ID")
+    tune.add_argument("--token-file", help="bearer token file the servers require (the job's)")
     for p in (serve, tune):
         p.add_argument("rest", nargs=argparse.REMAINDER, help="after --: more flags for mneme serve / mneme tune")
     return parser
@@ -139,13 +153,13 @@ def main(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None
         task = SlurmTask.from_env(env)
         if args.role == "serve":
             command = serve_command(task, store=args.store, announce=args.announce, base_port=args.base_port,
-                                    host=args.host, extra=rest)
+                                    host=args.host, token_file=args.token_file, extra=rest)
         else:
             announce = args.announce or task.default_announce()
             servers = wait_for_count(announce, args.expect, args.wait)
             print(f"replay_server.slurm: task {task.proc_id}: {len(servers)} servers: {' '.join(servers)}", flush=True)
             command = tune_command(task, announce=announce, results=args.results, storage=args.optuna_storage,
-                                   study_name=args.study_name, extra=rest)
+                                   study_name=args.study_name, token_file=args.token_file, extra=rest)
     except (ConfigurationError, NotAvailableError) as exc:
         print(f"replay_server.slurm: error: {exc}", file=sys.stderr)
         return 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.model.verification import DEFAULT_RUNS
 from replay_server.kept_servers import DEFAULT_KEEP_ALIVE_S
 from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
@@ -110,8 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("optuna")
     g.add_argument("--study-name", default=S, help="Optuna study name (with --optuna-storage: continue it)")
     g.add_argument("--optuna-storage", metavar="URL", default=S,
-                   help="Optuna storage other tuners may share: sqlite:///study.db, postgresql://USER@HOST/DB, "
-                   "or journal:PATH (a file on a shared filesystem); same --study-name = one search")
+                   help="Optuna storage other tuners may share: grpc://HOST:PORT (a `mneme study-server`), "
+                   "sqlite:///study.db, postgresql://USER@HOST/DB, or journal:PATH (a file on a shared "
+                   "filesystem); same --study-name = one search")
     g.add_argument("--pruner", choices=PRUNERS, default=S, help="Optuna pruner over per-launch values")
 
     g = parser.add_argument_group("outputs and run modes")

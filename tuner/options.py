@@ -5,10 +5,20 @@ YAML file (``--config FILE.yml``, keys are the long flag names with
 underscores), and the command line. :func:`resolve_options` merges and
 validates them; ``config.json`` and ``--dump-config`` write the result, which
 ``--config`` reads back unchanged.
+
+Two groups of settings are objects that the run passes whole: how replays
+verify (``verification``: :class:`mneme.model.verification.VerificationSettings`,
+from ``--tolerance``, ``--tolerance-file``, ``--tolerance-runs``,
+``--no-relocate``) and how the replay servers are reached (``connection``:
+:class:`replay_server.client.connection.ConnectionSettings`, from ``--servers``,
+``--token-file``, ``--tls-ca``, ``--tls-server-name``, ``--keep-servers``,
+``--server-engine``). Settings files and ``config.json`` keep their flags'
+names (:meth:`TuneOptions.to_dict`).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import re
@@ -17,8 +27,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mneme.errors import ConfigurationError
-from mneme.replay.nondeterminism import DEFAULT_RUNS
-from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags
+from mneme.model.verification import DEFAULT_RUNS, VerificationSettings
+from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags, verification_from_flags
+from replay_server.client.connection import ConnectionSettings
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
@@ -76,24 +87,17 @@ class TuneOptions:
     metric: str = "mean"
     objective: str = "time"
     fail_fast: bool = False
-    servers: list[str] | None = None
+    # How the replay servers are reached (CONNECTION_KEYS): --servers (None: local servers), --token-file,
+    # --tls-ca, --tls-server-name; local servers: --keep-servers leaves the ones this run starts running for
+    # later runs, exiting after that many idle seconds (0: stop them at the end; live kept servers that match
+    # are used in any case, replay_server.kept_servers), --server-engine (tests and benchmarks: module:factory).
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     servers_from: str | None = None  # a directory or s3:// prefix where servers announce themselves
-    token_file: str | None = None  # the remote servers' bearer token
-    tls_ca: str | None = None  # TLS to the remote servers, verified with this CA bundle
-    tls_server_name: str | None = None  # the name in their certificates (servers dialed by IP)
-    # local servers: leave the ones this run starts running for later runs, exiting after this many idle
-    # seconds (0: stop them at the end); live kept servers that match are used in any case (replay_server.kept_servers)
-    keep_servers: float = 0.0
-    server_engine: str | None = None  # the local servers' --engine (tests and benchmarks: module:factory)
-    # verification: "auto" derives bounds for regions the baseline's own runs show nondeterministic;
-    # "exact" keeps every region bitwise (or as the recording annotates it)
-    tolerance: str = "auto"
-    # explicit per-region policies {selector: "dtype:mode:threshold[:norm]"} (--tolerance SEL=SPEC,
-    # --tolerance-file): they win over the recording's annotations and over the derived bounds
-    tolerance_policies: dict[str, Any] = field(default_factory=dict)
-    tolerance_runs: int = DEFAULT_RUNS  # baseline runs that detect nondeterminism and derive the bounds
-    # the servers restore the heap at its recorded addresses or fail the run, never relocate it
-    no_relocate: bool = False
+    # How replays verify (VERIFICATION_KEYS): --tolerance auto (default: bounds derived for the regions the
+    # baseline's own runs show nondeterministic) or exact, --tolerance SEL=SPEC and --tolerance-file (explicit
+    # policies, which win over the recording's annotations and the derived bounds), --tolerance-runs,
+    # --no-relocate (the recorded heap addresses or the run stops).
+    verification: VerificationSettings = field(default_factory=lambda: VerificationSettings(mode="auto"))
     # optuna
     study_name: str | None = None
     optuna_storage: str | None = None
@@ -111,7 +115,18 @@ class TuneOptions:
     proteus_output: str | bool | None = None  # None: <results>/proteus_tuned_kernels.json; False: off
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every setting by its settings-file key (the long flag names with underscores; the two settings
+        objects' fields under their flags' names), as ``config.json`` and ``--dump-config`` write them."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "connection":
+                out.update(connection_keys(value))
+            elif f.name == "verification":
+                out.update(verification_keys(value))
+            else:
+                out[f.name] = copy.deepcopy(value)
+        return out
 
     @property
     def directions(self) -> tuple[str, ...]:
@@ -126,7 +141,45 @@ class TuneOptions:
         return Path(str(self.proteus_output))
 
 
+#: The settings-file keys ``connection`` holds, and its fields they fill.
+CONNECTION_KEYS = {"servers": "servers", "token_file": "token_file", "tls_ca": "tls_ca",
+                   "tls_server_name": "tls_server_name", "keep_servers": "keep_alive", "server_engine": "engine"}
+#: The settings-file keys ``verification`` holds.
+VERIFICATION_KEYS = ("tolerance", "tolerance_policies", "tolerance_runs", "no_relocate")
+
+
+def connection_keys(connection: ConnectionSettings) -> dict[str, Any]:
+    """``connection``'s settings-file keys (``CONNECTION_KEYS``) and values."""
+    values = {key: getattr(connection, name) for key, name in CONNECTION_KEYS.items()}
+    values["servers"] = None if connection.servers is None else list(connection.servers)
+    return values
+
+
+def verification_keys(verification: VerificationSettings) -> dict[str, Any]:
+    """``verification``'s settings-file keys (``VERIFICATION_KEYS``) and values."""
+    return {"tolerance": verification.mode, "tolerance_policies": dict(verification.overrides),
+            "tolerance_runs": verification.runs, "no_relocate": verification.relocate is False}
+
+
+def connection_from_flags(flags: Mapping[str, Any]) -> ConnectionSettings:
+    """How ``mneme tune`` reaches its replay servers, from its resolved flags (``CONNECTION_KEYS``; missing
+    ones take their defaults).
+
+    Args:
+        flags: settings by their settings-file keys (``servers``, ``token_file``, ``tls_ca``,
+            ``tls_server_name``, ``keep_servers``, ``server_engine``).
+
+    Returns:
+        The connection settings.
+    """
+    return ConnectionSettings(**{name: flags[key] for key, name in CONNECTION_KEYS.items()
+                                 if flags.get(key) is not None})
+
+
 FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
+#: Every settings-file key (a flag's long name with underscores), in ``to_dict``'s order.
+KEYS = tuple(TuneOptions().to_dict())
+_BOOL_KEYS = {name for name, f in FIELDS.items() if f.type == "bool"} | {"no_relocate"}
 # What config.json adds beside the settings; ignored when it is read back with --config.
 RUN_METADATA = ("kernel", "device", "mneme_version", "written", "fingerprint")
 
@@ -147,11 +200,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise ConfigurationError(f"--config {p} must hold a mapping of settings, e.g. 'sampler: tpe'")
     data = {str(k).replace("-", "_"): v for k, v in data.items() if k not in RUN_METADATA}
-    unknown = sorted(set(data) - set(FIELDS))
+    unknown = sorted(set(data) - set(KEYS))
     if unknown:
         raise ConfigurationError(
             f"--config {p}: unknown settings {unknown}; valid keys are the long flag names with "
-            f"underscores: {', '.join(sorted(FIELDS))}"
+            f"underscores: {', '.join(sorted(KEYS))}"
         )
     return data
 
@@ -163,10 +216,32 @@ def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = Non
     merged: dict[str, Any] = _tolerance_layer(base, {}) if base else {}
     if config_file:
         merged = _tolerance_layer(load_config_file(config_file), merged)
-    merged = _tolerance_layer({k: v for k, v in cli.items() if k in FIELDS or k == "tolerance_file"}, merged)
-    options = TuneOptions(**{k: _normalize(k, v) for k, v in merged.items()})
+    merged = _tolerance_layer({k: v for k, v in cli.items() if k in KEYS or k == "tolerance_file"}, merged)
+    flags = {k: _normalize(k, v) for k, v in merged.items()}
+    options = TuneOptions(**_settings_objects(flags))
     validate(options, explicit=set(merged))
     return options
+
+
+def _settings_objects(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with the keys of the two settings objects replaced by the objects, checked with messages
+    that name the flags."""
+    verification = {k: flags.pop(k) for k in VERIFICATION_KEYS if k in flags}
+    connection = {k: flags.pop(k) for k in CONNECTION_KEYS if k in flags}
+    runs = verification.get("tolerance_runs")
+    if runs is not None and runs < 2:
+        raise ConfigurationError(f"--tolerance-runs must be at least 2, got {runs}")
+    mode = verification.get("tolerance")
+    if mode is not None and mode not in TOLERANCE_MODES:
+        raise ConfigurationError(f"--tolerance {mode!r}: use auto (default), exact, or SEL=dtype:mode:threshold")
+    policies = verification.get("tolerance_policies") or {}
+    ToleranceOverrides.from_mapping(policies, "--tolerance policies")
+    flags["verification"] = verification_from_flags(
+        [mode] if mode else [], (), runs or DEFAULT_RUNS, bool(verification.get("no_relocate")),
+        default_mode="auto", policies=policies)
+    _check_keep_servers(connection.get("keep_servers"), connection.get("servers") or flags.get("servers_from"))
+    flags["connection"] = connection_from_flags(connection)
+    return flags
 
 
 def _tolerance_layer(layer: Mapping[str, Any], below: dict[str, Any]) -> dict[str, Any]:
@@ -283,7 +358,7 @@ def _normalize(key: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ConfigurationError(f"timeout must be a number of seconds, got {value!r}") from None
-    if FIELDS[key].type in ("bool",) and not isinstance(value, bool):
+    if key in _BOOL_KEYS and not isinstance(value, bool):
         raise ConfigurationError(f"{key} must be true or false, got {value!r}")
     return value
 
@@ -315,7 +390,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         )
     if o.secondary_objective != FIELDS["secondary_objective"].default and o.sampler != "nsga2":
         raise ConfigurationError("--secondary-objective is for the multi-objective --sampler nsga2")
-    for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1), ("tolerance_runs", 2)):
+    for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1)):
         value = getattr(o, key)
         if value is not None and value < low:
             raise ConfigurationError(f"--{key.replace('_', '-')} must be at least {low}, got {value}")
@@ -340,12 +415,13 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         raise ConfigurationError("--space-arg passes arguments to a --space-module class; give --space-module too")
     if o.resume and not o.results_dir:
         raise ConfigurationError("--resume continues an earlier run: give its --results-dir DIR")
-    if o.tolerance not in TOLERANCE_MODES:
-        raise ConfigurationError(f"--tolerance {o.tolerance!r}: use auto (default), exact, or SEL=dtype:mode:threshold")
-    ToleranceOverrides.from_mapping(o.tolerance_policies, "--tolerance policies")
-    if o.servers and o.servers_from:
+    if o.verification.mode not in TOLERANCE_MODES:
+        raise ConfigurationError(f"--tolerance {o.verification.mode!r}: use auto (default), exact, "
+                                 "or SEL=dtype:mode:threshold")
+    ToleranceOverrides.from_mapping(o.verification.overrides, "--tolerance policies")
+    if o.connection.servers and o.servers_from:
         raise ConfigurationError("--servers and --servers-from both name the replay servers; give one of them")
-    _validate_keep_servers(o)
+    _check_keep_servers(o.connection.keep_alive, o.connection.servers or o.servers_from)
     if o.rerun_baseline and not o.resume:
         raise ConfigurationError("--rerun-baseline only makes sense with --resume")
     if o.optuna_storage and o.sampler in ("exhaustive",):
@@ -358,12 +434,13 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
             )
 
 
-def _validate_keep_servers(o: TuneOptions) -> None:
+def _check_keep_servers(keep_servers: float | None, remote: Any) -> None:
+    """``--keep-servers`` (seconds, or None) against the servers named (``--servers``, ``--servers-from``)."""
     from replay_server.kept_servers import MIN_KEEP_ALIVE_S
 
-    if o.keep_servers and o.keep_servers < MIN_KEEP_ALIVE_S:
-        raise ConfigurationError(f"--keep-servers {o.keep_servers:g}: give at least {MIN_KEEP_ALIVE_S:g} seconds "
+    if keep_servers and keep_servers < MIN_KEEP_ALIVE_S:
+        raise ConfigurationError(f"--keep-servers {keep_servers:g}: give at least {MIN_KEEP_ALIVE_S:g} seconds "
                                  "(how long the servers left running wait for the next run)")
-    if o.keep_servers and (o.servers or o.servers_from):
+    if keep_servers and remote:
         raise ConfigurationError("--keep-servers keeps the local servers a run starts; with --servers or "
                                  "--servers-from it starts none: drop one of them")

@@ -58,11 +58,11 @@ def default_executor(options: TuneOptions, results_dir: Path,
         from replay_server.client.executor import AsyncReplayExecutor
     except ImportError as exc:
         raise NotAvailableError(f"replay_server.client.executor is not available ({exc}); reinstall mneme") from exc
-    servers = options.servers
+    connection = options.connection
     if options.servers_from:  # the servers announced there now; the rest as they join (replay_server.discovery)
         from replay_server.discovery import follow, wait_for_servers
 
-        servers = wait_for_servers(options.servers_from)
+        connection = connection.with_(servers=wait_for_servers(options.servers_from))
     executor = AsyncReplayExecutor(
         record_db=options.record_database,
         record_id=options.record_id,
@@ -70,16 +70,10 @@ def default_executor(options: TuneOptions, results_dir: Path,
         warmup=options.warmup,
         results_db_dir=str(results_dir / "replays"),
         num_workers=options.workers,
-        servers=servers,
-        token_file=options.token_file,
-        tls_ca=options.tls_ca,
-        tls_server_name=options.tls_server_name,
         compile_ahead=compile_ahead,
-        tolerance="auto" if options.tolerance == "auto" else "",
         local_servers=local_servers,
-        tolerance_runs=options.tolerance_runs,
-        tolerance_overrides=options.tolerance_policies,
-        no_relocate=options.no_relocate,
+        verification=options.verification,
+        connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
     )
     if options.servers_from:
@@ -116,11 +110,8 @@ class PrestartedServers:
             from replay_server.client.local_servers import LocalServers, split_database
 
             # wait_on_stop=False: the run ends without waiting for the servers' GPU teardown
-            self._servers = LocalServers.start(
-                split_database(options.record_database)[0], options.workers, wait_on_stop=False,
-                server_args=["--engine", options.server_engine] if options.server_engine else (),
-                local_gpus=[0] if options.server_engine else None,  # a test engine: no GPU to count
-                keep_alive=options.keep_servers)
+            self._servers = LocalServers.start_with(split_database(options.record_database)[0], options.workers,
+                                                    options.connection, wait_on_stop=False)
         except BaseException as exc:  # raised where the executor is made, as it would have been there
             self._error = exc
 
@@ -150,7 +141,7 @@ def _reusable_servers(options: TuneOptions) -> Any:
     from replay_server.client.reuse import find_reusable
 
     try:
-        return find_reusable(options.record_database, options.workers, options.server_engine)
+        return find_reusable(options.record_database, options.workers, options.connection.engine)
     except Exception as exc:  # noqa: BLE001 - an unreadable announcement directory, a broken token file
         logging.getLogger("mneme.tune").warning("not reusing kept replay servers: %s", exc)
         return None
@@ -229,11 +220,11 @@ class TuneRun:
             self._preflight()
             o = self.options  # --force may have moved the run beside its --results-dir
         # Local servers start now, while this process reads the recording and builds the space.
-        self._prestarted = PrestartedServers(o) if real_run and not o.servers and not o.servers_from \
+        self._prestarted = PrestartedServers(o) if real_run and not o.connection.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
         try:
             kernel, identity = self.instance_loader(o.record_database, o.record_id)
-            check_region_selectors(kernel, o.tolerance_policies)
+            check_region_selectors(kernel, o.verification.overrides)
             mark("tune", "recording")
             if not o.record_id:  # the database's only instance: every later step uses its id
                 o = self.options = dataclasses.replace(o, record_id=identity.record_id)
@@ -266,7 +257,7 @@ class TuneRun:
             print(moved, file=sys.stderr)
         o = self.options
         dials = getattr(self.executor_factory, "dials_servers", False)  # an executor of its own may not
-        for line in check_servers(o.servers) if o.servers and dials else ():
+        for line in check_servers(o.connection.servers) if o.connection.servers and dials else ():
             print(f"warning: {line}; going on with the other servers", file=sys.stderr)
 
     # -- a real run -----------------------------------------------------------------------
@@ -384,12 +375,13 @@ class TuneRun:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
         (sent to the servers as explicit policies, so no worker derives its own). The user's explicit
         policies (``--tolerance SEL=SPEC``) went with every request from the start and win over both."""
-        explicit = self.options.tolerance_policies
+        verification = self.options.verification
+        explicit = verification.overrides
         if explicit:
             given = ", ".join(f"{label}={spec if isinstance(spec, str) else json.dumps(spec)}"
                               for label, spec in explicit.items())
             reporter.message(f"tolerance: explicit policies (win over annotations and derived bounds): {given}")
-        if self.options.tolerance != "auto":
+        if verification.mode != "auto":
             return
         policies = tolerance.get("policies") or {}
         if policies:
@@ -398,9 +390,9 @@ class TuneRun:
             reporter.message(f"tolerance: derived from {runs} runs of the baseline: {bounds} (see baseline.json)")
         else:
             reporter.message("tolerance: the baseline is deterministic; trials must verify bit-exactly")
-        set_tolerance = getattr(executor, "set_tolerance", None)
-        if set_tolerance is not None and policies:  # none needed: the prepared `auto` instance judges exactly
-            set_tolerance(json.dumps(policies))
+        set_verification = getattr(executor, "set_verification", None)
+        if set_verification is not None and policies:  # none needed: the prepared `auto` instance judges exactly
+            set_verification(verification.with_(mode="exact", derived=policies))
 
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:

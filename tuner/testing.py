@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from mneme.model.experiment import Dim3, ExperimentConfiguration, ExperimentResult
+from mneme.model.verification import VerificationSettings
 from tuner.recording import KernelIdentity
 
 PASS_FACTOR = {"default<O1>": 1.10, "default<O2>": 1.02, "default<O3>": 1.0, "default<Os>": 1.05, "default<Oz>": 1.08}
@@ -101,10 +102,10 @@ class NondeterministicExecutor(FakeExecutor):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.tolerances: list[str] = []
+        self.verifications: list[VerificationSettings] = []  # what set_verification was given, in order
 
-    def set_tolerance(self, tolerance):
-        self.tolerances.append(tolerance)
+    def set_verification(self, verification):
+        self.verifications.append(verification)
 
     def _run(self, config):
         result = super()._run(config)

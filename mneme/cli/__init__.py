@@ -17,12 +17,12 @@ from mneme import __version__
 from mneme._internal.startup_trace import mark
 from mneme.errors import run_command
 
-CLI_MODULES = ["record", "replay", "reproducer", "tune", "run", "serve", "store_cmds", "config"]
+CLI_MODULES = ["record", "replay", "reproducer", "tune", "run", "serve", "store_cmds", "config", "study_server"]
 #: The module of each command: `mneme NAME` imports just that one. A command missing here still works
 #: (then every module is imported); tests/mneme/cli/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
     "record": "record", "replay": "replay", "export-reproducer": "reproducer", "tune": "tune", "run": "run",
-    "serve": "serve", "config": "config",
+    "serve": "serve", "config": "config", "study-server": "study_server",
     **{name: "store_cmds" for name in ("push", "pull", "ls", "check", "gc", "clean", "copy", "move")},
 }
 

@@ -2,7 +2,7 @@
 
     mneme record -rdb DIR [-vass GIB] [--kernel REGEX ...] [-sr N] [-mr N] [--instances SPEC]
                  [--snapshot-scope auto|all|reachable] [--max-snapshot-bytes N] [-rr all|0,2,...]
-                 [--device N] [--eager-loading] -- ./app args...
+                 [--device N] [--eager-loading] [--deadline SECONDS] -- ./app args...
 
 The application runs unchanged (its output and exit status are its own); the
 record agent (``record_agent``) does the work.
@@ -64,6 +64,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "layouts unknown")
     parser.add_argument("--spool-max-bytes", type=_size, default=8 << 30, metavar="N",
                         help="bound of the local spool; the application waits while it is full (default 8G)")
+    parser.add_argument("--deadline", type=float, default=5.0, metavar="SECONDS",
+                        help="longest the recorder makes the application wait, per wait (a snapshot's adds 1 s per GB); "
+                             "past it the instance is abandoned, written unsupported, and the application goes on "
+                             "(default 5)")
     add_application_argument(parser)
 
 
@@ -94,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         record_duplicates=args.record_duplicates,
         va_base=va_base,
         spool_max_bytes=args.spool_max_bytes,
+        deadline_s=args.deadline,
         eager_loading=args.eager_loading,
     )
     summary = record(options)

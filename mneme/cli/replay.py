@@ -24,7 +24,7 @@ from typing import Any
 
 from mneme.cli.command import Command
 from mneme.errors import ConfigurationError
-from mneme.replay.nondeterminism import DEFAULT_RUNS
+from mneme.model.verification import DEFAULT_RUNS
 
 _DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
 
@@ -165,25 +165,27 @@ def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_j
 
 
 def run(args: argparse.Namespace) -> int:
-    from mneme.model.verification import VerificationSettings
     from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
-    from mneme.replay.tolerance import tolerance_flags
+    from mneme.replay.tolerance import verification_from_flags
 
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
     config = build_config(args, instance)
-    mode, policies = tolerance_flags(args.tolerance, args.tolerance_file)
-    verification = VerificationSettings(mode=mode or "exact", runs=args.tolerance_runs, overrides=policies,
-                                        relocate=False if args.no_relocate else None,
-                                        every_iteration=args.verify_every_launch)
+    verification = verification_from_flags(args.tolerance, args.tolerance_file, args.tolerance_runs,
+                                           args.no_relocate, every_iteration=args.verify_every_launch)
     options = CompileOptions(max_registers=args.max_registers)
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
     from mneme.replay import Replayer
+    from mneme.replay.proof import decide_resets
 
+    # A kernel that consumes its own state may hang or fault when launched twice without a reset:
+    # the proof runs in a child process (once per instance and machine: cached), never in this one.
+    decision = decide_resets(recording, instance.record_id, args.device, verification, args.timeout) \
+        if args.reset == "auto" else None
     with Replayer(
         recording,
         instance.record_id,
@@ -193,6 +195,7 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         timing=args.timing,
         reset=args.reset,
+        reset_decision=decision,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:

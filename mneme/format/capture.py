@@ -1,18 +1,20 @@
 """What a writer remembers between snapshots, and what storing them cost.
 
 :class:`ContentIndex` maps the xxh3-128 fingerprint of a piece's bytes to the
-SHA-256 that names its chunk. An iterative application's snapshots repeat
+digest that names its chunk. An iterative application's snapshots repeat
 most of their bytes (a matrix read by every launch, inputs the kernel does not
 write): a piece seen before is recognized at the fingerprint's speed (~30 GB/s
-per core) and costs no SHA-256 (~2 GB/s per core), no compression and no
-write. The chunk name stays the SHA-256 of the bytes (the format's guarantee
-for readers); the fingerprint is a 128-bit non-cryptographic hash, trusted to
-tell *different* contents of one recording session apart (accidental
-collisions: ~2^-128 per pair), never stored and never read back.
+per core) and costs no chunk hash (BLAKE3 ~4-8 GB/s per core, SHA-256 ~2), no
+compression and no write. The chunk name stays the content hash of the bytes
+(the format's guarantee for readers); the fingerprint is a 128-bit
+non-cryptographic hash, trusted to tell *different* contents of one recording
+session apart (accidental collisions: ~2^-128 per pair), never stored and
+never read back. An index serves one chunk hash algorithm (its writer's).
 
 :class:`PipelineStats` adds up, thread-safely, the bytes and thread-seconds of
 each stage of :func:`mneme.format.chunks.put_many` (reading, fingerprinting,
-hashing, compressing, writing): ``mneme record`` reports them per instance.
+hashing, compressing, writing), and what the record agent adds after it
+(snapshot files, the commit): ``mneme record`` reports them per instance.
 """
 
 from __future__ import annotations
@@ -29,22 +31,22 @@ def fingerprint(data: bytes | bytearray | memoryview) -> bytes:
 
 
 class ContentIndex:
-    """Fingerprint (and length) -> SHA-256 hex of every piece a writer has hashed."""
+    """Fingerprint (and length) -> chunk digest (hex) of every piece a writer has hashed."""
 
     def __init__(self) -> None:
-        self._sha: dict[tuple[bytes, int], str] = {}
+        self._digest: dict[tuple[bytes, int], str] = {}
         self._lock = threading.Lock()
 
     def lookup(self, fp: bytes, length: int) -> str | None:
         with self._lock:
-            return self._sha.get((fp, length))
+            return self._digest.get((fp, length))
 
-    def add(self, fp: bytes, length: int, sha256: str) -> None:
+    def add(self, fp: bytes, length: int, digest: str) -> None:
         with self._lock:
-            self._sha[(fp, length)] = sha256
+            self._digest[(fp, length)] = digest
 
     def __len__(self) -> int:
-        return len(self._sha)
+        return len(self._digest)
 
 
 @dataclass
@@ -52,13 +54,17 @@ class PipelineStats:
     """Bytes through each stage of storing chunks, and the thread-seconds spent there.
 
     ``pieces``/``bytes``: every piece offered; ``known_bytes``: pieces whose
-    fingerprint was indexed (no SHA-256); ``present_bytes``: pieces whose chunk
-    was already stored (no compression, no write); ``hashed_*``: SHA-256;
-    ``compressed_*``: pieces zstd compressed (``stored_bytes`` their frames);
-    ``raw_*``: pieces stored as raw frames (the probe said zstd would not pay);
-    ``wall_s``: elapsed time of the calls (stages overlap across threads);
-    ``unchanged_bytes``: snapshot bytes never copied off the device (named
-    by their GPU digest; the record agent adds these).
+    fingerprint was indexed (not hashed again); ``present_bytes``: pieces whose
+    chunk was already stored (no compression, no write); ``hashed_*``: the
+    chunk hash (BLAKE3, or SHA-256 for version 1); ``compressed_*``: pieces
+    zstd compressed (``stored_bytes`` their frames); ``raw_*``: pieces stored
+    as raw frames (the probe said zstd would not pay); ``wall_s``: elapsed time
+    of the calls (stages overlap across threads); ``workers``: the pool's
+    threads (the largest pool of the calls added up); ``unchanged_bytes``:
+    snapshot bytes never copied off the device (named by their GPU digest),
+    ``snapshot_s`` (writing the snapshot files) and ``commit_s`` (making the
+    objects durable and committing the database), wall seconds: the record
+    agent adds these.
     """
 
     pieces: int = 0
@@ -75,13 +81,18 @@ class PipelineStats:
     compress_s: float = 0.0
     write_s: float = 0.0
     wall_s: float = 0.0
+    workers: int = 0
     unchanged_bytes: int = 0  # not offered at all: the recorder saw on the GPU that they were captured before
+    snapshot_s: float = 0.0
+    commit_s: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, **values: float) -> None:
+        """Add ``values`` to the fields they name (``workers``: keep the largest)."""
         with self._lock:
             for key, value in values.items():
-                setattr(self, key, getattr(self, key) + value)
+                current = getattr(self, key)
+                setattr(self, key, max(current, value) if key == "workers" else current + value)
 
     def merge(self, other: "PipelineStats") -> None:
         self.add(**other.as_dict())
@@ -103,4 +114,6 @@ class PipelineStats:
             "compress_gb_s_per_thread": rate(self.compressed_bytes + self.raw_bytes, self.compress_s),
             "write_gb_s_per_thread": rate(self.stored_bytes, self.write_s),
             "overall_gb_s": rate(self.bytes, self.wall_s),
+            "new_data_gb_s": rate(self.hashed_bytes, self.wall_s),
+            "commit_gb_s": rate(self.stored_bytes, self.commit_s),
         }

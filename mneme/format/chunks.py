@@ -2,21 +2,22 @@
 
 A region is cut into fixed pieces (``DEFAULT_CHUNK_SIZE`` from the region
 start, the last one shorter). Each piece is stored once, as the zstd frame of
-its bytes under ``chunks/<2 hex>/<sha256 of the uncompressed bytes>``: memory
+its bytes under ``chunks/<2 hex>/<hash of the uncompressed bytes>`` (BLAKE3;
+SHA-256 in version 1 recordings: :mod:`mneme.format.content_hash`): memory
 that the epilogue shares with its prologue, or one instance with another, is
 stored once, and every read is verified against the name.
 
-Hashing and compression run on a thread pool: hashlib, xxhash, zstandard
-and file reads release the GIL on large buffers, so pieces are processed in
-parallel. A writer's :class:`~mneme.format.capture.ContentIndex` recognizes
-bytes it has stored before without hashing them again, and pieces zstd would
-not shrink are stored as raw frames (:mod:`mneme.format.frames`).
+Hashing and compression run on a thread pool: BLAKE3, hashlib, xxhash,
+zstandard and file reads release the GIL on large buffers, so pieces are
+processed in parallel on every core. A writer's
+:class:`~mneme.format.capture.ContentIndex` recognizes bytes it has stored
+before without hashing them again, and pieces zstd would not shrink enough
+to pay for its time are stored as raw frames (:mod:`mneme.format.frames`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 import time
@@ -27,7 +28,8 @@ import zstandard
 
 from mneme.errors import ArtifactError
 from mneme.format.capture import ContentIndex, PipelineStats, fingerprint
-from mneme.format.frames import compressed_frame, stored_frame
+from mneme.format.content_hash import DEFAULT_CHUNK_HASH, SHA256, check_algorithm, chunk_digest, digest_matches
+from mneme.format.frames import compressed_frame, raw_frame_size, stored_frame
 from mneme.format.layout import chunk_name
 from mneme.store.base import Store
 
@@ -38,15 +40,20 @@ MAX_CHUNK_SIZE = 1 << 30
 
 
 class ChunkRef(NamedTuple):
-    """One stored piece: SHA-256 (hex) of its uncompressed bytes and its uncompressed length."""
+    """One stored piece: the hash (hex) of its uncompressed bytes, their length, and which hash it is.
 
-    sha256: str
+    ``algorithm`` is ``"blake3"`` for the chunks of version 2 snapshots and
+    ``"sha256"`` (the default, for pairs read from version 1) for version 1's.
+    """
+
+    digest: str
     length: int
+    algorithm: str = SHA256
 
     @property
     def name(self) -> str:
         """Its object name in the store."""
-        return chunk_name(self.sha256)
+        return chunk_name(self.digest)
 
 
 def default_workers() -> int:
@@ -82,6 +89,15 @@ def _read_buffer(size: int) -> bytearray:
     return buf
 
 
+def _frame_buffer(size: int) -> bytearray:
+    """This thread's buffer for raw frames (reused: a fresh 4 MiB object per piece costs page faults)."""
+    need = raw_frame_size(size)
+    buf = getattr(_local, "frame_buffer", None)
+    if buf is None or len(buf) < need:
+        buf = _local.frame_buffer = bytearray(need)
+    return buf
+
+
 def _check_chunk_size(chunk_size: int) -> None:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise ValueError(f"chunk_size {chunk_size!r} must be an integer in 1..{MAX_CHUNK_SIZE}")
@@ -112,18 +128,34 @@ def put_many(
     workers: int | None = None,
     index: ContentIndex | None = None,
     stats: PipelineStats | None = None,
+    algorithm: str = DEFAULT_CHUNK_HASH,
 ) -> list[list[ChunkRef]]:
     """Store several sources as chunks, all pieces through one thread pool; refs per source, in order.
 
     Each piece is read inside its worker (file slices with ``os.preadv`` into
     the thread's buffer), so at most ``workers`` pieces are in memory at a
-    time. A piece whose fingerprint ``index`` knows is named without SHA-256;
-    within one call a digest is claimed by the first piece that has it; an
-    existing object is never written again; a piece that zstd would not
-    shrink is stored as a raw frame (:mod:`mneme.format.frames`). ``stats``
-    adds up what each stage cost.
+    time. A piece whose fingerprint ``index`` knows is named without hashing
+    it again; within one call a digest is claimed by the first piece that has
+    it; an existing object is never written again; a piece that zstd would
+    not shrink enough is stored as a raw frame (:mod:`mneme.format.frames`),
+    built in a buffer each thread reuses: ``store.put`` gets a view of it and
+    writes or copies it before returning, as every store does.
+
+    Args:
+        store: where the chunks go.
+        sources: bytes in memory or :class:`FileSlice` s of local files.
+        chunk_size: the piece size (the snapshot's ``chunk_size``).
+        level: the zstd level for data that compresses well.
+        workers: pool threads (default: every CPU, at most 32).
+        index: fingerprints of pieces hashed before (a writer's; one per algorithm).
+        stats: adds up what each stage cost.
+        algorithm: the chunk hash, ``"blake3"`` (version 2) or ``"sha256"`` (version 1).
+
+    Returns:
+        The refs of each source's pieces, in order.
     """
     _check_chunk_size(chunk_size)
+    check_algorithm(algorithm)
     stats = stats if stats is not None else PipelineStats()
     started = time.perf_counter()
     with contextlib.ExitStack() as files:
@@ -142,23 +174,23 @@ def put_many(
                 raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(data)}")
             t1 = time.perf_counter()
             fp = fingerprint(data) if index is not None else b""
-            sha = index.lookup(fp, length) if index is not None else None
+            digest = index.lookup(fp, length) if index is not None else None
             t2 = time.perf_counter()
             stage = {"pieces": 1, "bytes": length, "read_s": t1 - t0, "fingerprint_s": t2 - t1}
-            if sha is None:
-                sha = hashlib.sha256(data).hexdigest()
+            if digest is None:
+                digest = chunk_digest(data, algorithm)
                 if index is not None:
-                    index.add(fp, length, sha)
+                    index.add(fp, length, digest)
                 stage.update(hashed_bytes=length, hash_s=time.perf_counter() - t2)
             else:
                 stage.update(known_bytes=length)
-            ref = ChunkRef(sha, length)
+            ref = ChunkRef(digest, length, algorithm)
             with lock:
-                fresh = ref.sha256 not in claimed
-                claimed.add(ref.sha256)
+                fresh = ref.digest not in claimed
+                claimed.add(ref.digest)
             if fresh and not store.exists(ref.name):
                 t3 = time.perf_counter()
-                frame, compressed = stored_frame(data, level)
+                frame, compressed = stored_frame(data, level, _frame_buffer(length))
                 t4 = time.perf_counter()
                 store.put(ref.name, frame)
                 stage.update({"compressed_bytes" if compressed else "raw_bytes": length, "stored_bytes": len(frame),
@@ -168,12 +200,13 @@ def put_many(
             stats.add(**stage)
             return ref
 
-        if len(pieces) <= 1:
+        threads = min(workers or default_workers(), len(pieces))
+        if threads <= 1:
             refs = [one(p) for p in pieces]
         else:
-            with ThreadPoolExecutor(max_workers=min(workers or default_workers(), len(pieces))) as pool:
+            with ThreadPoolExecutor(max_workers=threads) as pool:
                 refs = list(pool.map(one, pieces))
-    stats.add(wall_s=time.perf_counter() - started)
+    stats.add(wall_s=time.perf_counter() - started, workers=max(threads, 1))
     grouped: list[list[ChunkRef]] = [[] for _ in sources]
     for (source_index, _, _, _), ref in zip(pieces, refs):
         grouped[source_index].append(ref)
@@ -218,9 +251,10 @@ def put_chunks(
     *,
     level: int = DEFAULT_LEVEL,
     workers: int | None = None,
+    algorithm: str = DEFAULT_CHUNK_HASH,
 ) -> list[ChunkRef]:
     """Store ``data`` as chunks (skipping those already stored) and return their refs in order."""
-    return put_many(store, [data], chunk_size, level=level, workers=workers)[0]
+    return put_many(store, [data], chunk_size, level=level, workers=workers, algorithm=algorithm)[0]
 
 
 def put_chunks_from_file(
@@ -232,12 +266,14 @@ def put_chunks_from_file(
     *,
     level: int = DEFAULT_LEVEL,
     workers: int | None = None,
+    algorithm: str = DEFAULT_CHUNK_HASH,
 ) -> list[ChunkRef]:
     """Store ``size`` bytes of a file from ``offset`` as chunks (for raw region files of the recorder).
 
     The file is read piece by piece (``os.preadv``); it is never held whole in memory.
     """
-    return put_many(store, [FileSlice(path, offset, size)], chunk_size, level=level, workers=workers)[0]
+    return put_many(store, [FileSlice(path, offset, size)], chunk_size, level=level, workers=workers,
+                    algorithm=algorithm)[0]
 
 
 def _fetch_verified(store: Store, ref: ChunkRef, what: str) -> bytes:
@@ -263,7 +299,7 @@ def _fetch_verified(store: Store, ref: ChunkRef, what: str) -> bytes:
         raise ArtifactError(
             f"chunk {name} of {what} in {store.url} holds {len(piece)} bytes, expected {ref.length}"
         )
-    if hashlib.sha256(piece).hexdigest() != ref.sha256:
+    if not digest_matches(piece, ref.digest, ref.algorithm):
         raise ArtifactError(f"chunk {name} of {what} in {store.url} is corrupt: its content does not match its hash")
     return piece
 

@@ -63,8 +63,22 @@ def _frame_header(size: int) -> bytes:
     return _MAGIC + bytes([0xE0]) + struct.pack("<Q", size)  # FCS flag 3: 8 bytes
 
 
-def raw_frame(data: bytes | bytearray | memoryview) -> bytes:
-    """A zstd frame holding ``data`` uncompressed (raw blocks of at most 128 KiB)."""
+def raw_frame_size(size: int) -> int:
+    """The length of the raw frame of ``size`` bytes."""
+    return len(_frame_header(size)) + 3 * max(1, -(-size // MAX_BLOCK)) + size
+
+
+def raw_frame(data: bytes | bytearray | memoryview, out: bytearray | None = None) -> bytes | memoryview:
+    """A zstd frame holding ``data`` uncompressed (raw blocks of at most 128 KiB).
+
+    Args:
+        data: the piece.
+        out: a buffer of at least :func:`raw_frame_size` bytes to build the frame in (reused by a
+            writer's thread: no fresh pages per piece); None: a new ``bytes``.
+
+    Returns:
+        The frame: ``bytes``, or a view of ``out``, valid until ``out`` is reused.
+    """
     view = memoryview(data).cast("B")
     size = len(view)
     parts = [_frame_header(size)]
@@ -75,7 +89,14 @@ def raw_frame(data: bytes | bytearray | memoryview) -> bytes:
         last = start + length == size
         parts.append(struct.pack("<I", (length << 3) | int(last))[:3])  # block type 0 (raw) in bits 1-2
         parts.append(view[start : start + length])
-    return b"".join(parts)
+    if out is None:
+        return b"".join(parts)
+    target = memoryview(out)
+    position = 0
+    for part in parts:
+        target[position : position + len(part)] = part
+        position += len(part)
+    return target[:position]
 
 
 def probe_ratio(data: bytes | bytearray | memoryview) -> float:
@@ -93,9 +114,11 @@ def probe_ratio(data: bytes | bytearray | memoryview) -> float:
     return sum(len(probe.compress(s)) for s in samples) / total
 
 
-def stored_frame(data: bytes | bytearray | memoryview, level: int) -> tuple[bytes, bool]:
-    """The frame to store for ``data`` and whether it was compressed (False: raw blocks)."""
+def stored_frame(
+    data: bytes | bytearray | memoryview, level: int, out: bytearray | None = None
+) -> tuple[bytes | memoryview, bool]:
+    """The frame to store for ``data`` and whether it was compressed (False: raw blocks, built in ``out`` if given)."""
     ratio = probe_ratio(data)
     if ratio >= RAW_RATIO:
-        return raw_frame(data), False
+        return raw_frame(data, out), False
     return compressed_frame(data, level if ratio < WELL_COMPRESSIBLE_RATIO else min(level, FAST_LEVEL)), True

@@ -25,7 +25,7 @@ def is_hash_id(value: object) -> bool:
 
 
 def is_sha256_hex(value: object) -> bool:
-    """Whether ``value`` is 64 lowercase hex digits."""
+    """Whether ``value`` is 64 lowercase hex digits (a SHA-256 or BLAKE3 digest)."""
     return isinstance(value, str) and bool(_SHA256_HEX.fullmatch(value))
 
 
@@ -60,8 +60,8 @@ def bitcode_name(static_hash: str) -> str:
     return f"RecordedIR_{_check_id(static_hash, 'static hash')}.bc"
 
 
-def chunk_name(sha256_hex: str) -> str:
-    """``chunks/<first 2 hex>/<sha256 hex>``: the fan-out keeps directories small."""
-    if not is_sha256_hex(sha256_hex):
-        raise ArtifactError(f"chunk id {sha256_hex!r} is not a SHA-256 hex digest")
-    return f"{CHUNKS_DIR}/{sha256_hex[:2]}/{sha256_hex}"
+def chunk_name(digest_hex: str) -> str:
+    """``chunks/<first 2 hex>/<hex digest>`` (BLAKE3, or SHA-256 in version 1): the fan-out keeps directories small."""
+    if not is_sha256_hex(digest_hex):
+        raise ArtifactError(f"chunk id {digest_hex!r} is not a 256-bit hex digest")
+    return f"{CHUNKS_DIR}/{digest_hex[:2]}/{digest_hex}"

@@ -4,13 +4,16 @@ A snapshot file is a small manifest; the bytes live in shared chunks
 (:mod:`mneme.format.chunks`). File layout (all integers little-endian)::
 
     b"MNEMESNP"                 8-byte magic
-    u32 format version          SNAPSHOT_VERSION
+    u32 format version          2 (chunks named by BLAKE3) or 1 (by SHA-256)
     u32 N                       header length
     N bytes                     UTF-8 JSON header
     32 bytes                    SHA-256 of the N header bytes
 
 The header describes the regions: base address, size, kind, name, chunk list
-and optional verification policy (docs/format.md has the schema).
+and optional verification policy (docs/format.md has the schema). The version
+says which hash names the chunks (:mod:`mneme.format.content_hash`): a
+snapshot is written in the version of its chunks' hash, so one written with
+SHA-256 chunks is byte for byte what version 1 wrote.
 """
 
 from __future__ import annotations
@@ -23,13 +26,17 @@ from typing import Any, Sequence
 
 from mneme.errors import ArtifactError
 from mneme.format.chunks import DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE, ChunkRef, read_chunks, read_chunks_into
+from mneme.format.content_hash import DEFAULT_CHUNK_HASH, SNAPSHOT_VERSIONS
 from mneme.format.layout import PHASES, is_hash_id, is_sha256_hex, snapshot_name
 from mneme.format.policy import VerifyPolicy
 from mneme.format.schema import JsonReader
 from mneme.store.base import Store
 
 MAGIC = b"MNEMESNP"
-SNAPSHOT_VERSION = 1
+#: The newest version (what writers use with the default chunk hash); readers take every version up to it.
+SNAPSHOT_VERSION = 2
+_HASH_OF_VERSION = {version: algorithm for algorithm, version in SNAPSHOT_VERSIONS.items()}
+_DISPLAY = {"sha256": "SHA-256", "blake3": "BLAKE3"}
 REGION_KINDS = ("heap", "global", "parameter")
 #: Kinds whose regions are device address ranges that must not overlap.
 ADDRESS_KINDS = ("heap", "global")
@@ -54,7 +61,7 @@ class Region:
     origin: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        # Accept any sequence of (sha256, length) pairs; keep an immutable tuple of ChunkRef.
+        # Accept any sequence of (digest, length[, algorithm]) tuples; keep an immutable tuple of ChunkRef.
         object.__setattr__(self, "chunks", tuple(ChunkRef(*c) for c in self.chunks))
 
     @property
@@ -84,7 +91,7 @@ class Region:
             "size": self.size,
             "kind": self.kind,
             "name": self.name,
-            "chunks": [[c.sha256, c.length] for c in self.chunks],
+            "chunks": [[c.digest, c.length] for c in self.chunks],
             "policy": None if self.policy is None else self.policy.to_dict(),
         }
 
@@ -125,6 +132,22 @@ class Snapshot:
     def chunk_refs(self) -> set[ChunkRef]:
         return {c for r in self.regions for c in r.chunks}
 
+    @property
+    def chunk_hash(self) -> str:
+        """The algorithm that names this snapshot's chunks (the default when it has none).
+
+        Raises ArtifactError when its chunks mix algorithms (a snapshot file names one).
+        """
+        found = {c.algorithm for r in self.regions for c in r.chunks}
+        if len(found) > 1:
+            raise ArtifactError(f"snapshot {self.name} mixes chunk hashes ({', '.join(sorted(found))}); a snapshot uses one")
+        return found.pop() if found else DEFAULT_CHUNK_HASH
+
+    @property
+    def version(self) -> int:
+        """The format version of this snapshot's file: the one of its chunk hash."""
+        return SNAPSHOT_VERSIONS[self.chunk_hash]
+
     def to_header(self) -> dict[str, Any]:
         return {
             "static_hash": self.static_hash,
@@ -136,7 +159,7 @@ class Snapshot:
 
     def validate(self) -> None:
         """Raise ArtifactError if this snapshot would not read back (the writer's check)."""
-        parse_header(self.to_header(), self.name)
+        parse_header(self.to_header(), self.name, self.version)
 
 
 # -- encoding -----------------------------------------------------------------
@@ -145,9 +168,10 @@ class Snapshot:
 def encode_snapshot(snapshot: Snapshot) -> bytes:
     """The bytes of a snapshot file (validated first: we never write what we cannot read)."""
     header = snapshot.to_header()
-    parse_header(header, snapshot.name)
+    version = snapshot.version
+    parse_header(header, snapshot.name, version)
     body = json.dumps(header, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    return _PREAMBLE.pack(MAGIC, SNAPSHOT_VERSION, len(body)) + body + hashlib.sha256(body).digest()
+    return _PREAMBLE.pack(MAGIC, version, len(body)) + body + hashlib.sha256(body).digest()
 
 
 def decode_snapshot(data: bytes | memoryview, what: str = "snapshot") -> Snapshot:
@@ -183,11 +207,21 @@ def decode_snapshot(data: bytes | memoryview, what: str = "snapshot") -> Snapsho
         raise ArtifactError(f"{what}: header is not valid UTF-8 JSON ({exc})") from None
     except RecursionError:
         raise ArtifactError(f"{what}: header JSON is nested too deeply; the file is corrupt") from None
-    return parse_header(header, what)
+    return parse_header(header, what, version)
 
 
-def parse_header(header: Any, what: str) -> Snapshot:
-    """Validate a header (the parsed JSON) and build the Snapshot."""
+def parse_header(header: Any, what: str, version: int = SNAPSHOT_VERSION) -> Snapshot:
+    """Validate a header (the parsed JSON) of a snapshot file of ``version`` and build the Snapshot.
+
+    Args:
+        header: the parsed JSON header.
+        what: names the file in errors.
+        version: the file's format version, which says the hash that names its chunks.
+
+    Returns:
+        The Snapshot, its chunk refs carrying their hash algorithm.
+    """
+    algorithm = _HASH_OF_VERSION[version]
     r = JsonReader(what)
     h = r.obj(header, "", required=("static_hash", "dynamic_hash", "phase", "chunk_size", "regions"))
     static = r.str(h["static_hash"], "static_hash")
@@ -198,13 +232,14 @@ def parse_header(header: Any, what: str) -> Snapshot:
     phase = r.choice(h["phase"], "phase", PHASES)
     chunk_size = r.int(h["chunk_size"], "chunk_size", 1, MAX_CHUNK_SIZE)
     regions = tuple(
-        _parse_region(r, value, f"regions[{i}]", chunk_size) for i, value in enumerate(r.list(h["regions"], "regions"))
+        _parse_region(r, value, f"regions[{i}]", chunk_size, algorithm)
+        for i, value in enumerate(r.list(h["regions"], "regions"))
     )
     _check_layout(r, regions)
     return Snapshot(static, dynamic, phase, tuple(replace(reg, origin=what) for reg in regions), chunk_size)
 
 
-def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int) -> Region:
+def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int, algorithm: str) -> Region:
     d = r.obj(value, where, required=("base", "size", "kind", "name", "chunks"), optional=("policy",))
     base = r.int(d["base"], f"{where}.base", 0, _U64 - 1)
     size = r.int(d["size"], f"{where}.size", 0, _U64 - 1)
@@ -218,13 +253,13 @@ def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int) -> Reg
     for j, c in enumerate(raw_chunks):
         cw = f"{where}.chunks[{j}]"
         if not isinstance(c, list) or len(c) != 2:
-            raise r.error(cw, "expected [sha256 hex, length]")
+            raise r.error(cw, f"expected [{algorithm} hex, length]")
         if not is_sha256_hex(c[0]):
-            raise r.error(cw, f"{c[0]!r} is not a SHA-256 hex digest")
+            raise r.error(cw, f"{c[0]!r} is not a {_DISPLAY[algorithm]} hex digest")
         length = r.int(c[1], cw + "[1]", 1, chunk_size)
         if length != chunk_size and j != len(raw_chunks) - 1:
             raise r.error(cw, f"only the last chunk may be shorter than the chunk size {chunk_size}")
-        chunks.append(ChunkRef(c[0], length))
+        chunks.append(ChunkRef(c[0], length, algorithm))
         total += length
     if total != size:
         raise r.error(where, f"chunk lengths add up to {total}, the region size is {size}")

@@ -21,6 +21,7 @@ from mneme.format.chunks import (
     FileSlice,
     put_many,
 )
+from mneme.format.content_hash import DEFAULT_CHUNK_HASH, check_algorithm
 from mneme.format.database import (
     AddressSpace,
     DeviceInfo,
@@ -68,20 +69,30 @@ class RecordingWriter:
 
     It remembers the fingerprints of the chunks it stored (``index``), so bytes
     that later snapshots repeat cost no hashing, and adds up what storing cost
-    (``stats``).
+    (``stats``). ``chunk_hash`` names its chunks: ``"blake3"`` (the default:
+    version 2 snapshots) or ``"sha256"`` (version 1, as older mneme wrote).
     """
 
-    def __init__(self, store: Store, *, chunk_size: int = DEFAULT_CHUNK_SIZE, level: int = DEFAULT_LEVEL):
+    def __init__(
+        self,
+        store: Store,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        level: int = DEFAULT_LEVEL,
+        chunk_hash: str = DEFAULT_CHUNK_HASH,
+    ):
         self.store = store
         self.chunk_size = chunk_size
         self.level = level
+        self.chunk_hash = check_algorithm(chunk_hash)
         self.index = ContentIndex()
         self.stats = PipelineStats()
 
     def put_chunks(self, sources: Sequence[ChunkSource], stats: PipelineStats | None = None) -> list[list[ChunkRef]]:
         """Store the sources' chunks through one thread pool; refs per source. ``stats`` also gets the costs."""
         call = PipelineStats()
-        refs = put_many(self.store, sources, self.chunk_size, level=self.level, index=self.index, stats=call)
+        refs = put_many(self.store, sources, self.chunk_size, level=self.level, index=self.index, stats=call,
+                        algorithm=self.chunk_hash)
         self.stats.merge(call)
         if stats is not None:
             stats.merge(call)

@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mneme.llvm.compile import CompileTimings, compile_to_ptx, compile_to_ptx_timed
-    from mneme.llvm.module import IRModule, load
+    from mneme.llvm.compile import CompileTimings, compile_to_ptx, compile_to_ptx_timed  # noqa: F401 (for type checkers)
+    from mneme.llvm.module import IRModule, load  # noqa: F401
 
 _LAZY = {
     "compile_to_ptx": "mneme.llvm.compile",

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 
 from mneme.errors import ConfigurationError
-from mneme.llvm import _binding, ir_text, libdevice, names, pipeline, specialize as spec
+from mneme.llvm import _binding, ir_text, libdevice, names, pipeline
+from mneme.llvm import specialize as spec
 
 Dims = tuple[tuple[int, int, int], tuple[int, int, int]]
 

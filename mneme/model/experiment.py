@@ -346,6 +346,12 @@ class ExperimentResult:
     #: When the recorded launch itself was replayed and did not verify bit-exactly: per region that
     #: differed, what its repeated runs showed (``mneme.replay.nondeterminism.RegionFinding``).
     nondeterminism: list[dict[str, Any]] = field(default_factory=list)
+    #: The written memory was reset before every launch, not only before a configuration's first:
+    #: the kernel is not idempotent (its second launch without a reset did not reproduce the
+    #: recording, faulted or did not finish), or the reset policy was ``always``.
+    reset_each_launch: bool = False
+    #: Why, when ``reset_each_launch``.
+    reset_reason: str = ""
 
     @property
     def exact(self) -> bool:

@@ -1,4 +1,5 @@
-"""How a replay is verified: one settings object, passed whole from the command line to the replayer.
+"""How a replay is verified: one settings object, passed whole from the command line to the replayer;
+and how its memory is reset between launches, once a proof decided it (:class:`ResetDecision`).
 
 The command line (``mneme replay``, ``mneme tune``) builds a :class:`VerificationSettings`; the
 executor sends it with the instance it names (``replay_server.protocol.convert`` is its one
@@ -112,3 +113,17 @@ class VerificationSettings:
         """A canonical text of the settings: equal settings, equal keys (what a server keys the
         instances it prepares by)."""
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ResetDecision:
+    """What a proof made elsewhere decided (another process, a cache): the instance's replays reset
+    the written memory before every launch (``each_launch``) or only before each configuration's first.
+
+    Attributes:
+        each_launch: reset before every launch.
+        reason: why (shown in results as ``reset_reason``); '' when not ``each_launch``.
+    """
+
+    each_launch: bool
+    reason: str = ""

@@ -96,3 +96,16 @@ def open_context(device: int = 0) -> Any:
         process_reservations().guard(ctx, DEFAULT_VA_BASE)  # before the driver's own first allocations
         mark("engine", "window")
     return ctx
+
+
+def device_arch(ctx: Any) -> str:
+    """The architecture name of a context's GPU (``sm_90``), which code is compiled for.
+
+    Args:
+        ctx: an engine Context.
+
+    Returns:
+        ``sm_<major><minor>``.
+    """
+    major, minor = ctx.compute_capability
+    return f"sm_{major}{minor}"

@@ -38,9 +38,9 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from mneme.model.verification import DEFAULT_RUNS, DEFAULT_SAFETY
 from mneme.errors import ArtifactError
 from mneme.format.policy import DTYPES, VerifyPolicy
+from mneme.model.verification import DEFAULT_SAFETY
 from mneme.replay.tolerance import (
     ACTUAL_MULTISET,
     ACTUAL_POSITIONAL,

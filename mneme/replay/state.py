@@ -96,6 +96,23 @@ def pair_regions(prologue: Snapshot, epilogue: Snapshot) -> list[tuple[Region, R
     return pairs
 
 
+def heap_relocation(relocate: bool | None, address_mode: str) -> tuple[bool | None, str]:
+    """What :class:`DeviceState` is asked to do with the heap, and why it would move it.
+
+    Args:
+        relocate: the caller's choice (``VerificationSettings.relocate``): None places the heap at its
+            recorded addresses where it can, False only there, True elsewhere.
+        address_mode: the recording's ``address_space.mode``; a ``relocatable`` recording is
+            relocated unless the caller chose otherwise.
+
+    Returns:
+        (``relocate``, ``relocate_reason``) for :class:`DeviceState`.
+    """
+    if relocate is None and address_mode == "relocatable":
+        return True, "the recording is relocatable: the recorder could not serve every allocation from its fixed window"
+    return relocate, "relocation was asked for (relocate=True)"
+
+
 class DeviceState:
     """Builds and owns the device copies of a recorded instance's memory.
 

@@ -186,6 +186,33 @@ def tolerance_flags(values: Iterable[str], files: Iterable[str | Path] = ()) -> 
     return (modes[-1] if modes else None), policies
 
 
+def verification_from_flags(tolerance: Iterable[str] = (), tolerance_file: Iterable[str | Path] = (),
+                            tolerance_runs: int = DEFAULT_RUNS, no_relocate: bool = False, *,
+                            default_mode: str = "exact", policies: Mapping[str, Any] | None = None,
+                            every_iteration: bool = False) -> VerificationSettings:
+    """The verification settings of ``mneme replay``'s and ``mneme tune``'s shared flags.
+
+    Args:
+        tolerance: ``--tolerance`` values (repeatable): ``exact``/``auto`` (the last one wins) and
+            ``SEL=dtype:mode:threshold[:norm]`` policies.
+        tolerance_file: ``--tolerance-file`` JSON files of policies (the flags' policies win).
+        tolerance_runs: ``--tolerance-runs``.
+        no_relocate: ``--no-relocate`` (the recorded heap addresses or a refusal).
+        default_mode: the mode when ``tolerance`` names none (``mneme tune``'s is ``auto``).
+        policies: policies given before these flags (a settings file's); the flags' win per selector.
+        every_iteration: ``--verify-every-launch``.
+
+    Returns:
+        The settings.
+
+    Raises:
+        ConfigurationError: a value that is neither a mode nor a policy, an unreadable file, too few runs.
+    """
+    mode, given = tolerance_flags(tolerance, tolerance_file)
+    return VerificationSettings(mode=mode or default_mode, runs=tolerance_runs, overrides={**(policies or {}), **given},
+                                relocate=False if no_relocate else None, every_iteration=every_iteration)
+
+
 def judged_overrides(settings: VerificationSettings) -> ToleranceOverrides:
     """The policies a replay judges with besides the recorded annotations: the explicit overrides, then
     the derived policies for the regions they do not select.
@@ -198,57 +225,6 @@ def judged_overrides(settings: VerificationSettings) -> ToleranceOverrides:
     """
     explicit = ToleranceOverrides.from_mapping(settings.overrides, "tolerance overrides")
     return explicit.over(ToleranceOverrides.from_mapping(settings.derived, "derived tolerance"))
-
-
-def verification_from_wire(setting: str, overrides: str = "", runs: int = 0,
-                           no_relocate: bool = False) -> VerificationSettings:
-    """The settings an ``InstanceRef`` carries: ``tolerance`` (see :func:`parse_tolerance_setting`),
-    ``tolerance_overrides`` (a JSON object of explicit policies, which win over the setting's and over
-    recorded annotations), ``tolerance_runs`` (0: the default, or at least 2) and ``no_relocate``.
-
-    Args:
-        setting: ``InstanceRef.tolerance``.
-        overrides: ``InstanceRef.tolerance_overrides``.
-        runs: ``InstanceRef.tolerance_runs``.
-        no_relocate: ``InstanceRef.no_relocate``.
-
-    Returns:
-        The settings, checked.
-    """
-    mode, derived = parse_tolerance_setting(setting)
-    explicit: Any = {}
-    if (overrides or "").strip():
-        try:
-            explicit = json.loads(overrides)
-        except ValueError:
-            raise ConfigurationError(
-                f"tolerance overrides {overrides[:80]!r}: expected a JSON object of policies by region"
-            ) from None
-    if runs and int(runs) < 2:
-        raise ConfigurationError(f"tolerance runs {runs}: at least 2 runs are needed to see a spread (0: the default)")
-    settings = VerificationSettings(mode=mode, runs=int(runs) or DEFAULT_RUNS, overrides=explicit,
-                                    derived=derived, relocate=False if no_relocate else None)
-    judged_overrides(settings)  # every policy parses
-    return settings
-
-
-def parse_tolerance_setting(text: str) -> tuple[str, dict[str, Any]]:
-    """An instance's tolerance on the wire (``InstanceRef.tolerance``): ``""``/``exact``, ``auto``, or a
-    JSON object of policies ``{"SEL": "dtype:mode:threshold[:norm]"}`` (the bounds a tuner derived);
-    (mode, policies)."""
-    text = (text or "").strip()
-    if text in ("", "exact"):
-        return "exact", {}
-    if text == "auto":
-        return "auto", {}
-    try:
-        data = json.loads(text)
-    except ValueError:
-        raise ConfigurationError(
-            f"tolerance {text[:80]!r}: use 'exact', 'auto' or a JSON object of policies by region"
-        ) from None
-    ToleranceOverrides.from_mapping(data)  # checked here
-    return "exact", dict(data)
 
 
 def _policy(value: Any, what: str) -> VerifyPolicy:

@@ -289,7 +289,7 @@ class _Check:
             self.damaged(ref.name, "empty (0 bytes)", users)
         elif self.read_data:
             blob = self._read(ref.name, users)
-            problem = None if blob is None else chunk_problem(blob, ref.sha256, ref.length)
+            problem = None if blob is None else chunk_problem(blob, ref.digest, ref.length, ref.algorithm)
             if problem is not None:
                 self.damaged(ref.name, problem, users)
         self.progress.advance(info.size if info is not None and self.read_data else 0)

@@ -6,7 +6,6 @@ The helpers every store verb (transfer, cleanup, summary, uploader) builds on.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import re
 import stat
@@ -19,6 +18,7 @@ import zstandard
 
 from mneme.errors import ArtifactError
 from mneme.format.chunks import MAX_CHUNK_SIZE, ChunkRef
+from mneme.format.content_hash import digest_matches
 from mneme.format.database import RecordingDatabase, parse_database_bytes
 from mneme.format.objects import ObjectRef
 from mneme.format.snapshot import read_snapshot
@@ -128,17 +128,19 @@ def read_recording(
     return RecordingContents(name, raw, database, objects, tuple(chunks), sum(per_instance.values()), per_instance)
 
 
-def chunk_problem(blob: bytes, sha256: str, length: int | None = None) -> str | None:
-    """What is wrong with ``blob`` as the stored chunk of content ``sha256``, or None when it is intact.
+def chunk_problem(blob: bytes, digest: str, length: int | None = None, algorithm: str | None = None) -> str | None:
+    """What is wrong with ``blob`` as the stored chunk of content ``digest``, or None when it is intact.
 
     The zstd frame must declare at most ``length`` bytes (the snapshot's
     length, when known; checked before anything is allocated), decompress to
-    exactly that many, and the content must hash to ``sha256``.
+    exactly that many, and the content must hash to ``digest``.
 
     Args:
         blob: the stored (compressed) bytes.
-        sha256: the chunk's name (the SHA-256 of its content, hex).
+        digest: the chunk's name (the hash of its content, hex).
         length: the content length the snapshot records, if known.
+        algorithm: the hash the snapshot names its chunks by (``"blake3"``, ``"sha256"``); None (only the
+            name is known): either (:func:`mneme.format.content_hash.digest_matches`).
 
     Returns:
         ``corrupt: ...`` saying what failed, or None.
@@ -152,17 +154,17 @@ def chunk_problem(blob: bytes, sha256: str, length: int | None = None) -> str | 
         piece = zstandard.ZstdDecompressor().decompress(blob, max_output_size=max(limit, 1))
     except zstandard.ZstdError as exc:
         return f"corrupt (zstd: {exc})"
-    if (length is not None and len(piece) != length) or hashlib.sha256(piece).hexdigest() != sha256:
+    if (length is not None and len(piece) != length) or not digest_matches(piece, digest, algorithm):
         return "corrupt: its content does not match its name"
     return None
 
 
-def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = None) -> None:
-    """Raise ArtifactError (``<what> is corrupt...``) unless ``blob`` is the intact chunk ``sha256``.
+def check_chunk_blob(blob: bytes, digest: str, what: str, length: int | None = None, algorithm: str | None = None) -> None:
+    """Raise ArtifactError (``<what> is corrupt...``) unless ``blob`` is the intact chunk ``digest``.
 
     See :func:`chunk_problem` for what is checked.
     """
-    problem = chunk_problem(blob, sha256, length)
+    problem = chunk_problem(blob, digest, length, algorithm)
     if problem is not None:
         raise ArtifactError(f"{what} is {problem}")
 
@@ -170,7 +172,7 @@ def check_chunk_blob(blob: bytes, sha256: str, what: str, length: int | None = N
 def verified_chunk(store: Store, ref: ChunkRef) -> bytes:
     """The stored (compressed) bytes of chunk ``ref``, after checking they decompress to its content."""
     blob = store.get(ref.name)
-    check_chunk_blob(blob, ref.sha256, f"chunk {ref.name} in {store.url}", ref.length)
+    check_chunk_blob(blob, ref.digest, f"chunk {ref.name} in {store.url}", ref.length, ref.algorithm)
     return blob
 
 

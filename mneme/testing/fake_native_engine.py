@@ -1,11 +1,15 @@
 """A stand-in for the native engine (``mneme._engine``) that tests the replay's placement on the CPU.
 
-Only what a ``Replayer`` does before its first launch is modelled: contexts, the
-address space (reservations at exact bases, refused like the driver's when the
-range is taken: by another reservation, by a simulated host mapping, or by a
-real mapping of this process in /proc/self/maps), device buffers as byte
-arrays. Loading a module fails (CUDA_ERROR_INVALID_IMAGE), so a run ends with a
-``compile_error`` result that still carries the placement's fields.
+Modelled: contexts, the address space (reservations at exact bases, refused
+like the driver's when the range is taken: by another reservation, by a
+simulated host mapping, or by a real mapping of this process in
+/proc/self/maps), device buffers as byte arrays. Loading a module fails
+(CUDA_ERROR_INVALID_IMAGE), so a run ends with a ``compile_error`` result that
+still carries the placement's fields, unless the address space has a
+:class:`FakeKernel` (``AddressSpace.kernel``): then modules load, and their
+function's ``run`` returns what the native one does (times, per checked launch
+the statistics of every check) without touching memory; the kernel says which
+checks differ from the epilogue, and records every run's arguments.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from types import SimpleNamespace
+from typing import Callable
 
 from mneme.replay.address_map import mappings_in, read_maps
 
@@ -20,6 +25,14 @@ GRANULARITY = 2 << 20
 CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_IMAGE = 200
 CUDA_ERROR_OUT_OF_MEMORY = 2
+CUDA_ERROR_NOT_FOUND = 500
+#: What the fake driver says of a loaded kernel (``Function.attributes``), unless the FakeKernel says otherwise.
+KERNEL_ATTRIBUTES = {
+    "num_regs": 16, "local_size_bytes": 0, "const_size_bytes": 0, "shared_size_bytes": 0,
+    "max_threads_per_block": 1024, "max_dynamic_shared_size_bytes": 48 * 1024,
+}  # fmt: skip
+#: Dynamic shared memory a kernel can opt into (``set_attribute`` refuses more, as the H100's driver does).
+MAX_DYNAMIC_SHARED = 227 * 1024
 
 
 class CudaError(RuntimeError):
@@ -39,6 +52,8 @@ class AddressSpace:
     reserve_calls: list[tuple[int, int]] = field(default_factory=list)
     fail_map_at: int | None = None  # an absolute address whose mapping fails (out of memory)
     allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
+    kernel: "FakeKernel | None" = None  # what loaded modules launch; None: loading a module fails
+    copied_since_run: bool = True  # device copies (resets) made since the last run
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
 
     def taken(self, start: int, end: int) -> bool:
@@ -124,11 +139,135 @@ class FakeContext:
                 off = ptr - buf.ptr
                 buf.data[off : off + len(data)] = data
 
-    def copy(self, dst: int, src: int, size: int) -> None:
-        pass
+    def download(self, ptr: int, size: int) -> bytes:
+        for buf in self.buffers.values():
+            if buf.ptr <= ptr < buf.ptr + buf.size:
+                off = ptr - buf.ptr
+                return bytes(buf.data[off : off + size])
+        return bytes(size)
 
-    def load_module(self, image: bytes):
-        raise _error("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE")
+    def copy(self, dst: int, src: int, size: int) -> None:
+        self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
+
+    def load_module(self, image: bytes, options: dict | None = None):
+        if self.space.kernel is None:
+            raise _error("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE")
+        return FakeModule(bytes(image), self.space.kernel, self.space)
+
+
+@dataclass
+class FakeRun:
+    """One call of a fake function's ``run``: its arguments, and the image of the module it came from."""
+
+    image: bytes
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    launches: int
+    resets: list
+    checks: list
+    check_launches: list
+    queue_ahead_ns: int
+    l2_scrub_bytes: int
+    timeout_s: float
+    cupti: bool
+    attributes: list
+    param_offsets: list
+    from_recorded: bool = True  # the memory was reset (copies) since the previous run
+
+
+@dataclass
+class FakeKernel:
+    """What the kernels of modules the fake driver loads do when launched.
+
+    ``differs(run, launch, check)`` gives how far check ``check`` (its index in
+    ``run.checks``) is from the epilogue after launch ``launch``: 0 matches it;
+    n > 0 is n differing bytes (bytewise check) or n elements n ULP apart (typed
+    check; a violation where n exceeds the threshold). ``errors`` are raised by
+    the next runs, one each (CudaError from :func:`cuda_error`; None lets its run
+    through). ``runs`` records every run.
+    """
+
+    attributes: dict = field(default_factory=lambda: dict(KERNEL_ATTRIBUTES))
+    globals: dict = field(default_factory=dict)  # name -> size, the module globals a loaded module has
+    differs: Callable[[FakeRun, int, int], int] | None = None
+    errors: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+    time_ns: int = 1000
+    load_seconds: float = 0.001
+
+
+def cuda_error(call: str, code: int, name: str) -> CudaError:
+    """A CudaError as the native engine raises it (``FakeKernel.errors``)."""
+    return _error(call, code, name)
+
+
+class FakeModule:
+    def __init__(self, image: bytes, kernel: FakeKernel, space: AddressSpace):
+        self.image, self.kernel, self.load_seconds = image, kernel, kernel.load_seconds
+        self._globals: dict[str, int] = {}
+        self._space = space
+
+    def function(self, name: str) -> "FakeFunction":
+        return FakeFunction(self)
+
+    def global_(self, name: str) -> tuple[int, int]:
+        if name not in self.kernel.globals:
+            raise _error("cuModuleGetGlobal", CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND")
+        if name not in self._globals:
+            self._globals[name] = next(self._space._next_buffer)
+        return self._globals[name], self.kernel.globals[name]
+
+
+class FakeFunction:
+    def __init__(self, module: FakeModule):
+        self.module = module
+        self._attributes = dict(module.kernel.attributes)
+
+    def attributes(self) -> dict:
+        return dict(self._attributes)
+
+    def set_attribute(self, name: str, value: int) -> None:
+        if name == "max_dynamic_shared_size_bytes" and value > MAX_DYNAMIC_SHARED:
+            raise _error("cuFuncSetAttribute", CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE")
+        self._attributes[name] = value
+
+    def param_info(self) -> list:
+        return []
+
+    def run(self, grid, block, shared_mem, args, launches, resets=(), checks=(), check_launches=(),
+            queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=()):
+        kernel = self.module.kernel
+        run = FakeRun(self.module.image, tuple(grid), tuple(block), int(shared_mem), int(launches), list(resets),
+                      list(checks), list(check_launches), int(queue_ahead_ns), int(l2_scrub_bytes),
+                      float(timeout_s), bool(cupti), list(attributes), list(param_offsets))  # fmt: skip
+        space = self.module._space
+        run.from_recorded = space.copied_since_run
+        space.copied_since_run = False
+        kernel.runs.append(run)
+        error = kernel.errors.pop(0) if kernel.errors else None
+        if error is not None:
+            raise error
+        checked = sorted({i for i in run.check_launches if 0 <= i < run.launches})
+        per_launch = [[_check_result(c, kernel.differs(run, launch, i) if kernel.differs else 0)
+                       for i, c in enumerate(run.checks)] for launch in checked]  # fmt: skip
+        times = [kernel.time_ns] * run.launches
+        return {"times_ns": times, "checked_launches": checked, "checks": per_launch,
+                "wall_ns": kernel.time_ns * run.launches + 5000, "gpu_span_ns": kernel.time_ns * run.launches,
+                "event_times_ns": list(times)}  # fmt: skip
+
+
+def _check_result(check: tuple, n: int) -> tuple[tuple, tuple]:
+    """The engine's (stats[7], counters[11]) for a check ``n`` away from the epilogue (see FakeKernel)."""
+    dtype, threshold = check[3], check[5]
+    diff = n * 1e-7
+    stats = (diff * n, diff * diff * n, diff, 1.0, 1.0, 1.0, diff)
+    if dtype < 0:  # bytewise: differing bytes, first offset
+        counters = (n, 0, 0, 0, 0)
+    else:  # typed: violations, first violation, NaN mismatches, differing elements, max ULP
+        counters = (n if n > threshold else 0, 0, 0, n, n)
+    hashes = (n, 0, n, 0, 0, 0)  # this side's multiset (2) and positional hash, then the epilogue's
+    return stats, counters + hashes
 
 
 def native_module(space: AddressSpace) -> SimpleNamespace:

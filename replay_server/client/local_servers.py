@@ -26,12 +26,15 @@ import tempfile
 import threading
 import weakref
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from mneme._internal.child_process import child_env, mneme_command
 from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError, NotAvailableError
 from replay_server.kept_servers import spread_workers
+
+if TYPE_CHECKING:
+    from replay_server.client.connection import ConnectionSettings
 
 
 def split_database(record_db: str) -> tuple[str, str]:
@@ -188,6 +191,26 @@ class LocalServers:
             _stop_all(started.servers)  # (and wait: nothing of a failed start outlives it)
             raise
         return started
+
+    @classmethod
+    def start_with(cls, store: str, num_workers: int, connection: "ConnectionSettings", *, watchdog: float = 0.0,
+                   wait_on_stop: bool = True) -> "LocalServers":
+        """:meth:`start` with the local-server options of ``connection`` (GPUs, ``mneme serve`` arguments and
+        environment, a test engine, ``keep_alive``).
+
+        Args:
+            store: the store the servers read (the recording database's directory or URL prefix).
+            num_workers: worker processes, spread over the servers.
+            connection: the executor's connection settings.
+            watchdog: the servers' per-replay watchdog (0: their default).
+            wait_on_stop: whether ``stop()`` waits for the servers to exit.
+
+        Returns:
+            The servers, started (not waited for: :meth:`addresses` waits).
+        """
+        return cls.start(store, num_workers, connection.local_server_gpus(), server_args=connection.local_server_args(),
+                         server_env=connection.server_env, watchdog=watchdog, wait_on_stop=wait_on_stop,
+                         keep_alive=connection.keep_alive)
 
     def _start(self, gpu: int, workers: int, store: str, server_args: Sequence[str],
                server_env: Mapping[str, str] | None, watchdog: float) -> LocalServer:

@@ -1,4 +1,4 @@
-"""Mapping between the experiment model (mneme.model.experiment) and its wire form.
+"""Mapping between the model (mneme.model: configurations, results, verification settings) and its wire form.
 
 Kept beside the stubs so the client (replay_server.client.executor) and the servers
 (replay_server) agree on one translation, field for field.
@@ -6,16 +6,70 @@ Kept beside the stubs so the client (replay_server.client.executor) and the serv
 
 from __future__ import annotations
 
+import json
 import operator
 from typing import Any
 
 from google.protobuf import json_format, struct_pb2
 
+from mneme.errors import ConfigurationError
 from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
+from mneme.model.verification import DEFAULT_RUNS, DEFAULT_SAFETY, VerificationSettings
 from replay_server.protocol import replay_pb2
 
 #: The most a client may ask a server to hold ready responses (``ReplayBatch.hold_responses_seconds``).
 MAX_HOLD_RESPONSES_SECONDS = 1.0
+
+
+def verification_to_proto(settings: VerificationSettings) -> replay_pb2.Verification:
+    """The ``Verification`` message of ``settings`` (every field; policies as JSON objects).
+
+    Args:
+        settings: how the replays of an instance verify.
+
+    Returns:
+        The message an ``InstanceRef`` carries as its ``verification``.
+    """
+    msg = replay_pb2.Verification(mode=settings.mode, runs=settings.runs, safety=settings.safety,
+                                  overrides=json.dumps(settings.overrides) if settings.overrides else "",
+                                  derived=json.dumps(settings.derived) if settings.derived else "",
+                                  every_iteration=settings.every_iteration)
+    if settings.relocate is not None:
+        msg.relocate = settings.relocate
+    return msg
+
+
+def verification_from_proto(msg: replay_pb2.Verification) -> VerificationSettings:
+    """The settings a ``Verification`` message carries, checked (every policy parses); a zero ``runs`` or
+    ``safety`` and an empty ``mode`` are the defaults.
+
+    Args:
+        msg: ``InstanceRef.verification``.
+
+    Returns:
+        The verification settings.
+
+    Raises:
+        ConfigurationError: an unknown mode, too few runs, a policy that does not parse, or policies
+            that are not a JSON object.
+    """
+    from mneme.replay.tolerance import judged_overrides
+
+    settings = VerificationSettings(
+        mode=msg.mode or "exact", runs=msg.runs or DEFAULT_RUNS, safety=msg.safety or DEFAULT_SAFETY,
+        overrides=_policies(msg.overrides, "tolerance overrides"), derived=_policies(msg.derived, "derived tolerance"),
+        relocate=msg.relocate if msg.HasField("relocate") else None, every_iteration=msg.every_iteration)
+    judged_overrides(settings)  # every policy parses
+    return settings
+
+
+def _policies(text: str, what: str) -> Any:
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise ConfigurationError(f"{what} {text[:80]!r}: expected a JSON object of policies by region") from None
 
 
 def config_fields(config: ExperimentConfiguration) -> dict[str, Any]:
@@ -69,6 +123,7 @@ _SCALAR_RESULT_FIELDS = (
     "preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "verified", "executed", "failed",
     "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error",
     "status", "warmup", "shared_mem_usage", "compile_cached", "relocated", "relocation_reason",
+    "reset_each_launch", "reset_reason",
 )
 
 

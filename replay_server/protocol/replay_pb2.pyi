@@ -8,20 +8,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InstanceRef(_message.Message):
-    __slots__ = ("record_db", "record_id", "tolerance", "tolerance_runs", "tolerance_overrides", "no_relocate")
+    __slots__ = ("record_db", "record_id", "verification")
     RECORD_DB_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_RUNS_FIELD_NUMBER: _ClassVar[int]
-    TOLERANCE_OVERRIDES_FIELD_NUMBER: _ClassVar[int]
-    NO_RELOCATE_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_FIELD_NUMBER: _ClassVar[int]
     record_db: str
     record_id: str
-    tolerance: str
-    tolerance_runs: int
-    tolerance_overrides: str
-    no_relocate: bool
-    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., tolerance: _Optional[str] = ..., tolerance_runs: _Optional[int] = ..., tolerance_overrides: _Optional[str] = ..., no_relocate: _Optional[bool] = ...) -> None: ...
+    verification: Verification
+    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ...) -> None: ...
+
+class Verification(_message.Message):
+    __slots__ = ("mode", "runs", "safety", "overrides", "derived", "relocate", "every_iteration")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SAFETY_FIELD_NUMBER: _ClassVar[int]
+    OVERRIDES_FIELD_NUMBER: _ClassVar[int]
+    DERIVED_FIELD_NUMBER: _ClassVar[int]
+    RELOCATE_FIELD_NUMBER: _ClassVar[int]
+    EVERY_ITERATION_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    runs: int
+    safety: float
+    overrides: str
+    derived: str
+    relocate: bool
+    every_iteration: bool
+    def __init__(self, mode: _Optional[str] = ..., runs: _Optional[int] = ..., safety: _Optional[float] = ..., overrides: _Optional[str] = ..., derived: _Optional[str] = ..., relocate: _Optional[bool] = ..., every_iteration: _Optional[bool] = ...) -> None: ...
 
 class Dim3(_message.Message):
     __slots__ = ("x", "y", "z")
@@ -64,7 +76,7 @@ class Configuration(_message.Message):
     def __init__(self, grid: _Optional[_Union[Dim3, _Mapping]] = ..., block: _Optional[_Union[Dim3, _Mapping]] = ..., shared_mem: _Optional[int] = ..., specialize: _Optional[bool] = ..., set_launch_bounds: _Optional[bool] = ..., max_threads: _Optional[int] = ..., min_blocks_per_sm: _Optional[int] = ..., specialize_dims: _Optional[bool] = ..., passes: _Optional[str] = ..., codegen_opt: _Optional[int] = ..., codegen_method: _Optional[str] = ..., prune: _Optional[bool] = ..., internalize: _Optional[bool] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason")
+    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason")
     PREPROCESS_IR_TIME_FIELD_NUMBER: _ClassVar[int]
     OPT_TIME_FIELD_NUMBER: _ClassVar[int]
     CODEGEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +101,8 @@ class Result(_message.Message):
     VERIFIED_WITHIN_FIELD_NUMBER: _ClassVar[int]
     NONDETERMINISM_FIELD_NUMBER: _ClassVar[int]
     RELOCATION_REASON_FIELD_NUMBER: _ClassVar[int]
+    RESET_EACH_LAUNCH_FIELD_NUMBER: _ClassVar[int]
+    RESET_REASON_FIELD_NUMBER: _ClassVar[int]
     preprocess_ir_time: float
     opt_time: float
     codegen_time: float
@@ -113,7 +127,9 @@ class Result(_message.Message):
     verified_within: _struct_pb2.Struct
     nondeterminism: _containers.RepeatedCompositeFieldContainer[_struct_pb2.Struct]
     relocation_reason: str
-    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ...) -> None: ...
+    reset_each_launch: bool
+    reset_reason: str
+    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds")

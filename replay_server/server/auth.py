@@ -2,6 +2,10 @@
 
 Clients send ``authorization: Bearer <token>`` metadata; anything else is
 answered UNAUTHENTICATED before a handler runs. The comparison is constant-time.
+The standard health and reflection services (``OPEN_SERVICES``) answer without
+the token, so that kubelet's gRPC probe, ``grpc_health_probe`` and ``grpcurl``
+work as they do with any gRPC server; they tell whether the server is up and
+what its services are, nothing of its recordings or results.
 """
 
 from __future__ import annotations
@@ -41,11 +45,19 @@ def _rejecting_handler(handler: grpc.RpcMethodHandler, message: str) -> grpc.Rpc
     return grpc.unary_unary_rpc_method_handler(reject, **kwargs)
 
 
+#: Services any caller may use without the token (method paths start with ``/SERVICE/``).
+OPEN_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection",
+                 "grpc.reflection.v1.ServerReflection")
+_OPEN_PREFIXES = tuple(f"/{name}/" for name in OPEN_SERVICES)
+
+
 class BearerTokenInterceptor(grpc.ServerInterceptor):
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
     def intercept_service(self, continuation, handler_call_details):
+        if handler_call_details.method.startswith(_OPEN_PREFIXES):
+            return continuation(handler_call_details)
         metadata = dict(handler_call_details.invocation_metadata or ())
         presented = metadata.get("authorization", "")
         if isinstance(presented, str):

@@ -13,9 +13,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", type=int, required=True, help="index of the GPU this server drives")
     parser.add_argument("--port", type=int, default=None,
                         help="gRPC port (default 50051 + GPU index; 0 picks a free one and prints it)")
-    parser.add_argument("--host", default="[::]", help="address to listen on (default all; 127.0.0.1 for local only)")
+    parser.add_argument("--host", default="[::]",
+                        help="address to listen on (default all; 127.0.0.1 for local only); beyond loopback a "
+                             "--token-file or --tls-cert is needed, or --insecure")
     parser.add_argument("--metrics-port", type=int, default=None,
                         help="serve Prometheus metrics on http://HOST:PORT/metrics (default off)")
+    parser.add_argument("--metrics-host", default=None,
+                        help="address the metrics listener binds (default: --host's)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="allow listening beyond loopback without --token-file or --tls-cert (refused "
+                             "otherwise): anyone who reaches the port can run kernels on the GPU")
+    parser.add_argument("--no-reflection", dest="reflection", action="store_false",
+                        help="do not offer gRPC server reflection (on by default; grpcurl and grpc_cli use it)")
     parser.add_argument("--store", default=".",
                         help="artifact store holding the recordings: a directory or s3://bucket/prefix (default .)")
     parser.add_argument("--workers", type=int, default=1,
@@ -64,6 +73,9 @@ def run(args: argparse.Namespace) -> int:
         port=50051 + args.gpu if args.port is None else args.port,
         host=args.host,
         metrics_port=args.metrics_port,
+        metrics_host=args.metrics_host,
+        insecure=args.insecure,
+        reflection=args.reflection,
         store=args.store,
         workers=args.workers,
         tls_cert=args.tls_cert,

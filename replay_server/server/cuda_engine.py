@@ -57,6 +57,13 @@ class CudaPreparedInstance:
     def get_ready(self) -> str:
         return self._replayer.get_ready()  # the reset policy's proof: two launches of the recorded baseline
 
+    def fallback(self) -> Any:
+        return self._replayer.fallback()
+
+    @property
+    def kernel_ns(self) -> int | None:
+        return self._replayer.kernel_ns
+
     def run(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
     ) -> ExperimentResult:
@@ -104,18 +111,16 @@ class CudaEngineSpec:
         self_test(device=device)
         return query_device(device)
 
-    def open(self, instance: InstanceKey, device: int) -> CudaPreparedInstance:
+    def open(self, instance: InstanceKey, device: int, reset_decision: Any = None) -> CudaPreparedInstance:
         from mneme.replay import Replayer
 
         recording = _load_recording(instance.store, instance.record_db, instance.revision)
         mark("worker", "recording")
         if instance.record_id not in recording:  # NOT_FOUND for the caller, before any device work
             raise KeyError(instance.record_id)
-        from mneme.replay.tolerance import verification_from_wire
-
-        verification = verification_from_wire(instance.tolerance, instance.tolerance_overrides,
-                                               instance.tolerance_runs, instance.no_relocate)
-        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device, verification=verification))
+        return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device,
+                                             verification=instance.verification_settings(),
+                                             reset_decision=reset_decision))
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -16,26 +16,37 @@ real processes.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
+from mneme.model.verification import ResetDecision, VerificationSettings
+
+DEFAULT_VERIFICATION = VerificationSettings().key()
 
 
 @dataclass(frozen=True)
 class InstanceKey:
-    """One recorded instance inside one store: what a worker prepares."""
+    """One recorded instance inside one store, verified one way: what a worker prepares."""
 
     store: str  # store URL (a directory or s3://bucket/prefix)
     record_db: str  # validated store key of the recording database
     record_id: str  # dynamic hash
-    tolerance: str = ""  # how its replays verify: "", "exact", "auto" or JSON overrides (InstanceRef.tolerance)
-    tolerance_runs: int = 0  # baseline runs that derive auto bounds; 0: the default (InstanceRef.tolerance_runs)
-    tolerance_overrides: str = ""  # the user's explicit policies, JSON; they win (InstanceRef.tolerance_overrides)
-    no_relocate: bool = False  # recorded heap addresses or a failed prepare, never relocated (InstanceRef.no_relocate)
+    # How its replays verify: VerificationSettings.key() (InstanceRef.verification). A text, so that a key is
+    # cheap to hash and to send to a worker with every job; ``verification_settings()`` gives the object back.
+    verification: str = DEFAULT_VERIFICATION
     # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
     # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
     revision: str = ""
+
+    def verification_settings(self) -> VerificationSettings:
+        """The verification settings this key names.
+
+        Returns:
+            The settings (``VerificationSettings.from_dict`` of the key's text).
+        """
+        return VerificationSettings.from_dict(json.loads(self.verification))
 
 
 # A compile function: (instance, configuration dict, GPU arch) -> picklable product.
@@ -65,6 +76,17 @@ class PreparedInstance(Protocol):
         """Never raises for a bad configuration: failures come back as failed results."""
         ...
 
+    def fallback(self) -> ResetDecision | None:
+        """When the reset policy's proof lost the CUDA context on a second launch without a reset (a
+        kernel that is not idempotent), how the next worker replays the instance: resets before every
+        launch, and why. None otherwise."""
+        ...
+
+    @property
+    def kernel_ns(self) -> int | None:
+        """The kernel's time (measured when prepared, else recorded): the replay watchdog's base."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -82,8 +104,9 @@ class EngineSpec(Protocol):
         """Raise when the device cannot replay; return facts about it ({'arch': 'sm_90', ...})."""
         ...
 
-    def open(self, instance: InstanceKey, device: int) -> PreparedInstance:
-        """Load and restore ``instance``; raise LookupError for an unknown id, ArtifactError for a bad artifact."""
+    def open(self, instance: InstanceKey, device: int, reset_decision: ResetDecision | None = None) -> PreparedInstance:
+        """Load and restore ``instance`` (with the reset policy a proof made elsewhere decided: then none is
+        made here); raise LookupError for an unknown id, ArtifactError for a bad artifact."""
         ...
 
     def compiler(self) -> CompileFunction | None: ...

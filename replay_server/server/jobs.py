@@ -44,6 +44,8 @@ class Job:
     iterations: int = 3
     warmup: int = 2
     timeout: float = 30.0
+    derived_watchdog: bool = False  # no timeout asked for: the pool derives one from the kernel's time (cap: timeout)
+    watchdog: float = 0.0  # the watchdog its replay ran under (set when it begins)
     compiled: "Future[Any] | None" = None
     future: "Future[JobOutcome]" = field(default_factory=Future)
     id: int = field(default_factory=lambda: next(_ids))

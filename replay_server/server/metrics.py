@@ -1,12 +1,17 @@
 """Prometheus metrics of one replay server (names follow Prometheus conventions).
 
 Each server owns its registry, so several servers (or tests) can live in one
-process without colliding in the global registry.
+process without colliding in the global registry. The registry also carries
+prometheus-client's process, platform and garbage-collector collectors
+(``process_*``, ``python_info``, ``python_gc_*``), as the default registry would.
 """
 
 from __future__ import annotations
 
 from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -31,6 +36,8 @@ class ServerMetrics:
     def __init__(self, gpu: int, engine: str) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_*
+            r.register(collector)
         self.replays = Counter(
             "mneme_replays", "Replays completed, by outcome", ["outcome"], registry=r
         )
@@ -75,10 +82,19 @@ class ServerMetrics:
             outcome = "unverified"
         self.replays.labels(outcome).inc()
 
-    def serve_http(self, port: int, addr: str = "0.0.0.0") -> None:
-        """Expose /metrics over HTTP (prometheus-client's own server thread)."""
+    def serve_http(self, port: int, addr: str = "127.0.0.1") -> None:
+        """Expose /metrics over HTTP (prometheus-client's own server thread).
+
+        Args:
+            port: the TCP port (0: a free one).
+            addr: the address to bind: an IPv4 or IPv6 address (``::`` or ``0.0.0.0`` for all).
+
+        Returns:
+            None; ``http_port`` is the bound port afterwards.
+        """
         started = start_http_server(port, addr=addr, registry=self.registry)
         self._http = started[0] if isinstance(started, tuple) else None  # (server, thread) since 0.17
+        self.http_port = self._http.server_address[1] if self._http is not None else port
 
     def stop_http(self) -> None:
         http = getattr(self, "_http", None)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from mneme._internal.network import is_loopback
 from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError
 from mneme.store.keys import is_local_store, local_store_root
@@ -38,6 +39,7 @@ class ServerOptions:
     port: int = 50051
     host: str = "[::]"
     metrics_port: int | None = None
+    metrics_host: str | None = None  # where /metrics listens; None: where the gRPC listener does (host)
     store: str = "."
     workers: int = 1
     tls_cert: str | None = None
@@ -58,6 +60,8 @@ class ServerOptions:
     lease: float = 30.0  # seconds an announcement stays live without a refresh
     keep_alive: float = 0.0  # exit after this many seconds without a call (0: run until stopped)
     local: bool = False  # a kept local server (replay_server.kept_servers): its announcement says what a tuner matches
+    insecure: bool = False  # listen beyond loopback without a token or TLS (refused otherwise)
+    reflection: bool = True  # gRPC server reflection (grpcurl, grpc_cli, Postman list and call the service)
 
     def validate(self) -> None:
         if self.gpu < 0:
@@ -79,6 +83,22 @@ class ServerOptions:
                                      "(or 0: run until stopped)")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
+
+
+def listen_address(host: str) -> str:
+    """``host`` as a socket bind address: ``[::]`` -> ``::``."""
+    return host.strip("[]")
+
+
+def exposure_error(options: "ServerOptions") -> str | None:
+    """Why the server must not start as configured: listening beyond loopback with neither a bearer token
+    nor TLS, unless ``insecure``; None when it may."""
+    if options.insecure or options.token_file or options.tls_cert or is_loopback(options.host):
+        return None
+    where = "all interfaces" if listen_address(options.host) in ("::", "0.0.0.0") else options.host
+    return (f"--host {options.host} listens on {where} without --token-file or --tls-cert: anyone who reaches the "
+            "port could run kernels on this GPU; give --token-file FILE (and --tls-cert/--tls-key), or --host "
+            "127.0.0.1, or --insecure to serve without them")
 
 
 def _read(path: str, what: str) -> bytes:
@@ -130,6 +150,9 @@ class ReplayServer:
 
     def start(self) -> int:
         o = self.options
+        refused = exposure_error(o)
+        if refused:
+            raise ConfigurationError(refused)
         interceptors = [BearerTokenInterceptor(read_token_file(o.token_file))] if o.token_file else []
         if o.keep_alive:  # (after the token check: a refused call is no use)
             interceptors.append(ActivityInterceptor(self.activity))
@@ -150,6 +173,12 @@ class ReplayServer:
             )
             replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+            if o.reflection:
+                try:
+                    _enable_reflection(server)
+                except (ImportError, RuntimeError) as exc:  # e.g. a grpcio-reflection newer than grpcio
+                    log.warning("gRPC server reflection is off: grpcio-reflection cannot be used here (%s); "
+                                "install the grpcio-reflection release that matches grpcio %s", exc, grpc.__version__)
             port = 0
             for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
                 address = f"{host}:{o.port}"
@@ -162,16 +191,28 @@ class ReplayServer:
             if port == 0:
                 raise ConfigurationError(f"cannot listen on {address}: the port is taken or the address is wrong")
             if o.metrics_port is not None:
-                try:
-                    self.metrics.serve_http(o.metrics_port)
-                except OSError as exc:
-                    raise ConfigurationError(f"--metrics-port {o.metrics_port}: {exc.strerror}") from exc
+                self._serve_metrics()
             server.start()
             self._grpc, self.port = server, port
             return port
         except BaseException:  # no server: no workers either
             self.pool.stop()
             raise
+
+    def _serve_metrics(self) -> None:
+        """/metrics where ``--metrics-host`` says, else where the gRPC listener is (all interfaces: IPv6 and
+        IPv4, or IPv4 alone on a host without IPv6)."""
+        o = self.options
+        host = listen_address(o.metrics_host or o.host)
+        candidates = [host] + (["0.0.0.0"] if host == "::" else [])
+        for address in candidates:
+            try:
+                self.metrics.serve_http(o.metrics_port, addr=address)
+                return
+            except OSError as exc:
+                error = exc
+        raise ConfigurationError(f"--metrics-port {o.metrics_port} on {host}: {error.strerror}; give a free port "
+                                 "(or --metrics-host an address of this machine)")
 
     def stop(self, grace: float = 2.0) -> None:
         if self._stopped.is_set():
@@ -195,6 +236,17 @@ class ReplayServer:
         self.stop()
 
 
+def _enable_reflection(server: grpc.Server) -> None:
+    """gRPC server reflection (grpcio-reflection) for the replay, health and reflection services."""
+    from grpc_reflection.v1alpha import reflection
+
+    from replay_server.protocol import health_pb2, replay_pb2
+
+    names = (replay_pb2.DESCRIPTOR.services_by_name["ReplayService"].full_name,
+             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+
+
 def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None = None) -> int:
     """Run until SIGTERM/SIGINT (or, with ``parent_pid``, until that process is no longer the parent);
     announces the bound address (clients with --port 0 read it)."""
@@ -215,11 +267,15 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
 
         when_parent_gone(parent_pid, orphaned)
     host = "127.0.0.1" if options.host in ("127.0.0.1", "localhost") else options.host
+    if _unprotected(options):
+        log.warning("listening on %s without a token or TLS (--insecure): anyone who reaches port %d can use "
+                    "this GPU", host, port)
     mark("server", "listening")
     announce(
         f"mneme serve: listening on {host}:{port} (gpu {options.gpu}, {options.workers} worker(s), "
         f"engine {server.spec.name}, store {options.store}"
-        + (f", metrics on :{options.metrics_port}/metrics" if options.metrics_port is not None else "")
+        + (f", metrics on {_metrics_url(options, server)}" if options.metrics_port is not None else "")
+        + (", no token or TLS: --insecure" if _unprotected(options) else "")
         + (f", exits after {options.keep_alive:g} s without a call" if options.keep_alive else "")
         + ")"
     )
@@ -246,6 +302,17 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
         while announcers:
             announcers.pop().stop()
     return 0
+
+
+def _unprotected(options: ServerOptions) -> bool:
+    """Listening beyond loopback with neither token nor TLS (allowed by --insecure)."""
+    return not (options.token_file or options.tls_cert or is_loopback(options.host))
+
+
+def _metrics_url(options: ServerOptions, server: ReplayServer) -> str:
+    host = listen_address(options.metrics_host or options.host)
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{getattr(server.metrics, 'http_port', options.metrics_port)}/metrics"
 
 
 def start_announcer(server: ReplayServer, port: int):

@@ -26,16 +26,16 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
-from mneme.replay.tolerance import verification_from_wire
 from mneme.store.keys import is_local_store, local_revision, store_has
 from replay_server.protocol import replay_pb2, replay_pb2_grpc
 from replay_server.protocol.convert import (
     MAX_HOLD_RESPONSES_SECONDS,
     config_from_proto,
     result_to_proto,
+    verification_from_proto,
 )
 from replay_server.server.compile_cache import CompileCache
-from replay_server.server.engine import InstanceKey
+from replay_server.server.engine import DEFAULT_VERIFICATION, InstanceKey
 from replay_server.server.jobs import Job, JobOutcome, RequestError
 from replay_server.server.metrics import ServerMetrics
 from replay_server.server.worker_pool import WorkerPool
@@ -48,6 +48,9 @@ COMPILE_AHEAD_SECONDS = 120.0  # and this long at most for the compiles its requ
 MAX_COMPILE_AHEAD = 4096  # configurations one Prepare may ask to compile (the compile cache's size)
 REVISION_CHECK_S = 1.0  # how often a local database file is looked at again (rewritten: a new revision)
 MAX_RESPONSES_PER_MESSAGE = 1024  # a held message goes out once it carries this many
+MAX_VERIFICATIONS = 256  # distinct verification settings whose checked key the service keeps
+# InstanceRef's fields before `verification` (reserved in replay.proto): a request carrying any is refused.
+_OLD_VERIFICATION_FIELDS = {3: "tolerance", 4: "tolerance_runs", 5: "tolerance_overrides", 6: "no_relocate"}
 
 
 class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
@@ -68,6 +71,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         self.compile_cache = compile_cache
         self._local = is_local_store(store)
         self._known_keys: dict[str, tuple[str, float]] = {}  # key -> (revision, when looked at)
+        self._verifications: dict[bytes, str] = {}  # a Verification message's bytes -> its settings' key, checked
 
     # -- request checking ------------------------------------------------------------
     def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
@@ -77,12 +81,25 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
         revision = self._revision(key)
-        try:
-            verification_from_wire(ref.tolerance, ref.tolerance_overrides, ref.tolerance_runs)
-        except MnemeError as exc:
-            raise RequestError("INVALID_ARGUMENT", f"instance tolerance: {exc}") from exc
-        return InstanceKey(self.store, key, record_id, ref.tolerance, ref.tolerance_runs, ref.tolerance_overrides,
-                           ref.no_relocate, revision)
+        return InstanceKey(self.store, key, record_id, self._verification(ref), revision)
+
+    def _verification(self, ref: replay_pb2.InstanceRef) -> str:
+        """The key of the verification settings ``ref`` carries, checked through the converter once per
+        distinct settings (a client sends the same ones with every request)."""
+        if not ref.HasField("verification"):
+            _refuse_old_verification_fields(ref)
+            return DEFAULT_VERIFICATION
+        wire = ref.verification.SerializeToString()
+        key = self._verifications.get(wire)
+        if key is None:
+            try:
+                key = verification_from_proto(ref.verification).key()
+            except MnemeError as exc:
+                raise RequestError("INVALID_ARGUMENT", f"instance verification: {exc}") from exc
+            if len(self._verifications) >= MAX_VERIFICATIONS:
+                self._verifications.clear()
+            self._verifications[wire] = key
+        return key
 
     def _revision(self, key: str) -> str:
         """The database's revision (a local store's file: looked at again after REVISION_CHECK_S); NOT_FOUND
@@ -131,7 +148,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             )
         job = Job(
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
-            timeout=request.timeout_seconds or self.watchdog,
+            timeout=request.timeout_seconds or self.watchdog, derived_watchdog=not request.timeout_seconds,
         )
         return self.pool.submit(job)  # its compile starts now, ahead of the GPU
 
@@ -325,6 +342,18 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             arch=str(self.pool.device.get("arch", "")),
             gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
+
+
+def _refuse_old_verification_fields(ref: replay_pb2.InstanceRef) -> None:
+    """A client older than ``InstanceRef.verification`` that asked for other than the default settings sent
+    them in fields this server no longer reads: refuse its request rather than verify it another way."""
+    from google.protobuf.unknown_fields import UnknownFieldSet
+
+    old = sorted({_OLD_VERIFICATION_FIELDS[f.field_number] for f in UnknownFieldSet(ref)
+                  if f.field_number in _OLD_VERIFICATION_FIELDS})
+    if old:
+        raise RequestError("INVALID_ARGUMENT", f"the request sets {', '.join(old)}, which this server no longer "
+                           f"reads (mneme {mneme.__version__} takes InstanceRef.verification): update the client")
 
 
 def _take_ready(responses: "queue.Queue", ready: list) -> None:

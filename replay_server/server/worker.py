@@ -4,16 +4,22 @@ Started with the 'spawn' context (a fresh interpreter: no inherited CUDA state
 or locks). It pins its GPU, proves the device with the engine's self-test, then
 serves messages from the supervisor over a pipe, one at a time:
 
-  supervisor -> worker: ("run", job_id, instance, config_dict, iterations, warmup, compiled)
-                        ("prepare", job_id, instance) | ("stop",)
+  supervisor -> worker: ("run", job_id, instance, config_dict, iterations, warmup, compiled, decision)
+                        ("prepare", job_id, instance, decision) | ("stop",)
+                                   decision: the instance's reset policy as an earlier worker's proof
+                                   decided it (a ResetDecision; None: the worker proves it itself)
   worker -> supervisor: ("ready", info) | ("failed", reason)            once, at start
                         ("begin", job_id)          the replay starts (watchdog from here)
-                        ("result", job_id, result_dict, held_bytes, retiring)
+                        ("result", job_id, result_dict, held_bytes, retiring, kernel_ns)
                                    retiring: the context is lost, the worker exits next
-                        ("prepared", job_id, instance_bytes, held_bytes, problem, retiring)
+                        ("prepared", job_id, instance_bytes, held_bytes, problem, retiring, kernel_ns)
                                    after "begin": the instance's one-time device work
                                    (``get_ready``) runs under the watchdog; problem: why
                                    the instance cannot replay ('' when it can)
+                        ("redo", job_id, decision, held_bytes)
+                                   the reset policy's proof lost the context on a second launch
+                                   without a reset (a kernel that is not idempotent): the job is
+                                   done again by a fresh worker with ``decision``; this one exits
                         ("error", job_id, error_type, message)      the request is at fault
 
 A replay that leaves the context unusable (``healthy`` False) is answered,
@@ -101,9 +107,9 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
         kind = message[0]
         if kind == "stop":
             return
-        job_id, instance = message[1], message[2]
+        job_id, instance, decision = message[1], message[2], message[-1]
         try:
-            prepared = cache.get(instance, lambda: spec.open(instance, 0))
+            prepared = cache.get(instance, lambda: spec.open(instance, 0, decision))
         except BaseException as exc:
             conn.send(("error", job_id, type(exc).__name__, _describe(exc)))
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
@@ -114,19 +120,35 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
             conn.send(("begin", job_id))
             problem = prepared.get_ready()
             mark("worker", "prepared")
+            if _redo(conn, job_id, prepared, cache):
+                continue
             retiring = cache.unhealthy()
-            conn.send(("prepared", job_id, prepared.device_bytes, cache.total_bytes, problem, retiring))
+            conn.send(("prepared", job_id, prepared.device_bytes, cache.total_bytes, problem, retiring,
+                       prepared.kernel_ns))
             if retiring:
                 _retire()
             continue
-        _, _, _, config_dict, iterations, warmup, compiled = message
+        _, _, _, config_dict, iterations, warmup, compiled, _ = message
         conn.send(("begin", job_id))
         result = _run(prepared, config_dict, iterations, warmup, compiled)
+        if _redo(conn, job_id, prepared, cache):
+            continue
         result.gpu_id = gpu  # the server's GPU index, not the worker's pinned device 0
         retiring = cache.unhealthy()
-        conn.send(("result", job_id, result.to_dict(), cache.total_bytes, retiring))
+        conn.send(("result", job_id, result.to_dict(), cache.total_bytes, retiring, prepared.kernel_ns))
         if retiring:
             _retire()
+
+
+def _redo(conn: Any, job_id: int, prepared: Any, cache: Any) -> bool:
+    """When the reset policy's proof lost the context on a second launch without a reset: the job is done
+    again by a fresh worker that resets before every launch (this one exits). False otherwise."""
+    decision = prepared.fallback() if not prepared.healthy else None
+    if decision is None:
+        return False
+    conn.send(("redo", job_id, decision, cache.total_bytes))
+    _retire()
+    return True
 
 
 def _retire() -> None:

@@ -26,6 +26,7 @@ from mneme.model.experiment import (
     STATUS_TIMEOUT,
     ExperimentResult,
 )
+from mneme.model.verification import ResetDecision
 from replay_server.server.jobs import Job, JobOutcome, JobQueue, RequestError
 from replay_server.server.metrics import ServerMetrics
 from replay_server.server.worker import worker_main
@@ -43,6 +44,13 @@ _ERROR_CODES = {
     "RelocationRefusedError": "FAILED_PRECONDITION",
     "UnsupportedInstanceError": "FAILED_PRECONDITION",
 }
+
+
+#: A replay's default watchdog, once the kernel's time is known: this many times the kernel's time for each
+#: launch, plus the slack (a compile in the worker, resets, comparisons), at least the minimum.
+WATCHDOG_FACTOR = 20
+WATCHDOG_SLACK_S = 2.0
+MIN_WATCHDOG_S = 5.0
 
 
 @dataclass
@@ -208,8 +216,9 @@ class WorkerSlot:
 
     def _send(self, job: Job) -> None:
         job.dispatched_at = time.monotonic()
+        decision = self.pool.reset_decisions.get(job.instance)
         if job.kind == "prepare":
-            self.conn.send(("prepare", job.id, job.instance))
+            self.conn.send(("prepare", job.id, job.instance, decision))
             return
         compiled = None
         self.pool.request_compile(job, self.info.get("arch", ""))  # when the arch was unknown at submission
@@ -219,7 +228,7 @@ class WorkerSlot:
             except Exception:  # a compile error: the worker compiles and reports it in the result
                 compiled = None
         self.conn.send(
-            ("run", job.id, job.instance, job.config.to_dict(), job.iterations, job.warmup, compiled)
+            ("run", job.id, job.instance, job.config.to_dict(), job.iterations, job.warmup, compiled, decision)
         )
 
     def _arm_prepare_deadline(self) -> None:
@@ -253,7 +262,8 @@ class WorkerSlot:
             _kill(self.process)
             return
         if kind == "begin":
-            self._deadline = time.monotonic() + head.timeout
+            head.watchdog = self.pool.replay_watchdog(head)
+            self._deadline = time.monotonic() + head.watchdog
             self._deadline_is_watchdog = True
             return
         self.inflight.popleft()
@@ -263,9 +273,16 @@ class WorkerSlot:
         if kind == "result":
             result = ExperimentResult.from_dict(message[2])
             self.held_bytes, self.retiring = message[3], message[4]
+            self.pool.learn(head.instance, message[5])
             self.pool.complete(head, result, self.name)
+        elif kind == "redo":  # the proof lost the context: a fresh worker does the job with resets every launch
+            self.pool.decide(head.instance, message[2])
+            self.held_bytes, self.retiring = message[3], True
+            self.inflight.appendleft(head)  # innocent: given back when the worker is replaced
+            self.pool.in_flight_changed(+1)
         elif kind == "prepared":
             self.held_bytes, problem, self.retiring = message[3], message[4], message[5]
+            self.pool.learn(head.instance, message[6])
             if problem:
                 self.pool.fail(head, RequestError(
                     "FAILED_PRECONDITION",
@@ -302,13 +319,16 @@ class WorkerSlot:
         self.pool.in_flight_changed(-1)
         _kill(self.process)
         if self._deadline_is_watchdog:
-            log.warning("%s: watchdog: job %d ran past %.1fs; killing the worker", self.name, guilty.id,
-                        guilty.timeout)
+            watchdog = guilty.watchdog or guilty.timeout
+            log.warning("%s: watchdog: job %d ran past %.3gs; killing the worker", self.name, guilty.id, watchdog)
+            derived = (f" ({WATCHDOG_FACTOR}x the kernel's {self.pool.kernel_ns.get(guilty.instance, 0) / 1e3:.4g} us x "
+                       f"{guilty.iterations + guilty.warmup} launches + {WATCHDOG_SLACK_S:g}s)"
+                       if watchdog < guilty.timeout else "")
             self.pool.fail_guilty(
                 guilty, STATUS_TIMEOUT,
-                f"no result within {guilty.timeout:g}s (watchdog): the kernel probably hangs with this "
-                "configuration; the worker was killed and replaced (raise --watchdog or the request's "
-                "timeout_seconds for longer kernels)",
+                f"no result within {watchdog:.3g}s (watchdog{derived}): the kernel probably hangs with this "
+                "configuration; the worker was killed and replaced (the request's timeout_seconds sets the "
+                "watchdog for longer kernels)",
                 self.name,
             )
         else:
@@ -373,11 +393,39 @@ class WorkerPool:
         self.compile_cache: Any = None  # replay_server.server.compile_cache.CompileCache, set by the server
         self._lock = threading.Lock()
         self._compile_lock = threading.Lock()
+        # What workers learnt of an instance, for the workers that replay it next: the reset policy an earlier
+        # worker's proof decided when it lost its context (a kernel that is not idempotent), and the kernel's
+        # time (the replay watchdog's base).
+        self.reset_decisions: dict[Any, ResetDecision] = {}
+        self.kernel_ns: dict[Any, int] = {}
         self.slots = [WorkerSlot(self, i) for i in range(settings.workers)]
 
     def start(self) -> None:
         for slot in self.slots:
             slot.thread.start()
+
+    def replay_watchdog(self, job: Job) -> float:
+        """The watchdog of ``job``'s replay: the one asked for; else, once the kernel's time is known,
+        ``WATCHDOG_FACTOR`` x its time x the launches + ``WATCHDOG_SLACK_S``, at least ``MIN_WATCHDOG_S``
+        and at most the server's ``--watchdog`` (a configuration that hangs costs seconds, not the whole
+        watchdog); the server's ``--watchdog`` while the kernel's time is not known."""
+        kernel_ns = self.kernel_ns.get(job.instance)
+        if not job.derived_watchdog or not kernel_ns or job.kind != "run":
+            return job.timeout
+        launches = job.iterations + job.warmup
+        derived = WATCHDOG_FACTOR * kernel_ns * launches / 1e9 + WATCHDOG_SLACK_S
+        return min(job.timeout, max(MIN_WATCHDOG_S, derived))
+
+    def learn(self, instance: Any, kernel_ns: int | None) -> None:
+        """A worker measured (or read) ``instance``'s kernel time: the longest seen is kept."""
+        if kernel_ns and kernel_ns > self.kernel_ns.get(instance, 0):
+            self.kernel_ns[instance] = int(kernel_ns)
+
+    def decide(self, instance: Any, decision: ResetDecision) -> None:
+        """An earlier worker's proof lost its context: every worker replays ``instance`` with ``decision``."""
+        if instance not in self.reset_decisions:
+            log.info("%s:%s: %s", instance.record_db, instance.record_id, decision.reason)
+        self.reset_decisions[instance] = decision
 
     def stop(self) -> None:
         self.stopping = True

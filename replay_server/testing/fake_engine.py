@@ -14,10 +14,10 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
-Every instance a worker opens appends its tolerance settings (``InstanceKey.tolerance``,
-``tolerance_runs``, ``tolerance_overrides``) as a JSON line to ``log_dir``/instances.log.
+Every instance a worker opens appends its verification settings (``InstanceKey.verification``,
+``VerificationSettings.to_dict()``) as a JSON line to ``log_dir``/instances.log.
 Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
-report ``relocated`` with the reason, and with ``no_relocate`` opening it fails as the real
+report ``relocated`` with the reason, and with ``relocate=False`` opening it fails as the real
 engine's does (RelocationRefusedError).
 Opening an instance (restoring it on a worker) appends "<record_id> <pid>" to opens.log.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
@@ -40,6 +40,7 @@ from pathlib import Path
 from mneme._internal.startup_trace import mark
 from mneme.errors import RelocationRefusedError
 from mneme.model.experiment import ExperimentResult
+from mneme.model.verification import ResetDecision
 
 TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
 
@@ -51,8 +52,23 @@ class FakePrepared:
     replay_seconds: float = 0.0
     device_bytes: int = 1 << 20
     healthy: bool = True
+    reset_decision: ResetDecision | None = None  # as a proof elsewhere decided it (no proof here then)
+    kernel_ns: int | None = 1000
+
+    def fallback(self):
+        """``proof-hang``: the proof's second launch does not finish (a kernel that is not idempotent)."""
+        if self.record_id == "proof-hang" and not self.healthy:
+            return ResetDecision(True, "the kernel is not idempotent: a second launch without a reset did not "
+                                       "finish (simulated)")
+        return None
+
+    def _proof_loses_the_context(self) -> bool:
+        return self.record_id == "proof-hang" and self.reset_decision is None
 
     def get_ready(self):
+        if self._proof_loses_the_context():
+            self.healthy = False
+            return "the recorded baseline, launched to prove the kernel idempotent, did not finish (simulated)"
         if self.record_id == "ready-hang":
             time.sleep(3600)
         if self.record_id == "ready-fault":
@@ -63,6 +79,10 @@ class FakePrepared:
         return ""
 
     def run(self, config, iterations, warmup, compiled=None):
+        if self._proof_loses_the_context():  # the first run proves, as a worker not prepared first does
+            self.healthy = False
+            return ExperimentResult.failure("timeout", "the recorded baseline, launched to prove the kernel "
+                                            "idempotent, did not finish (simulated)", warmup=warmup)
         with open(Path(self.log_dir) / "runs.log", "a") as log:
             log.write(f"{config.passes} {config.block.x} {os.getpid()}\n")
         if self.replay_seconds:
@@ -81,10 +101,12 @@ class FakePrepared:
             raise RuntimeError("simulated engine bug")
         n = warmup + iterations
         relocated = self.record_id == "taken-addresses"
+        resets = self.reset_decision is not None and self.reset_decision.each_launch
         return ExperimentResult(
             exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
             gpu_id=0, obj_size=len(compiled) if compiled else -1,
             relocated=relocated, relocation_reason=TAKEN_REASON if relocated else "",
+            reset_each_launch=resets, reset_reason=self.reset_decision.reason if resets else "",
         )
 
     def close(self):
@@ -132,17 +154,17 @@ class FakeEngineSpec:
             raise RuntimeError(f"simulated self-test failure {starts + 1}")
         return {"arch": "sm_test", "name": "fake GPU"}
 
-    def open(self, instance, device):
+    def open(self, instance, device, reset_decision=None):
         if instance.record_id == "missing":
             raise KeyError(instance.record_id)
+        verification = instance.verification_settings()
         with open(Path(self.log_dir) / "instances.log", "a") as log:
-            log.write(json.dumps({"tolerance": instance.tolerance, "tolerance_runs": instance.tolerance_runs,
-                                  "tolerance_overrides": instance.tolerance_overrides}) + "\n")
-        if instance.record_id == "taken-addresses" and instance.no_relocate:
+            log.write(json.dumps(verification.to_dict()) + "\n")
+        if instance.record_id == "taken-addresses" and verification.relocate is False:
             raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
         with open(Path(self.log_dir) / "opens.log", "a") as log:
             log.write(f"{instance.record_id} {os.getpid()}\n")
-        return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds)
+        return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds, reset_decision=reset_decision)
 
     def compiler(self):
         if not self.with_compiler:

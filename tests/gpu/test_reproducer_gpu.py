@@ -68,8 +68,8 @@ def test_the_built_reproducer_verifies_and_a_wrong_epilogue_fails(built, tmp_pat
     folder, program = built
     done = run_program(program)  # no --dir: the folder it was built from
     verified(done)
-    assert "heap at its recorded addresses" in done.stdout and "code kernel.cubin (sm_" in done.stdout
-    assert "RELOCATED" not in done.stdout
+    assert "heap at its recorded addresses" in done.stdout and "code kernel.cubin (sm_" in done.stdout, done.stdout
+    assert "RELOCATED" not in done.stdout, done.stdout
 
     wrong = tmp_path / "wrong"
     shutil.copytree(folder, wrong, ignore=shutil.ignore_patterns("build"))

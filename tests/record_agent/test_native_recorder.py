@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEADERS = Path("/usr/local/cuda/include")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # also built for test_fake_driver.py
 def recorder(tmp_path_factory) -> Path:
     if not shutil.which("cmake") or not (HEADERS / "cupti.h").exists():
         pytest.skip("needs cmake and the CUDA toolkit headers (cuda.h, cupti.h)")

@@ -9,10 +9,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_bench_prints_the_curve_and_the_shared_study():
+def test_bench_prints_the_curve_and_the_shared_study(tmp_path):
+    results = tmp_path / "capacity.md"
     done = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "client_capacity.py"), "--mode", "all", "--servers", "1,2",
-         "--seconds", "0.5", "--settle", "0.2", "--trials", "40", "--workers", "1"],
+         "--seconds", "0.5", "--settle", "0.2", "--trials", "40", "--workers", "1", "--results-file", str(results)],
         capture_output=True, text=True, timeout=240, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -21,6 +22,11 @@ def test_bench_prints_the_curve_and_the_shared_study():
     assert all(float(row.split("|")[3]) > 0 for row in rows)
     assert "target >= 10000/s at 2 servers, executor" in done.stdout
     assert "| 1 |" in done.stdout and "| 2 |" in done.stdout and "2 processes / 1:" in done.stdout
+    assert "shared study (study-server)" in done.stdout  # the default: mneme study-server
+    shared = [line.split("|") for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert [row[5].strip() for row in shared] == ["0", "0"], "no configuration evaluated twice"
+    text = results.read_text()
+    assert "- commit: " in text and "CPUs" in text and "2 processes / 1:" in text
 
 
 def test_bench_measures_the_tuning_loop_alone():

@@ -16,12 +16,15 @@ K8S = Path(__file__).resolve().parents[2] / "deploy" / "k8s"
 KUBERNETES_VERSION = "1.30.0"
 
 
+OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}  # CRDs: not in the Kubernetes API schemas
+
+
 def documents() -> list[tuple[str, dict]]:
     docs = []
-    for path in sorted(K8S.glob("*.yaml")):
+    for path in sorted(K8S.rglob("*.yaml")):
         if path.name == "kustomization.yaml":
             continue
-        docs += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
+        docs += [(str(path.relative_to(K8S)), doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
     return docs
 
 
@@ -34,15 +37,18 @@ def test_every_manifest_is_valid_for_the_kubernetes_api():
         "kubernetes_validate", reason="kubernetes-validate is not installed (pip install 'mneme[test]')")
     docs = documents()
     assert {kind for _, kind in [(n, d["kind"]) for n, d in docs]} >= {
-        "Namespace", "Secret", "Deployment", "Service", "PersistentVolumeClaim", "Job"}
+        "Namespace", "Deployment", "Service", "PersistentVolumeClaim", "Job", "NetworkPolicy"}
     for name, doc in docs:
+        if doc["kind"] in OPERATOR_KINDS:
+            continue
         try:
             kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
             pytest.fail(f"{name}: {doc['kind']} {doc['metadata']['name']}: {exc.message} at {list(exc.path)}")
-    kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
-    assert sorted(kustomization["resources"]) == sorted(p.name for p in K8S.glob("*.yaml")
-                                                       if p.name != "kustomization.yaml")
+    for kustomization_file in K8S.rglob("kustomization.yaml"):  # each folder's lists every manifest in it
+        folder = kustomization_file.parent
+        listed = [r for r in yaml.safe_load(kustomization_file.read_text()).get("resources", []) if r.endswith(".yaml")]
+        assert sorted(listed) == sorted(p.name for p in folder.glob("*.yaml") if p.name != "kustomization.yaml")
 
 
 def test_a_mistake_is_caught_by_the_validator():
@@ -53,13 +59,6 @@ def test_a_mistake_is_caught_by_the_validator():
         kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
 
 
-def shell_command(container: dict, program: str) -> list[str]:
-    """The words after ``exec PROGRAM`` in a container's ``sh -c`` script, variables as placeholders."""
-    script = container["args"][0]
-    words = shlex.split(script.split(f"exec {program} ", 1)[1].replace("$TLS", ""))
-    return [w.replace("$POD_IP", "10.0.0.7").replace("$JOB_COMPLETION_INDEX", "0") for w in words]
-
-
 def test_the_replay_server_pods():
     deployment = find("Deployment", "mneme-replay")
     pod = deployment["spec"]["template"]
@@ -67,21 +66,22 @@ def test_the_replay_server_pods():
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1  # one server per GPU
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == "9400"
-    assert "replay_server.probe" in container["readinessProbe"]["exec"]["command"]
-    args = build_parser().parse_args(shell_command(container, "mneme"))
+    assert container["readinessProbe"]["grpc"]["port"] == 50051
+    args = build_parser().parse_args([a.replace("$(POD_IP)", "10.0.0.7") for a in container["args"][1:]])
     assert args.command == "serve" and args.metrics_port == 9400 and args.port == 50051
     assert args.announce == "s3://mneme/servers" and args.announce_address == "10.0.0.7:50051"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert args.token_file.startswith(mounts["token"]) and volumes["token"]["secret"]["secretName"] == "mneme-token"
-    assert volumes["tls"]["secret"]["optional"] is True  # TLS only where the mneme-tls secret exists
 
 
 def test_the_tuner_job():
     job = find("Job", "mneme-tune")
     container = job["spec"]["template"]["spec"]["containers"][0]
-    args = build_parser().parse_args(shell_command(container, "mneme"))
+    script = container["args"][0]
+    words = shlex.split(script.split("exec mneme ", 1)[1].replace("$RESUME", ""))
+    args = build_parser().parse_args([w.replace("$JOB_COMPLETION_INDEX", "0") for w in words])
     given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k not in ("action", "command")}
     options = resolve_options(given)
-    assert options.servers_from == "s3://mneme/servers" and options.token_file == "/etc/mneme/token/token"
-    assert options.optuna_storage.startswith("journal:/results/") and job["spec"]["parallelism"] == 2
+    assert options.servers_from == "s3://mneme/servers" and options.connection.token_file == "/etc/mneme/token/token"
+    assert options.optuna_storage == "grpc://mneme-study:13000" and job["spec"]["parallelism"] == 2

@@ -64,7 +64,7 @@ def test_the_sbatch_script_runs_servers_and_sharing_tuners(tmp_path):
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
         "PYTHONPATH": str(ROOT),
         "MNEME_FAKE_ENGINE": json.dumps({"log_dir": str(tmp_path / "log"), "replay_seconds": 0.02}),
-        "SLURM_JOB_ID": "77", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": str(tmp_path),
+        "SLURM_JOB_ID": "77", "SLURM_JOB_NAME": "job77", "SLURM_JOB_NUM_NODES": "1", "SLURM_SUBMIT_DIR": str(tmp_path),
         "SLURMD_NODENAME": "127.0.0.1", "SLURM_GPUS_ON_NODE": "2",
         "MNEME_PYTHON": sys.executable, "MNEME_STORE": str(store), "MNEME_TUNERS": "2",
         "MNEME_RECORD_DB": str(store / recording.database), "MNEME_RECORD_ID": recording.dynamic_hash,
@@ -77,7 +77,7 @@ def test_the_sbatch_script_runs_servers_and_sharing_tuners(tmp_path):
                           env=job, cwd=tmp_path, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert done.stdout.count("2 servers: 127.0.0.1:") == 2, done.stdout
-    results = tmp_path / "mneme-results-77"
+    results = tmp_path / "mneme-results-job77"
     records = [json.loads(line) for task in ("task-0", "task-1")
                for line in (results / task / "trials.jsonl").read_text().splitlines()]
     hashes = Counter(r["hash"] for r in records)

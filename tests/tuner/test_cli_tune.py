@@ -124,16 +124,16 @@ def test_report_counts_trials_verified_exactly_and_within_tolerance(tmp_path, ke
 def test_no_relocate_is_a_tune_option(tmp_path, wired):
     assert main(["tune", "--record-database", "rec/1.json", "--record-id", "163", "--space-preset", "launch",
                  "--launch-dim", "x", "--sampler", "exhaustive", "--no-relocate", "--results-dir", str(tmp_path / "r")]) == 0
-    assert wired[0][0].no_relocate
-    assert not resolve_options({"record_database": "a.json", "record_id": "1"}).no_relocate
+    assert wired[0][0].verification.relocate is False
+    assert resolve_options({"record_database": "a.json", "record_id": "1"}).verification.relocate is None
 
 
 def test_no_relocate_reaches_the_replay_servers(tmp_path, monkeypatch):
-    """The run's executor asks its servers to refuse, not relocate (InstanceRef.no_relocate)."""
+    """The run's executor asks its servers to refuse, not relocate (InstanceRef.verification.relocate)."""
     import replay_server.client.executor
 
     seen = {}
     monkeypatch.setattr(replay_server.client.executor, "AsyncReplayExecutor", lambda **kwargs: seen.update(kwargs))
     options = resolve_options({"record_database": "a.json", "record_id": "1", "no_relocate": True})
     tuner.run.default_executor(options, tmp_path)
-    assert seen["no_relocate"] is True
+    assert seen["verification"].relocate is False

@@ -141,3 +141,34 @@ def test_a_process_that_finds_the_shared_space_evaluated_succeeds(tmp_path, load
                     out=out, is_tty=False) == 0
     assert "the other processes of study s evaluated every configuration" in out.getvalue()
     assert (tmp_path / "late" / "trials.jsonl").read_text() == ""
+
+
+def test_a_study_servers_claim_holds_for_a_failed_configuration_and_not_for_a_stopped_tuner():
+    """mneme study-server decides claims: a configuration that failed (FAIL with its status) stays claimed;
+    a trial its tuner released (FAIL without a status) frees its configuration."""
+    from tuner.study_server import Claims
+
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage, study_name="s")
+    claims = Claims(storage)
+
+    def trial():
+        t = study.ask()
+        return t, t._trial_id
+
+    failed, failed_id = trial()
+    assert claims.claim(study._study_id, failed_id, "a") == failed.number
+    storage.set_trial_user_attr(failed_id, "status", "compile_error")
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    again, again_id = trial()
+    assert claims.claim(study._study_id, again_id, "a") == failed.number  # still the failed trial's
+    assert storage.get_trial(again_id).system_attrs[DUPLICATE_ATTR] == failed.number
+
+    stopped, stopped_id = trial()
+    assert claims.claim(study._study_id, stopped_id, "b") == stopped.number
+    study.tell(stopped, state=optuna.trial.TrialState.FAIL)  # released: no status
+    taker, taker_id = trial()
+    assert claims.claim(study._study_id, taker_id, "b") == taker.number
+    fresh = Claims(storage)  # a restarted server reads the claims from the study
+    late, late_id = trial()
+    assert fresh.claim(study._study_id, late_id, "a") == failed.number

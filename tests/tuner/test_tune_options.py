@@ -7,6 +7,8 @@ import argparse
 import pytest
 
 from mneme.errors import ConfigurationError
+from mneme.model.verification import VerificationSettings
+from replay_server.client.connection import ConnectionSettings
 from tuner.cli_args import add_arguments
 from tuner.options import parse_space_args, resolve_options
 from tuner.run import dump_options
@@ -98,11 +100,11 @@ def test_tolerance_takes_what_mneme_replay_takes(tmp_path):
     policies.write_text('{"out": {"dtype": "f32", "mode": "relative", "threshold": 1e-6}, "acc": "bitwise"}')
     o = resolve_options({**REQUIRED, **cli("--tolerance", "acc=f32:ulp:16", "--tolerance", "exact",
                                            "--tolerance-file", str(policies), "--tolerance-runs", "12")})
-    assert o.tolerance == "exact" and o.tolerance_runs == 12
-    assert o.tolerance_policies == {"out": {"dtype": "f32", "mode": "relative", "threshold": 1e-6},
-                                    "acc": "f32:ulp:16"}  # the flag wins over the file
+    assert o.verification.mode == "exact" and o.verification.runs == 12
+    assert o.verification.overrides == {"out": {"dtype": "f32", "mode": "relative", "threshold": 1e-6},
+                                        "acc": "f32:ulp:16"}  # the flag wins over the file
     default = resolve_options({**REQUIRED, **cli("--tolerance", "0x7f00=f64:absolute:1e-9")})
-    assert default.tolerance == "auto" and default.tolerance_runs == 8  # a policy alone keeps the mode
+    assert default.verification.mode == "auto" and default.verification.runs == 8  # a policy alone keeps the mode
 
 
 def test_tolerance_policies_of_the_command_line_join_the_config_files(tmp_path):
@@ -110,9 +112,9 @@ def test_tolerance_policies_of_the_command_line_join_the_config_files(tmp_path):
     cfg.write_text("record_database: db.json\ntolerance: [exact, 'acc=f32:ulp:4', 'out=bitwise']\n"
                    "tolerance_runs: 16\n")
     o = resolve_options(cli("--tolerance", "acc=f32:ulp:64"), cfg)
-    assert o.tolerance == "exact" and o.tolerance_runs == 16
-    assert o.tolerance_policies == {"acc": "f32:ulp:64", "out": "bitwise"}
-    assert resolve_options(cli("--tolerance", "auto"), cfg).tolerance == "auto"
+    assert o.verification.mode == "exact" and o.verification.runs == 16
+    assert o.verification.overrides == {"acc": "f32:ulp:64", "out": "bitwise"}
+    assert resolve_options(cli("--tolerance", "auto"), cfg).verification.mode == "auto"
     dumped = tmp_path / "dumped.yml"
     dump_options(o, str(dumped))
     assert resolve_options({}, dumped).to_dict() == {**o.to_dict(), "dump_config": None}
@@ -151,3 +153,26 @@ def test_pipeline_file(tmp_path):
     f.write_text("# mine\ndefault<O2>\n\ninstcombine,simplifycfg  # custom\ndefault<O2>\n")
     s = builtin_settings(resolve_options({**REQUIRED, "pipeline_file": str(f)}))
     assert s.passes == ["default<O2>", "instcombine,simplifycfg"]
+
+
+def test_connection_and_verification_flags_become_two_settings_objects(tmp_path):
+    o = resolve_options({**REQUIRED, **cli("--servers", "a:1", "b:2", "--token-file", "tok", "--tls-ca", "ca.pem",
+                                           "--tls-server-name", "gpu", "--tolerance", "exact", "--tolerance-runs", "4",
+                                           "--no-relocate")})
+    assert o.connection == ConnectionSettings(servers=["a:1", "b:2"], token_file="tok", tls_ca="ca.pem",
+                                              tls_server_name="gpu")
+    assert o.verification == VerificationSettings(mode="exact", runs=4, relocate=False)
+    flat = o.to_dict()  # config.json and --dump-config keep the flags' names
+    assert {k: flat[k] for k in ("servers", "token_file", "tolerance", "tolerance_runs", "no_relocate")} == {
+        "servers": ["a:1", "b:2"], "token_file": "tok", "tolerance": "exact", "tolerance_runs": 4, "no_relocate": True}
+    assert "connection" not in flat and "verification" not in flat
+    dumped = tmp_path / "c.yml"
+    dump_options(o, str(dumped))
+    again = resolve_options({}, dumped)
+    assert (again.connection, again.verification) == (o.connection, o.verification)
+    local = resolve_options({**REQUIRED, **cli("--keep-servers", "--server-engine", "pkg.engine:spec")})
+    assert local.connection.keep_alive == 600 and local.connection.local_server_gpus() == [0]
+    assert local.connection.local_server_args() == ["--engine", "pkg.engine:spec"]
+    assert resolve_options(REQUIRED).connection == ConnectionSettings()  # local servers
+    with pytest.raises(ConfigurationError, match="--keep-servers keeps the local servers"):
+        resolve_options({**REQUIRED, **cli("--keep-servers", "--servers", "a:1")})

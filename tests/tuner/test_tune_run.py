@@ -10,6 +10,7 @@ import signal
 import pytest
 
 from mneme.errors import ConfigurationError
+from mneme.model.verification import VerificationSettings
 from tuner.errors import TuningError
 from tuner.options import resolve_options
 from tuner.run import default_executor, run_tune
@@ -325,7 +326,8 @@ def test_nondeterministic_baseline_is_judged_with_the_tolerance_derived_once(tmp
     ex = NondeterministicExecutor()
     rc, ex, out = tune(tmp_path, loader, ex, space_preset="launch", launch_dim="x", fixed_codegen_opt=3)
     assert rc == 0
-    assert ex.tolerances == [json.dumps({"acc": "f32:ulp:12"})]  # every trial judged with the baseline's bound
+    # every trial judged with the baseline's bound
+    assert ex.verifications == [VerificationSettings(mode="exact", derived={"acc": "f32:ulp:12"})]
     assert "tolerance: derived from 8 runs of the baseline: acc=f32:ulp:12" in out.getvalue()
     baseline = read(tmp_path, "baseline.json")
     assert baseline["tolerance"]["policies"] == {"acc": "f32:ulp:12"}
@@ -347,8 +349,7 @@ def test_explicit_policies_and_runs_reach_the_executor_and_the_outputs(tmp_path,
     settings = dict(tolerance=["acc=f32:ulp:16"], tolerance_runs=12)
     default_executor(resolve_options({"record_database": "rec/159.json", **settings}), tmp_path, [],
                      local_servers=object())
-    assert (made["tolerance"], made["tolerance_runs"], made["tolerance_overrides"]) == (
-        "auto", 12, {"acc": "f32:ulp:16"})
+    assert made["verification"] == VerificationSettings(mode="auto", runs=12, overrides={"acc": "f32:ulp:16"})
     rc, ex, out = tune(tmp_path, loader, NondeterministicExecutor(), space_preset="launch", launch_dim="x",
                        fixed_codegen_opt=3, **settings)
     assert rc == 0
@@ -362,6 +363,6 @@ def test_exact_tolerance_sends_nothing(tmp_path, loader):
     ex = NondeterministicExecutor()
     rc, ex, out = tune(tmp_path, loader, ex, space_preset="launch", launch_dim="x", fixed_codegen_opt=3,
                        tolerance="exact")
-    assert rc == 0 and ex.tolerances == []
+    assert rc == 0 and ex.verifications == []
     with pytest.raises(ConfigurationError, match="--tolerance"):
         resolve_options({"record_database": "a.json", "record_id": "1", "tolerance": "loose"})

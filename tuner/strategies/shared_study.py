@@ -3,8 +3,10 @@
 Optuna's distributed optimization is processes that ask and tell trials of one
 study held in a storage every process reaches: SQLite on one node, PostgreSQL
 (or MySQL) across nodes, or Optuna's journal storage (an append-only file) on a
-shared filesystem. :func:`open_storage` turns ``--optuna-storage`` into that
-storage; :class:`SharedStudyStrategy` samples through it and adds what a tuner
+shared filesystem; or ``grpc://HOST:PORT``, Optuna's storage proxy in front of one
+of those databases (``mneme study-server``, ``tuner/study_server.py``), the way
+to many tuners on one study. :func:`open_storage` turns ``--optuna-storage``
+into that storage; :class:`SharedStudyStrategy` samples through it and adds what a tuner
 needs on top:
 
 * **A configuration is replayed once in the whole study.** Two trials whose
@@ -37,6 +39,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +55,9 @@ __all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
 #: How long a process waits for a lower-numbered running trial to be tagged before taking it as abandoned.
 TAG_WAIT_S = 10.0
 SCHEMA_ATTEMPTS = 5
-STORAGE_FORMS = "sqlite:///PATH, postgresql://USER@HOST/DB, mysql://..., or journal:PATH"
+STORAGE_FORMS = "grpc://HOST:PORT (mneme study-server), sqlite:///PATH, postgresql://USER@HOST/DB, mysql://..., or journal:PATH"
+#: Seconds a tuner waits for the study server of ``grpc://HOST:PORT`` to answer.
+GRPC_WAIT_S = 60.0
 
 
 def open_storage(url: str) -> Any:
@@ -73,6 +78,8 @@ def open_storage(url: str) -> Any:
             raise ConfigurationError(f"--optuna-storage {url}: the directory {path.parent} does not exist; "
                                      "create it (on a filesystem every tuner reaches)")
         return _journal_storage(str(path))
+    if url.startswith("grpc://"):
+        return _grpc_storage(url, GRPC_WAIT_S)
     scheme = url.split(":", 1)[0].split("+", 1)[0]
     if scheme == "sqlite":
         engine = {"connect_args": {"timeout": 120}}
@@ -95,6 +102,236 @@ def open_storage(url: str) -> Any:
                 raise
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+#: mneme's additions to Optuna's storage service on ``mneme study-server`` (tuner/study_server.py):
+#: ``Apply`` runs a list of one process's changes of its own trials in one round trip (JSON), the claim of a
+#: configuration hash among them (decided by the server: no waiting for other processes' trials to be
+#: tagged); ``Changes`` returns the trials changed since a cursor (not every unfinished trial each time).
+APPLY_METHOD = "/mneme.study.v1.StudyBatch/Apply"
+CHANGES_METHOD = "/mneme.study.v1.StudyBatch/Changes"
+#: The interpreter's thread switch interval in a tuner on a study server (see ``_grpc_storage``).
+SWITCH_INTERVAL_S = 0.0002
+
+
+def _grpc_storage(url: str, timeout: float) -> Any:
+    """The storage client of ``grpc://HOST:PORT``, once its server answers: Optuna's ``GrpcStorageProxy``
+    with fewer round trips per trial and less in each, where the server is a ``mneme study-server``:
+
+    * this process's changes of its own running trials (parameters, attributes) wait in a list and go to
+      the server with the next call that needs the server (the claim, the end of the trial) in one
+      ``Apply``; ``get_trial`` of its own trials is answered from a copy kept here. A trial costs four
+      calls (the study's changes, the new trial, the claim, the end) instead of a dozen;
+    * ``get_all_trials`` fetches only the trials changed since the last call (``Changes``), and answers the
+      query for WAITING trials that ``Study.ask`` makes from what it has (a trial mneme enqueues, the
+      baseline or an unseen point, is asked for after the next look).
+
+    Against a plain Optuna proxy (``UNIMPLEMENTED``) it is Optuna's client.
+    """
+    import copy
+    import datetime
+    import json
+    import threading
+    import warnings
+
+    import grpc
+    import optuna
+    from optuna.distributions import distribution_to_json
+    from optuna.trial import FrozenTrial, TrialState
+
+    host, sep, port = url[len("grpc://"):].rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigurationError(f"--optuna-storage {url}: give grpc://HOST:PORT of a `mneme study-server`")
+
+    def _changed_trials(data: bytes) -> tuple[dict, list[Any]]:
+        from optuna.storages._grpc.auto_generated import api_pb2
+        from optuna.storages._grpc.servicer import _from_proto_trial
+
+        size = int.from_bytes(data[:4], "big")
+        reply = api_pb2.GetTrialsReply.FromString(data[4 + size:])
+        return json.loads(data[4:4 + size]), [_from_proto_trial(t) for t in reply.trials]
+
+    def _encode(o: Any) -> bytes:
+        return json.dumps(o).encode()
+
+    class StudyServerClient(optuna.storages.GrpcStorageProxy):
+        def _setup(self) -> None:
+            super()._setup()
+            self._apply = self._channel.unary_unary(APPLY_METHOD, request_serializer=_encode,
+                                                    response_deserializer=json.loads)
+            self._changes = self._channel.unary_unary(CHANGES_METHOD, request_serializer=_encode,
+                                                      response_deserializer=_changed_trials)
+            self._known: dict[int, tuple[list[Any], int, str]] = {}  # study id -> (trials by number, cursor, server)
+            self._own: dict[int, Any] = {}  # trial id -> this process's copy of its running trial
+            self._pending: dict[int, list[list[Any]]] = {}  # trial id -> changes not sent yet
+            self._lock = threading.RLock()
+            self._mneme = True  # False: a plain Optuna proxy
+
+        # -- sending ---------------------------------------------------------------------------
+        def _send(self, ops: list[list[Any]]) -> list[Any]:
+            try:
+                return self._apply({"ops": ops})["results"]
+            except grpc.RpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.NOT_FOUND:
+                    raise KeyError(exc.details()) from None
+                if code == grpc.StatusCode.FAILED_PRECONDITION:
+                    raise optuna.exceptions.UpdateFinishedTrialError(exc.details()) from None
+                if code == grpc.StatusCode.INVALID_ARGUMENT:
+                    raise ValueError(exc.details()) from None
+                raise
+
+        def _flush_with(self, trial_id: int, op: list[Any] | None = None) -> Any:
+            ops = self._pending.pop(trial_id, []) + ([op] if op else [])
+            return self._send(ops)[-1] if ops else None
+
+        def _supported(self) -> bool:
+            if self._mneme:
+                try:
+                    self._apply({"ops": []})
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    self._mneme = False
+            return self._mneme
+
+        # -- this process's trials -------------------------------------------------------------
+        def create_new_trial(self, study_id: int, template_trial: Any = None) -> int:
+            if template_trial is not None or not self._mneme:
+                return super().create_new_trial(study_id, template_trial)
+            with self._lock:
+                try:
+                    made = self._send([["create_new_trial", study_id]])[0]
+                except grpc.RpcError as exc:
+                    if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
+                        raise
+                    self._mneme = False
+                    return super().create_new_trial(study_id, template_trial)
+                start = datetime.datetime.fromisoformat(made["datetime_start"])
+                self._own[made["trial_id"]] = FrozenTrial(
+                    number=made["number"], state=TrialState.RUNNING, value=None, values=None,
+                    datetime_start=start, datetime_complete=None, params={}, distributions={}, user_attrs={},
+                    system_attrs={}, intermediate_values={}, trial_id=made["trial_id"])
+                return made["trial_id"]
+
+        def _later(self, trial_id: int, op: list[Any]) -> bool:
+            """Keep ``op`` of this process's running trial for its next call; False: not one of them."""
+            if trial_id not in self._own:
+                return False
+            self._pending.setdefault(trial_id, []).append(op)
+            return True
+
+        def set_trial_param(self, trial_id: int, param_name: str, param_value_internal: float,
+                            distribution: Any) -> None:
+            with self._lock:
+                if self._later(trial_id, ["set_trial_param", trial_id, param_name, param_value_internal,
+                                          distribution_to_json(distribution)]):
+                    trial = self._own[trial_id]
+                    trial.distributions = {**trial.distributions, param_name: distribution}
+                    trial.params = {**trial.params, param_name: distribution.to_external_repr(param_value_internal)}
+                    return
+            super().set_trial_param(trial_id, param_name, param_value_internal, distribution)
+
+        def set_trial_system_attr(self, trial_id: int, key: str, value: Any) -> None:
+            with self._lock:
+                if self._later(trial_id, ["set_trial_system_attr", trial_id, key, value]):
+                    self._own[trial_id].system_attrs[key] = value
+                    return
+            super().set_trial_system_attr(trial_id, key, value)
+
+        def set_trial_user_attr(self, trial_id: int, key: str, value: Any) -> None:
+            self.set_trial_user_attrs(trial_id, {key: value})
+
+        def set_trial_user_attrs(self, trial_id: int, attrs: dict[str, Any]) -> None:
+            """``set_trial_user_attr`` of each of ``attrs``, with the trial's next call."""
+            with self._lock:
+                if self._later(trial_id, ["set_trial_user_attrs", trial_id, attrs]):
+                    self._own[trial_id].user_attrs.update(attrs)
+                    return
+            for name, value in attrs.items():
+                super().set_trial_user_attr(trial_id, name, value)
+
+        def set_trial_state_values(self, trial_id: int, state: Any, values: Any = None) -> bool:
+            with self._lock:
+                if trial_id not in self._own:
+                    return super().set_trial_state_values(trial_id, state, values)
+                changed = self._flush_with(trial_id, ["set_trial_state_values", trial_id, state.name,
+                                                      None if values is None else list(values)])
+                trial = self._own[trial_id]
+                if changed:
+                    trial.state = state
+                    trial.values = None if values is None else list(values)
+                    if state.is_finished():
+                        trial.datetime_complete = datetime.datetime.now()
+                if state.is_finished():
+                    del self._own[trial_id]
+                    self._finished[trial_id] = trial
+                return bool(changed)
+
+        def get_trial(self, trial_id: int) -> Any:
+            with self._lock:
+                trial = self._own.get(trial_id) or self._finished.pop(trial_id, None)
+                if trial is not None:
+                    return copy.deepcopy(trial)
+            return super().get_trial(trial_id)
+
+        def claim(self, study_id: int, trial_id: int, key: str) -> int | None:
+            """Tag the trial with ``key`` and have the server decide who evaluates it (with the trial's changes
+            kept so far): the number of the trial that owns ``key`` (this one, or another process's), or None
+            against a plain Optuna proxy (the caller tags and decides itself)."""
+            with self._lock:
+                if trial_id not in self._own:
+                    return None
+                owner = int(self._flush_with(trial_id, ["claim", study_id, trial_id, key]))
+                trial = self._own[trial_id]
+                trial.system_attrs[HASH_ATTR] = key
+                if owner != trial.number:
+                    trial.system_attrs[DUPLICATE_ATTR] = owner
+                return owner
+
+        # -- the study -------------------------------------------------------------------------
+        def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
+            """The study's trials (this process's own as it has them): only those changed since the last
+            call are fetched; the WAITING trials ``Study.ask`` looks for come from what was fetched last."""
+            with self._lock:
+                known = self._known.get(study_id)
+                if states is not None and tuple(states) == (TrialState.WAITING,) and known is not None:
+                    return [t for t in known[0] if t is not None and t.state == TrialState.WAITING]
+                if not self._mneme or not self._supported():
+                    return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+                trials, cursor, generation = known or ([], 0, "")
+                try:
+                    head, changed = self._changes({"study_id": study_id, "since": cursor, "generation": generation})
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND:
+                        raise KeyError(exc.details()) from None
+                    raise
+                if head["generation"] != generation:  # a first look, or a new server: everything came
+                    trials = []
+                for trial in changed:
+                    if trial.number >= len(trials):
+                        trials.extend([None] * (trial.number + 1 - len(trials)))
+                    trials[trial.number] = trial
+                for trial in self._own.values():  # with what is not sent yet
+                    if trial.number < len(trials) and trials[trial.number] is not None:
+                        trials[trial.number] = trial
+                self._known[study_id] = (trials, head["cursor"], head["generation"])
+                found = [t for t in trials if t is not None and (states is None or t.state in states)]
+                return copy.deepcopy(found) if deepcopy else found
+
+    # Each call blocks the tuner's thread while the executor's thread runs: its answer then waits for the
+    # interpreter lock up to the switch interval (5 ms by default), which made a 0.2 ms call take 2-8 ms.
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # ExperimentalWarning
+        proxy = StudyServerClient(host=host.strip("[]"), port=int(port))
+    proxy._finished = {}  # trial id -> this process's trial just finished (tell reads it once more)
+    try:
+        proxy.wait_server_ready(timeout=timeout)
+    except (ConnectionError, grpc.FutureTimeoutError):  # (optuna raises ConnectionError)
+        raise ConfigurationError(f"--optuna-storage {url}: no study server answered within {timeout:g} s; start "
+                                 "one there with `mneme study-server DATABASE_URL --port PORT`") from None
+    return proxy
 
 
 def _record_lock(path: str) -> Any:
@@ -283,8 +520,8 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             self._claim_of.setdefault(key, number)
         self._running_elsewhere = elsewhere - self._values.keys()
         for key, owner in list(self._foreign.items()):
-            if owner in self._open:
-                continue
+            if owner in self._open or owner >= self._scanned:  # running, or not seen yet (a study server's
+                continue  # claim may name a trial created after this process's last look)
             del self._foreign[key]
             waiting = self._waiting.pop(key, [])
             if key in self._values:
@@ -320,20 +557,37 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
     def _settled(self, trial: Any, candidate: Candidate) -> bool:
         """Also settled: a configuration another process claimed first (its values come through the study)."""
         key = candidate.hash
-        self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
+        claim = getattr(self._storage, "claim", None)
+        if key in self._values or key in self._in_flight or claim is None:
+            self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
         if key in self._values or key in self._in_flight:
             return super()._settled(trial, candidate)
-        owner = self._owner(trial.number, key)
+        # A study server decides the claim in one call (it tags the trial, and marks a duplicate);
+        # elsewhere the lowest-numbered tagged trial owns the hash.
+        owner = claim(self._study_id, trial._trial_id, key) if claim is not None else None
+        if owner is None:
+            if claim is not None:  # a plain Optuna proxy: tag here
+                self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
+            owner = self._owner(trial.number, key)
+        elif owner != trial.number:
+            self.skipped_elsewhere += 1
+            self.skipped_duplicates += 1
+            self._settle_duplicate(trial, key, owner)
+            return True
         if owner == trial.number:
             return False
         self.skipped_elsewhere += 1
         self._duplicate(trial, owner)
+        self._settle_duplicate(trial, key, owner)
+        return True
+
+    def _settle_duplicate(self, trial: Any, key: str, owner: int) -> None:
+        """Tell ``trial`` its owner's values, now or once they are in the study."""
         if key in self._values:  # the claim finished meanwhile
             self._tell_known(trial, key)
         else:
             self._foreign[key] = owner
             self._waiting.setdefault(key, []).append(trial)
-        return True
 
     def _duplicate(self, trial: Any, owner: int) -> None:
         self.skipped_duplicates += 1

@@ -485,6 +485,11 @@ bool succeeded(const CUpti_CallbackData* cb) {
 
 CUresult launch_graph(CUgraphExec exec, CUstream stream, GraphLaunchFn real, bool per_thread_stream) {
   if (per_thread_stream && !stream) stream = CU_STREAM_PER_THREAD;  // what the _ptsz entry point means by 0
+  // Counted at the recording gate for the whole launch, node by node or whole.
+  struct GateCount {
+    GateCount() { enter_graph_launch(); }
+    ~GateCount() { leave_graph_launch(); }
+  } counted;
   std::shared_ptr<Plan> plan = plan_to_expand(exec, stream);
   if (!plan) {
     t_in_wrapper = true;

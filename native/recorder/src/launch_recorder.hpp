@@ -46,4 +46,10 @@ Prospect recording_prospect(const Launch& l);
 // The kernel's name as the recorder knows it (mangled; "" when unknown).
 std::string kernel_name(CUfunction f);
 
+// The recorder's cuGraphLaunch (graph_expansion.cpp) around a graph launch:
+// it counts as a launch at the recording gate (deadlines.hpp), so it waits
+// while another thread's launch is being recorded (at most until its deadline).
+void enter_graph_launch();
+void leave_graph_launch();
+
 }  // namespace mneme::rec

@@ -157,7 +157,12 @@ struct SnapshotWriter::Impl {
   uint64_t copied_bytes = 0;
 
   GpuDigest gpu;
-  DigestSet known;  // digests of pieces in committed entries (the agent has them, or will before any later entry)
+  // Digests of pieces in committed entries: the agent has them, or will before any entry committed later
+  // (entries are numbered in commit order, and a snapshot consults this set only for entries committed
+  // before it). Written at commits, read by snapshots: under known_mu.
+  std::mutex known_mu;
+  DigestSet known;
+  bool io_failure = false;  // of the last write()
 
   // The staging pool: one slab of anonymous memory (transparent huge pages
   // where the kernel offers them), faulted in by several threads at once and
@@ -298,7 +303,12 @@ double SnapshotWriter::last_setup_seconds() const { return impl_->setup_s; }
 double SnapshotWriter::last_write_seconds() const { return impl_->write_span_s; }
 uint64_t SnapshotWriter::last_copied_bytes() const { return impl_->copied_bytes; }
 double SnapshotWriter::last_digest_seconds() const { return impl_->digest_s; }
-void SnapshotWriter::remember(const DigestSet& digests) { impl_->known.insert(digests.begin(), digests.end()); }
+void SnapshotWriter::remember(const DigestSet& digests) {
+  std::lock_guard<std::mutex> lock(impl_->known_mu);
+  impl_->known.insert(digests.begin(), digests.end());
+}
+bool SnapshotWriter::last_failure_was_io() const { return impl_->io_failure; }
+CUstream SnapshotWriter::copy_stream(std::string* error) { return impl_->init(error) ? impl_->stream : nullptr; }
 
 SnapshotWriter::~SnapshotWriter() {
   // Process exit: the writer threads are parked; detach rather than join.
@@ -312,6 +322,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
   Impl& m = *impl_;
   m.setup_s = m.writer_wait_s = m.copy_wait_s = m.write_span_s = m.digest_s = 0;
   m.copied_bytes = 0;
+  m.io_failure = false;
   {
     double t0 = now_seconds();
     uint64_t total = 0;
@@ -360,6 +371,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
   m.stripes_used = 0;
   if (!open_stripe(0)) {
     *error = open_error;
+    m.io_failure = true;
     return false;
   }
   {
@@ -401,6 +413,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
       const int stripe = int(chunk_index % uint64_t(max_stripes));
       if (stripe == int(fds.size()) && !open_stripe(stripe)) {
         local_error = open_error;
+        m.io_failure = true;
         ok = false;
         break;
       }
@@ -412,7 +425,12 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
         piece.size = len;
         piece.has_digest = true;
         piece.digest = g;
-        if (m.known.count(g) || entry_digests->count(g)) {  // captured before: leave a hole
+        bool known;
+        {
+          std::lock_guard<std::mutex> lock(m.known_mu);
+          known = m.known.count(g) > 0;
+        }
+        if (known || entry_digests->count(g)) {  // captured before: leave a hole
           piece.copied = false;
           ++chunk_index;
           regions[r].pieces.push_back(piece);
@@ -472,6 +490,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     m.cv.wait(lock, [&] { return m.outstanding == 0; });
     if (m.failed && local_error.empty()) {
       local_error = "cannot write " + prefix + ".*.bin: " + std::strerror(m.err);
+      m.io_failure = true;
       ok = false;
     }
     if (m.first_start > 0) m.write_span_s = m.last_end - m.first_start;
@@ -481,10 +500,12 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     // Pieces not copied are holes: the file keeps the layout's size (sparse).
     if (ok && ftruncate(fds[k], off_t(stripe_end[k])) != 0) {
       local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
+      m.io_failure = true;
       ok = false;
     }
     if (close(fds[k]) != 0 && ok) {
       local_error = "cannot write " + prefix + "." + std::to_string(k) + ".bin: " + std::strerror(errno);
+      m.io_failure = true;
       ok = false;
     }
   }

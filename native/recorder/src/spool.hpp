@@ -75,7 +75,12 @@ class SnapshotWriter {
              const std::function<void(const DeviceRegion&, const unsigned char*, size_t)>& scan,
              uint64_t byte_cap, uint64_t* bytes_written, std::string* error, DigestSet* entry_digests = nullptr);
   // The entry whose copies added `digests` is committed: later snapshots may refer to them.
+  // Thread-safe (the recorder commits on the application's thread, snapshots run on a worker).
   void remember(const DigestSet& digests);
+  // The stream the snapshots' digests and copies run on (created at the first use; null with *error).
+  CUstream copy_stream(std::string* error);
+  // Whether the last write() failed writing the spool (a file), not reading the device.
+  bool last_failure_was_io() const;
   // Of the last write: bytes actually copied off the device, seconds spent on digests (0: none).
   uint64_t last_copied_bytes() const;
   double last_digest_seconds() const;

@@ -10,7 +10,7 @@ import pytest
 from mneme.cli import CLI_MODULES, COMMAND_MODULES, build_parser, main
 
 SUBCOMMANDS = ["record", "replay", "export-reproducer", "tune", "run", "serve", "push", "pull", "ls", "check", "gc",
-               "clean", "copy", "move", "config"]
+               "clean", "copy", "move", "config", "study-server"]
 
 
 def run_mneme(*args: str) -> subprocess.CompletedProcess:

@@ -1,8 +1,8 @@
 """Chunk storage: split, dedupe, compress, verify."""
 
-import hashlib
 import os
 
+import blake3
 import pytest
 import zstandard
 
@@ -39,8 +39,8 @@ def test_split_hash_and_round_trip(store):
     data = os.urandom(10_000)
     refs = put_chunks(store, data, chunk_size=4096)
     assert [r.length for r in refs] == [4096, 4096, 1808]
-    assert refs[0] == ChunkRef(hashlib.sha256(data[:4096]).hexdigest(), 4096)
-    assert refs[0].name == f"chunks/{refs[0].sha256[:2]}/{refs[0].sha256}"
+    assert refs[0] == ChunkRef(blake3.blake3(data[:4096]).hexdigest(), 4096, "blake3")
+    assert refs[0].name == f"chunks/{refs[0].digest[:2]}/{refs[0].digest}"
     assert read_chunks(store, refs) == data
     out = bytearray(len(data))
     read_chunks_into(store, refs, memoryview(out))

@@ -1,8 +1,8 @@
 """Stored chunk frames: raw-block frames where compression would not pay, readable by any zstd decoder."""
 
-import hashlib
 import os
 
+import blake3
 import numpy as np
 import pytest
 import zstandard
@@ -42,7 +42,7 @@ def test_repeated_bytes_are_named_from_the_index_without_hashing(tmp_path):
     (again,) = put_many(store, [b + a], 1 << 20, index=index, stats=second)
     assert second.hashed_bytes == 0 and second.known_bytes == 4 << 20 and second.present_bytes == 4 << 20
     assert again == refs_b + refs_a
-    assert [r.sha256 for r in again] == [hashlib.sha256((b + a)[i : i + (1 << 20)]).hexdigest() for i in range(0, 4 << 20, 1 << 20)]
+    assert [r.digest for r in again] == [blake3.blake3((b + a)[i : i + (1 << 20)]).hexdigest() for i in range(0, 4 << 20, 1 << 20)]
     assert read_chunks(store, again) == b + a  # raw frames verify like any other
 
 

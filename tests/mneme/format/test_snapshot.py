@@ -12,6 +12,7 @@ from mneme.format.chunks import put_chunks
 from mneme.format.policy import VerifyPolicy
 from mneme.format.snapshot import (
     MAGIC,
+    SNAPSHOT_VERSION,
     Region,
     Snapshot,
     build_snapshot,
@@ -108,8 +109,8 @@ def test_bad_magic(store):
 def test_newer_version_says_upgrade(store):
     snapshot, _ = make_snapshot(store)
     data = bytearray(encode_snapshot(snapshot))
-    data[8:12] = struct.pack("<I", 2)
-    with pytest.raises(ArtifactError, match="version 2 is newer.*upgrade mneme"):
+    data[8:12] = struct.pack("<I", SNAPSHOT_VERSION + 1)
+    with pytest.raises(ArtifactError, match=f"version {SNAPSHOT_VERSION + 1} is newer.*upgrade mneme"):
         decode_snapshot(bytes(data), "s")
 
 

@@ -10,6 +10,7 @@ import pytest
 from mneme._internal import child_process
 from mneme._internal.child_process import PACKAGE_ROOT, child_env, mneme_command
 from mneme.model.experiment import ExperimentConfiguration
+from replay_server.client.connection import ConnectionSettings
 from replay_server.client.executor import AsyncReplayExecutor
 from replay_server.testing.servers import (  # noqa: F401
     ENGINE_ARGS,
@@ -61,8 +62,9 @@ def test_child_env_puts_the_parents_mneme_first(monkeypatch):
 def test_local_servers_workers_and_compile_processes_start_from_a_decoy_cwd(store, tmp_path, decoy_cwd):
     """The executor's local server (and the workers and compile processes it spawns) run the real mneme."""
     with AsyncReplayExecutor(
-        record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=3, num_workers=1, local_gpus=[0],
-        server_args=[*ENGINE_ARGS, "--compile-processes", "1"], server_env=subprocess_env(tmp_path / "log"),
+        record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=3, num_workers=1,
+        connection=ConnectionSettings(local_gpus=[0], server_args=[*ENGINE_ARGS, "--compile-processes", "1"],
+                                      server_env=subprocess_env(tmp_path / "log")),
     ) as executor:
         executor.wait_prepared(timeout=60)
         result = executor.evaluate(ExperimentConfiguration.from_dict({"block": {"x": 64}, "passes": "default<O1>"}))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mneme._internal import startup_trace
 from mneme.model.experiment import ExperimentConfiguration
+from replay_server.client.connection import ConnectionSettings
 from replay_server.client.executor import AsyncReplayExecutor
 from replay_server.testing.servers import (  # noqa: F401
     ENGINE_ARGS,
@@ -18,8 +19,8 @@ def test_points_of_the_executor_its_server_and_its_workers(store, tmp_path, monk
     trace = tmp_path / "trace.jsonl"
     monkeypatch.setenv(startup_trace.ENV, str(trace))
     with AsyncReplayExecutor(
-        record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=3, num_workers=1, local_gpus=[0],
-        server_args=ENGINE_ARGS, server_env=subprocess_env(tmp_path / "log"),
+        record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=3, num_workers=1,
+        connection=ConnectionSettings(local_gpus=[0], server_args=ENGINE_ARGS, server_env=subprocess_env(tmp_path / "log")),
     ) as executor:
         for block_x in (64, 128, 256):
             assert executor.evaluate(ExperimentConfiguration.from_dict({"block": {"x": block_x}})).verified

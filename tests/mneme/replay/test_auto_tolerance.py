@@ -10,7 +10,7 @@ import pytest
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.policy import VerifyPolicy
 from mneme.model.experiment import ExperimentResult
-from mneme.model.verification import DEFAULT_RUNS
+from mneme.model.verification import VerificationSettings
 from mneme.replay.nondeterminism import (
     DETERMINISTIC_MISMATCH,
     EXACT,
@@ -36,10 +36,8 @@ from mneme.replay.tolerance import (
     deviation,
     is_exact,
     judge,
-    judged_overrides,
-    parse_tolerance_setting,
     tolerance_flags,
-    verification_from_wire,
+    verification_from_flags,
     worse,
 )
 from mneme.store import open_store
@@ -163,15 +161,6 @@ def test_flags_win_then_annotations_then_auto():
     assert none.resolve("acc", 0, None, None) == (VerifyPolicy(), SOURCE_DEFAULT)
 
 
-def test_tolerance_settings_on_the_wire():
-    assert parse_tolerance_setting("")[0] == "exact"
-    assert parse_tolerance_setting("auto")[0] == "auto"
-    mode, overrides = parse_tolerance_setting('{"acc": "f32:ulp:12"}')
-    assert mode == "exact" and overrides == {"acc": "f32:ulp:12"}
-    with pytest.raises(ConfigurationError, match="exact"):
-        parse_tolerance_setting("sometimes")
-
-
 def test_tolerance_flags_split_the_mode_from_the_policies(tmp_path):
     policy_file = tmp_path / "policies.json"
     policy_file.write_text(json.dumps({"acc": {"dtype": "f32", "mode": "ulp", "threshold": 4}, "out": "bitwise"}))
@@ -183,6 +172,21 @@ def test_tolerance_flags_split_the_mode_from_the_policies(tmp_path):
         tolerance_flags(["sometimes"])
     with pytest.raises(ConfigurationError, match="f99"):
         tolerance_flags(["acc=f99:ulp:1"])
+
+
+def test_the_shared_flags_become_one_settings_object(tmp_path):
+    """``mneme replay`` and ``mneme tune`` turn their shared flags into settings through one function."""
+    policy_file = tmp_path / "policies.json"
+    policy_file.write_text(json.dumps({"acc": "f32:ulp:4", "out": "bitwise"}))
+    settings = verification_from_flags(["acc=f32:ulp:16", "auto"], [policy_file], 12, True, every_iteration=True)
+    assert settings == VerificationSettings(mode="auto", runs=12, overrides={"acc": "f32:ulp:16", "out": "bitwise"},
+                                            relocate=False, every_iteration=True)
+    assert verification_from_flags() == VerificationSettings()  # mneme replay's defaults
+    tuned = verification_from_flags([], default_mode="auto", policies={"acc": "f32:ulp:2", "x": "bitwise"})
+    assert tuned.mode == "auto" and tuned.overrides == {"acc": "f32:ulp:2", "x": "bitwise"} and tuned.relocate is None
+    assert verification_from_flags(["acc=f32:ulp:8"], policies={"acc": "f32:ulp:2"}).overrides == {"acc": "f32:ulp:8"}
+    with pytest.raises(ConfigurationError, match="at least 2 runs"):
+        verification_from_flags(tolerance_runs=1)
 
 
 def test_explicit_policies_win_over_the_policies_beneath_them():
@@ -197,20 +201,6 @@ def test_explicit_policies_win_over_the_policies_beneath_them():
     assert ToleranceOverrides.parse(["*=bitwise"]).over(derived).resolve("out", 5, None)[0] == VerifyPolicy()
     assert both.unused_selectors([("acc", 0x7F0000000000), ("b", 1)]) == ["out"]
     assert ToleranceOverrides.empty().over(derived).resolve("out", 5, None)[0] == VerifyPolicy("f32", "ulp", 48)
-
-
-def test_an_instances_verification_from_its_wire_fields():
-    settings = verification_from_wire(json.dumps({"acc": "f32:ulp:12"}), json.dumps({"acc": "f64:absolute:1"}), 4)
-    assert settings.mode == "exact" and settings.runs == 4 and settings.relocate is None
-    assert judged_overrides(settings).resolve("acc", 0, None)[0] == VerifyPolicy("f64", "absolute", 1.0)  # explicit wins
-    assert judged_overrides(settings).resolve("out", 0, None)[0] == VerifyPolicy()  # no policy beneath selects it
-    assert verification_from_wire("auto").runs == DEFAULT_RUNS  # 0: the default
-    assert verification_from_wire("auto", "", 12).runs == 12
-    assert verification_from_wire("", no_relocate=True).relocate is False
-    with pytest.raises(ConfigurationError, match="at least 2 runs"):
-        verification_from_wire("auto", "", 1)
-    with pytest.raises(ConfigurationError, match="JSON object"):
-        verification_from_wire("auto", "acc=f32:ulp:1")
 
 
 # -- dtype guesses ------------------------------------------------------------------------------
@@ -289,7 +279,7 @@ def test_verified_within_and_nondeterminism_cross_the_wire_with_their_counts():
 
 
 def test_failure_text_names_the_ulp_distance_and_the_bound():
-    from mneme.replay.replayer import _mismatch_summary
+    from mneme.replay.judge import mismatch_summary as _mismatch_summary
 
     policy = VerifyPolicy("f32", "ulp", 24)
     report = judge(policy, stats(2.29e4), engine_counters(violations=1, differing=1, max_ulp=716), 4).report

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-import mneme.testing.synthetic_recordings as synth
 
+import mneme.testing.synthetic_recordings as synth
 from mneme.cli import build_parser, main
 from mneme.cli import replay as cli
 from mneme.errors import ConfigurationError

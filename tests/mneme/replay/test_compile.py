@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-import mneme.testing.synthetic_recordings as synth
 
+import mneme.testing.synthetic_recordings as synth
 from mneme.errors import ConfigurationError
 from mneme.model.experiment import ExperimentConfiguration
 from mneme.recording.execution import RecordedExecution

@@ -7,8 +7,8 @@ import struct
 from dataclasses import replace
 
 import pytest
-import mneme.testing.synthetic_recordings as synth
 
+import mneme.testing.synthetic_recordings as synth
 from mneme.errors import ArtifactError, NotAvailableError
 from mneme.format.database import (
     LaunchAttribute,

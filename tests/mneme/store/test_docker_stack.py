@@ -20,6 +20,12 @@ SERVER_METRICS = {
     "mneme_compile_cache_hits_total",
     "mneme_compile_cache_misses_total",
     "mneme_worker_restarts_total",
+    "mneme_queue_depth",
+    "mneme_in_flight",
+    "mneme_workers_ready",
+    "mneme_compile_seconds",
+    "mneme_prepared_instance_bytes",
+    "mneme_build_info",
 }
 
 
@@ -59,7 +65,7 @@ def test_one_server_per_gpu_each_with_its_own_device_reservation(gpus):
         assert server["environment"]["AWS_ENDPOINT_URL"] == "http://minio:9000"
         assert server["depends_on"]["create-bucket"]["condition"] == "service_completed_successfully"
     assert sorted(reserved, key=int) == [str(i) for i in range(gpus)], "every GPU is reserved exactly once"
-    host_ports = [p.split(":")[0] for s in servers.values() for p in s["ports"]]
+    host_ports = [p.rsplit(":", 1)[0] for s in servers.values() for p in s["ports"]]
     assert len(host_ports) == len(set(host_ports)), "host ports collide"
 
 
@@ -67,10 +73,13 @@ def test_compose_services_ports_and_volumes():
     compose = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())
     services = compose["services"]
     assert {"minio", "create-bucket", "prometheus", "grafana"} <= set(services)
-    assert "9000:9000" in services["minio"]["ports"] and "3000:3000" in services["grafana"]["ports"]
-    assert "9090:9090" in services["prometheus"]["ports"]
+    published = "${MNEME_PUBLISH_ADDRESS:-127.0.0.1}"
+    assert f"{published}:9000:9000" in services["minio"]["ports"]
+    assert f"{published}:3000:3000" in services["grafana"]["ports"]
+    assert f"{published}:9090:9090" in services["prometheus"]["ports"]
     assert "mc mb --ignore-existing local/mneme" in services["create-bucket"]["entrypoint"][-1]
-    bucket = replay_servers(compose)["replay-server-gpu0"]["command"][-1].split("/")[2]
+    command = replay_servers(compose)["replay-server-gpu0"]["command"]
+    bucket = command[command.index("--store") + 1].split("/")[2]
     assert bucket == "mneme", "the servers read the bucket the stack creates"
     declared = set(compose["volumes"])
     for name, service in services.items():
@@ -121,7 +130,8 @@ def metric_families(expr: str) -> set[str]:
 def test_dashboard_is_valid_and_covers_the_required_views():
     dashboard = json.loads((DOCKER / "grafana" / "dashboards" / "mneme-replay.json").read_text())
     titles = {p["title"] for p in dashboard["panels"]}
-    assert {"Replay rate", "Outcomes", "Replay latency", "Compile-cache hit ratio", "Worker restarts"} <= titles
+    assert {"Replay rate", "Outcomes", "Replay latency", "Compile-cache hit ratio", "Worker restarts", "Queue depth",
+            "In flight", "Ready workers", "Compile time", "Prepared instance memory"} <= titles
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     datasources = yaml.safe_load((DOCKER / "grafana" / "provisioning" / "datasources" / "prometheus.yml").read_text())

@@ -12,6 +12,8 @@ import pytest
 
 from mneme.errors import ConfigurationError
 from mneme.model.experiment import ExperimentConfiguration
+from mneme.model.verification import VerificationSettings
+from replay_server.client.connection import ConnectionSettings
 from replay_server.client.executor import (
     TRANSPORTS,
     AsyncReplayExecutor,
@@ -47,8 +49,9 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
     results_dir = tmp_path / "results"
     executor = AsyncReplayExecutor(
         record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=5, results_db_dir=str(results_dir),
-        num_workers=3, local_gpus=[0, 1], server_args=ENGINE_ARGS,
-        server_env=subprocess_env(tmp_path / "log", replay_seconds=0.02),  # replays that take time: work spreads
+        num_workers=3, connection=ConnectionSettings(
+            local_gpus=[0, 1], server_args=ENGINE_ARGS,
+            server_env=subprocess_env(tmp_path / "log", replay_seconds=0.02)),  # replays that take time: work spreads
     )
     with executor:
         assert len(executor.servers) == 2
@@ -77,7 +80,7 @@ def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, t
         executor = AsyncReplayExecutor(
             record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=1, warmup=0,
             results_db_dir=str(tmp_path / "results"), servers=[doomed_address, survivor_address],
-            transport=transport,
+            connection=ConnectionSettings(transport=transport),
         )
         with executor:
             futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(40)]
@@ -101,8 +104,8 @@ def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, t
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_no_server_left_gives_failed_results(store, tmp_path, transport):
     server, address = start_server(store, tmp_path / "log")
-    executor = AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=1.0,
-                                   transport=transport)
+    executor = AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address],
+                                   connection=ConnectionSettings(retry_window=1.0, transport=transport))
     try:
         assert executor.evaluate(config()).verified
         server.kill()
@@ -121,10 +124,10 @@ def test_refusals_are_errors_not_results(store, tmp_path, transport):
     server, address = start_server(store, tmp_path / "log", "--token-file", str(token_file))
     try:
         with pytest.raises(ReplayServerError, match="bearer token"):
-            AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], token="wrong",
-                                transport=transport)
-        with AsyncReplayExecutor(str(store / "999.json"), RECORD_ID, servers=[address], token="t0ken",
-                                 transport=transport) as executor:
+            AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address],
+                                connection=ConnectionSettings(token="wrong", transport=transport))
+        with AsyncReplayExecutor(str(store / "999.json"), RECORD_ID, servers=[address],
+                                 connection=ConnectionSettings(token="t0ken", transport=transport)) as executor:
             with pytest.raises(ReplayServerError, match="NOT_FOUND"):
                 executor.evaluate(config())
     finally:
@@ -132,40 +135,39 @@ def test_refusals_are_errors_not_results(store, tmp_path, transport):
         server.wait()
 
 
-def test_tolerance_settings_reach_the_engine_with_every_instance(store, tmp_path):
+def test_verification_settings_reach_the_engine_with_every_instance(store, tmp_path):
     server, address = start_server(store, tmp_path / "log")
-    explicit = {"acc": "f32:ulp:16", "*": "bitwise"}
+    settings = VerificationSettings(mode="auto", runs=5, overrides={"acc": "f32:ulp:16", "*": "bitwise"})
+    derived = settings.with_(mode="exact", derived={"out": "f32:ulp:48"})  # the bounds a tuner derived
     try:
-        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], tolerance="auto",
-                                 tolerance_runs=5, tolerance_overrides=explicit) as executor:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address],
+                                 verification=settings) as executor:
             assert executor.evaluate(config()).verified
-            executor.set_tolerance(json.dumps({"out": "f32:ulp:48"}))  # the bounds a tuner derived
+            executor.set_verification(derived)
             assert executor.evaluate(config(block_x=128)).verified
     finally:
         server.kill()
         server.wait()
     opened = [json.loads(line) for line in (tmp_path / "log" / "instances.log").read_text().splitlines()]
-    assert {o["tolerance"] for o in opened} == {"auto", json.dumps({"out": "f32:ulp:48"})}
-    assert all(o["tolerance_runs"] == 5 and json.loads(o["tolerance_overrides"]) == explicit for o in opened)
+    assert {VerificationSettings.from_dict(o).key() for o in opened} == {settings.key(), derived.key()}
 
 
-def test_bad_tolerance_settings_fail_in_the_executor_before_any_server():
-    with pytest.raises(ConfigurationError, match="at least 2 runs"):
-        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance="auto", tolerance_runs=1)
+def test_bad_verification_settings_fail_in_the_executor_before_any_server():
     with pytest.raises(ConfigurationError, match="f99"):
-        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"], tolerance_overrides={"acc": "f99:ulp:1"})
+        AsyncReplayExecutor("db.json", "1", servers=["127.0.0.1:1"],
+                            verification=VerificationSettings(overrides={"acc": "f99:ulp:1"}))
 
 
 def test_no_relocate_reaches_the_servers_and_their_refusal_is_an_error(store, tmp_path):
-    """The executor's no_relocate travels in InstanceRef: a worker that cannot have the recorded
-    addresses refuses the instance (FAILED_PRECONDITION, with the reason), instead of relocating."""
+    """The executor's verification settings travel in InstanceRef: with ``relocate=False`` a worker that cannot
+    have the recorded addresses refuses the instance (FAILED_PRECONDITION, with the reason), instead of relocating."""
     server, address = start_server(store, tmp_path / "log")
     try:
         with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address]) as executor:
             result = executor.evaluate(config())
             assert result.verified and result.relocated and "simulated" in result.relocation_reason
         with AsyncReplayExecutor(str(store / RECORD_DB), "taken-addresses", servers=[address],
-                                 no_relocate=True) as executor:
+                                 verification=VerificationSettings(relocate=False)) as executor:
             with pytest.raises(ReplayServerError, match="FAILED_PRECONDITION.*recorded addresses"):
                 executor.evaluate(config())
     finally:
@@ -175,15 +177,15 @@ def test_no_relocate_reaches_the_servers_and_their_refusal_is_an_error(store, tm
 
 def test_servers_none_without_gpus_says_what_to_do(store):
     with pytest.raises(Exception, match="servers="):
-        AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, local_gpus=[])
+        AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, connection=ConnectionSettings(local_gpus=[]))
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_work_waiting_for_a_busy_server_is_not_given_up(store, tmp_path, transport):
     server, address = start_server(store, tmp_path / "log")
     try:
-        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address], retry_window=0.3,
-                                 transport=transport) as executor:
+        with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, servers=[address],
+                                 connection=ConnectionSettings(retry_window=0.3, transport=transport)) as executor:
             futures = [executor.submit(config("slow:0.1", block_x=i + 1)) for i in range(12)]  # ~1.2 s of work
             assert all(f.result(timeout=30).verified for f in futures)
     finally:
@@ -312,7 +314,7 @@ def test_results_file_lines_are_json_dumps_and_futures_carry_them(store, tmp_pat
 
 def test_a_hold_beyond_what_servers_grant_is_refused():
     with pytest.raises(ConfigurationError, match="hold_responses=2"):
-        AsyncReplayExecutor("db.json", RECORD_ID, servers=["127.0.0.1:1"], hold_responses=2)
+        ConnectionSettings(servers=["127.0.0.1:1"], hold_responses=2)
 
 
 def test_compile_ahead_is_bounded():
@@ -339,7 +341,7 @@ def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tm
     info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
     try:
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
-                                 servers=[address], transport=transport) as executor:
+                                 servers=[address], connection=ConnectionSettings(transport=transport)) as executor:
             executor.wait_prepared(timeout=30)
             futures = [executor.submit(config(block_x=i + 1)) for i in range(40)]
             held = 0

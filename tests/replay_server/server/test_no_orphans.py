@@ -57,9 +57,10 @@ def test_a_server_killed_leaves_no_compile_process_or_worker(store, tmp_path):
 
 CLIENT = textwrap.dedent("""
     import os, sys
+    from replay_server.client.connection import ConnectionSettings
     from replay_server.client.executor import AsyncReplayExecutor
-    executor = AsyncReplayExecutor({db!r}, "456", iterations=1, local_gpus=[0],
-                                   server_args=["--engine", "replay_server.testing.fake_engine:spec_from_env"], server_env={env!r})
+    executor = AsyncReplayExecutor({db!r}, "456", iterations=1, connection=ConnectionSettings(
+        local_gpus=[0], engine="replay_server.testing.fake_engine:spec_from_env", server_env={env!r}))
     assert executor.evaluate({{"block": {{"x": 64}}}}).verified
     print(" ".join(str(s.process.pid) for s in executor._local_servers.servers), flush=True)
     os.kill(os.getpid(), int(sys.argv[1]))

@@ -1,5 +1,6 @@
-// A kernel reading through a texture object (refused: texture state is not
-// captured) beside a kernel on the same buffer without one (replays).
+// A kernel reading through a texture object over linear memory beside a kernel on the
+// same buffer without one: both replay verified (the recorder captures the texture object
+// and the memory behind it; the replay recreates it). More: ../textures/.
 #include "corpus.h"
 
 __global__ void fetch_texture(cudaTextureObject_t tex, float* out, int n) {

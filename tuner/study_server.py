@@ -1,0 +1,398 @@
+"""``mneme study-server URL``: Optuna's gRPC storage proxy in front of one RDB storage.
+
+Many tuner processes on one study each talk to the storage on every trial; a shared file or a
+database they all open becomes their bottleneck. Optuna's storage proxy
+(``optuna.storages.run_grpc_proxy_server``) holds the storage (SQLite on one node, PostgreSQL
+across nodes) with Optuna's in-process cache in one process; tuners reach it with
+``--optuna-storage grpc://HOST:PORT`` (``optuna.storages.GrpcStorageProxy``, which caches the
+study's finished trials on its side too).
+
+The proxy has no authentication: it listens on loopback unless told otherwise, and listening
+beyond loopback needs ``--insecure`` (put it where only the tuners reach it: a Kubernetes
+NetworkPolicy, a cluster's private network).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from mneme._internal.network import is_loopback
+from mneme.errors import ConfigurationError
+
+log = logging.getLogger("mneme.study_server")
+
+DEFAULT_PORT = 13000
+STORAGE_FORMS = "journal:PATH (a file of this server's), sqlite:///PATH or postgresql://USER@HOST/DB"
+
+
+def open_proxied_storage(url: str) -> Any:
+    """The storage the proxy serves.
+
+    ``journal:PATH``: Optuna's journal storage over a file only this server writes (its operations cost
+    tens of microseconds: the study lives in memory, each change is one append). An RDB URL: the RDB
+    storage behind Optuna's in-process cache (each change is a transaction, about a millisecond or more);
+    SQLite runs in WAL mode with ``synchronous=NORMAL`` (a commit is not forced to disk, a checkpoint is).
+    A machine crash can lose the last second of changes either way, whose trials a tuner's ``--resume``
+    replays.
+
+    Args:
+        url: ``journal:PATH``, ``sqlite:///PATH`` or ``postgresql://...`` (``mysql://`` works too).
+
+    Returns:
+        an ``optuna.storages.BaseStorage``.
+
+    Raises:
+        ConfigurationError: an unknown URL, or a database driver is missing.
+    """
+    import optuna
+
+    from tuner.strategies.shared_study import open_storage
+
+    scheme = url.split(":", 1)[0].split("+", 1)[0] if isinstance(url, str) else ""
+    if scheme not in ("journal", "sqlite", "postgresql", "postgres", "mysql"):
+        raise ConfigurationError(f"mneme study-server {url!r}: give {STORAGE_FORMS}")
+    storage = open_storage(url)
+    if scheme == "journal":
+        return storage
+    if scheme == "sqlite":
+        _sqlite_wal(storage.engine)
+    return optuna.storages.get_storage(storage)  # RDBStorage -> _CachedStorage(RDBStorage)
+
+
+_TRIAL_WRITES = ("create_new_trial", "set_trial_param", "set_trial_state_values", "set_trial_intermediate_value",
+                 "set_trial_user_attr", "set_trial_system_attr", "set_trial_user_attrs")
+
+
+class ChangeLog:
+    """The storage the proxy serves, with a log of which trial each change touched, so that a tuner fetches
+    only the trials changed since its last look (``tuner.strategies.shared_study.CHANGES_METHOD``) instead of
+    every unfinished trial each time (Optuna's client cache: with hundreds of trials in flight, every call
+    carried them all). Everything else is the storage's own."""
+
+    def __init__(self, storage: Any) -> None:
+        import uuid
+
+        self._storage = storage
+        self._lock = threading.Lock()
+        self._log: list[tuple[int, int]] = []  # (study id, trial id) of each change, in order; a cursor is an index
+        self._study_of: dict[int, int] = {t._trial_id: study._study_id for study in storage.get_all_studies()
+                                          for t in storage.get_all_trials(study._study_id, deepcopy=False)}
+        self.generation = uuid.uuid4().hex  # a cursor of another server (or run) is not this one's
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._storage, name)
+        if name not in _TRIAL_WRITES:
+            return attribute
+
+        def write(*args: Any, **kwargs: Any) -> Any:
+            result = attribute(*args, **kwargs)
+            with self._lock:
+                if name == "create_new_trial":
+                    trial_id = result
+                    self._study_of[trial_id] = args[0] if args else kwargs["study_id"]
+                else:
+                    trial_id = args[0] if args else kwargs["trial_id"]
+                self._log.append((self._study_of.get(trial_id, -1), trial_id))
+            return result
+
+        return write
+
+    def changes(self, study_id: int, since: int, generation: str) -> tuple[list[Any], int]:
+        """(the study's trials changed at or after cursor ``since``, or all of them when ``generation`` is not
+        this log's; the cursor to ask from next time)."""
+        with self._lock:
+            cursor = len(self._log)
+            fresh = generation == self.generation and 0 <= since <= cursor
+            ids = {t for s, t in self._log[since:cursor] if s == study_id} if fresh else None
+        if ids is None:
+            return self._storage.get_all_trials(study_id, deepcopy=False), cursor
+        return [self._storage.get_trial(trial_id) for trial_id in ids], cursor
+
+
+class Claims:
+    """Which trial evaluates each configuration hash of each study, decided here, one call at a time.
+
+    The first trial to claim a hash owns it while it is not released: FAIL without a ``status`` (a stopped
+    tuner fails its running trials: the hash is free again; a configuration that failed is FAIL with its
+    ``status`` and stays claimed); claims already in the study when the server starts (trials tagged
+    ``mneme:hash``, not duplicates, not released) count, the lowest-numbered first, as tuners on a shared
+    storage decide. Every tuner of a study must go through this server for the claims to hold.
+    """
+
+    def __init__(self, storage: Any) -> None:
+        self.storage = storage
+        self._lock = threading.Lock()
+        self._owners: dict[int, dict[str, int]] = {}  # study id -> hash -> trial id
+
+    def claim(self, study_id: int, trial_id: int, key: str) -> int:
+        """Tag ``trial_id`` with ``key``; the number of the trial that owns ``key`` (marking this one a
+        duplicate of it when it is another)."""
+
+        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
+
+        with self._lock:
+            owners = self._owners.get(study_id)
+            if owners is None:
+                owners = self._owners[study_id] = self._existing(study_id)
+            owner_id = owners.get(key)
+            if owner_id is not None and owner_id != trial_id:
+                if _released(self.storage.get_trial(owner_id)):
+                    owner_id = None
+            if owner_id is None:
+                owners[key] = owner_id = trial_id
+            self.storage.set_trial_system_attr(trial_id, HASH_ATTR, key)
+            if owner_id == trial_id:
+                return self.storage.get_trial(trial_id).number
+            owner_number = self.storage.get_trial(owner_id).number
+            self.storage.set_trial_system_attr(trial_id, DUPLICATE_ATTR, owner_number)
+            return owner_number
+
+    def _existing(self, study_id: int) -> dict[str, int]:
+
+        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
+
+        owners: dict[str, int] = {}
+        for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
+            key = trial.system_attrs.get(HASH_ATTR)
+            if key is not None and DUPLICATE_ATTR not in trial.system_attrs and not _released(trial):
+                owners.setdefault(key, trial._trial_id)
+        return owners
+
+
+def _released(trial: Any) -> bool:
+    """A claim that no longer holds: FAIL without a ``status`` (its tuner stopped before an outcome); a
+    configuration that failed is FAIL with its ``status`` and stays claimed."""
+    return trial.state.name == "FAIL" and "status" not in trial.user_attrs
+
+
+def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[Callable, Callable]]]:
+    """mneme's additions to Optuna's service (``tuner.strategies.shared_study``'s ``APPLY_METHOD`` and
+    ``CHANGES_METHOD``; JSON requests). ``Apply``: ``{"ops": [[NAME, ARGS...], ...]}`` runs a tuner's changes
+    of its own trials in order (``create_new_trial`` STUDY, ``set_trial_param`` TRIAL NAME VALUE
+    DISTRIBUTION_JSON, ``set_trial_system_attr`` TRIAL KEY VALUE, ``set_trial_user_attrs`` TRIAL {..},
+    ``set_trial_state_values`` TRIAL STATE VALUES, ``claim`` STUDY TRIAL HASH) and answers
+    ``{"results": [...]}``, one per operation. ``Changes``: ``{"study_id": S, "since": C, "generation": G}`` ->
+    a JSON head (cursor, generation) and Optuna's ``GetTrialsReply`` of the trials changed since C.
+    Returns the service name and, per method, (function, response serializer)."""
+    import grpc
+    from optuna.distributions import json_to_distribution
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.storages._grpc.auto_generated import api_pb2
+    from optuna.storages._grpc.servicer import _to_proto_trial
+    from optuna.trial import TrialState
+
+    from tuner.strategies.shared_study import APPLY_METHOD, CHANGES_METHOD
+
+    service = APPLY_METHOD.strip("/").split("/")[0]
+    set_all = getattr(storage, "set_trial_user_attrs", None)
+
+    def create(study_id: int) -> dict:
+        trial_id = storage.create_new_trial(int(study_id))
+        trial = storage.get_trial(trial_id)
+        return {"trial_id": trial_id, "number": trial.number, "datetime_start": trial.datetime_start.isoformat()}
+
+    def user_attrs(trial_id: int, attrs: dict) -> None:
+        if set_all is not None:
+            set_all(int(trial_id), dict(attrs))
+        else:
+            for name, value in dict(attrs).items():
+                storage.set_trial_user_attr(int(trial_id), name, value)
+
+    operations: dict[str, Callable[..., Any]] = {
+        "create_new_trial": create,
+        "set_trial_param": lambda t, name, value, dist: storage.set_trial_param(
+            int(t), name, float(value), json_to_distribution(dist)),
+        "set_trial_system_attr": lambda t, key, value: storage.set_trial_system_attr(int(t), key, value),
+        "set_trial_user_attrs": user_attrs,
+        "set_trial_state_values": lambda t, state, values: storage.set_trial_state_values(
+            int(t), TrialState[state], values),
+        "claim": lambda study, t, key: claims.claim(int(study), int(t), str(key)),
+    }
+
+    def apply(request: dict, context: Any) -> dict:
+        try:
+            ops = [(operations[op[0]], op[1:]) for op in request["ops"]]
+        except (KeyError, TypeError, IndexError):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                          f'give {{"ops": [[NAME, ARGS...], ...]}} with NAME one of {", ".join(operations)}')
+        results = []
+        try:
+            for function, args in ops:
+                results.append(function(*args))
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        except UpdateFinishedTrialError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except (TypeError, ValueError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return {"results": results}
+
+    def changes(request: dict, context: Any) -> bytes:
+        try:
+            study_id, since, generation = int(request["study_id"]), int(request["since"]), str(request["generation"])
+        except (KeyError, TypeError, ValueError):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, 'give {"study_id": S, "since": C, "generation": G}')
+        try:
+            trials, cursor = storage.changes(study_id, since, generation)
+        except KeyError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        head = json.dumps({"cursor": cursor, "generation": storage.generation}).encode()
+        reply = api_pb2.GetTrialsReply(trials=[_to_proto_trial(t) for t in trials]).SerializeToString()
+        return len(head).to_bytes(4, "big") + head + reply
+
+    def name(method: str) -> str:
+        return method.strip("/").split("/")[1]
+
+    return service, {name(APPLY_METHOD): (apply, lambda o: json.dumps(o).encode()),
+                     name(CHANGES_METHOD): (changes, bytes)}
+
+
+def _is_journal(storage: Any) -> bool:
+    from optuna.storages import JournalStorage
+
+    return isinstance(storage, JournalStorage)
+
+
+def _sqlite_wal(engine: Any) -> None:
+    from sqlalchemy import event
+
+    def pragmas(connection, _record) -> None:
+        cursor = connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    event.listen(engine, "connect", pragmas)
+    engine.dispose()  # connections made before the listener get the pragmas when made anew
+
+
+class _Aborted(Exception):
+    """``context.abort`` of a synchronous handler, carried out to the asyncio call."""
+
+
+class _SyncContext:
+    """What Optuna's servicer uses of a ``grpc.ServicerContext``: ``abort``."""
+
+    def abort(self, code: Any, details: str = "") -> None:
+        raise _Aborted(code, details)
+
+
+def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> list[Any]:
+    """Optuna's ``StorageService`` and mneme's ``StudyBatch`` as ``grpc.aio`` handlers around their synchronous
+    methods: run on the event loop's thread (``inline``: a journal file, whose operations take microseconds
+    and which wants one thread) or in ``pool`` (a database). The asyncio server costs a fraction of the CPU
+    per call of gRPC's threaded one, whose polling and hand-offs were most of this server's time."""
+    import asyncio
+
+    import grpc
+
+    try:
+        from optuna.storages._grpc.auto_generated import api_pb2
+        from optuna.storages._grpc.servicer import OptunaStorageProxyService
+    except ImportError as exc:  # optuna < 4.2
+        raise ConfigurationError(f"Optuna's storage proxy is missing ({exc}); pip install 'optuna>=4.2'") from None
+    shim = _SyncContext()
+
+    def wrap(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+        async def call(request: Any, context: Any) -> Any:
+            try:
+                if inline:
+                    return function(request, shim)
+                return await asyncio.get_running_loop().run_in_executor(pool, function, request, shim)
+            except _Aborted as exc:
+                await context.abort(*exc.args)
+
+        return call
+
+    servicer = OptunaStorageProxyService(storage)
+    service = api_pb2.DESCRIPTOR.services_by_name["StorageService"]
+    methods = {m.name: grpc.unary_unary_rpc_method_handler(
+        wrap(getattr(servicer, m.name)), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
+        response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString) for m in service.methods}
+    batch_service, batch = _batch_methods(storage, Claims(storage))
+    return [grpc.method_handlers_generic_handler(service.full_name, methods),
+            grpc.method_handlers_generic_handler(batch_service, {
+                name: grpc.unary_unary_rpc_method_handler(wrap(function), request_deserializer=json.loads,
+                                                          response_serializer=serialize)
+                for name, (function, serialize) in batch.items()})]
+
+
+def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecure: bool = False,
+          threads: int = 16, announce: Callable[[str], None] = print, stop: threading.Event | None = None) -> int:
+    """Serve ``url``'s storage until SIGTERM/SIGINT (or ``stop`` is set).
+
+    Args:
+        url: the storage (see :func:`open_proxied_storage`).
+        host: listen address; beyond loopback only with ``insecure`` (the proxy has no authentication).
+        port: listen port (0: a free one, printed).
+        insecure: allow listening beyond loopback.
+        threads: threads for a database's operations (a journal file's run on the server's one thread).
+        announce: receives the one line saying where tuners connect.
+        stop: an event that stops the server when set (tests; signals do the same).
+
+    Returns:
+        0 after a clean stop.
+
+    Raises:
+        ConfigurationError: an address beyond loopback without ``insecure``, a bad URL, a port taken.
+    """
+    import asyncio
+
+    import grpc
+
+    if not insecure and not is_loopback(host):
+        raise ConfigurationError(
+            f"--host {host}: Optuna's storage proxy has no authentication, so anyone who reaches the port could "
+            "read and write the study; listen on 127.0.0.1, or pass --insecure where only the tuners reach it")
+    warnings.filterwarnings("ignore", category=Warning, module="optuna")  # ExperimentalWarning of the proxy
+    storage = ChangeLog(open_proxied_storage(url))
+    inline = _is_journal(storage._storage)  # a running trial belongs to the thread that made it (Optuna #6084)
+    pool = None if inline else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="study")
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
+    address = f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
+    shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+
+    async def run() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(_handlers(storage, inline, pool))
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if not bound:
+            raise ConfigurationError(f"mneme study-server: cannot listen on {address}: the port is taken or the "
+                                     "address is not this machine's; give another --port or --host")
+        await server.start()
+        announce(f"mneme study-server: serving {_redacted(url)} on {shown}:{bound} "
+                 f"(tuners: --optuna-storage grpc://{shown}:{bound})")
+        try:
+            while not stop.is_set():
+                await asyncio.sleep(0.2)
+        finally:
+            await server.stop(2.0)
+
+    try:
+        asyncio.run(run())
+    finally:
+        if pool is not None:
+            pool.shutdown()
+    return 0
+
+
+def _redacted(url: str) -> str:
+    """``url`` without a password (``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``)."""
+    head, sep, rest = url.partition("://")
+    credentials, at, location = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url
+    return f"{head}{sep}{credentials.split(':', 1)[0]}:***@{location}"
+
