@@ -21,10 +21,16 @@ S = argparse.SUPPRESS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Plots of a finished run: mneme tune report DIR; one view of a shared study: "
-                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME")
-    parser.add_argument("action", nargs="*", metavar="report DIR",
+                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME; "
+                     "two runs side by side: mneme tune compare A B; the trials as a table: "
+                     "mneme tune export DIR --csv [PATH]")
+    parser.add_argument("action", nargs="*", metavar="report DIR | compare A B | export DIR",
                         help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning; "
-                        "several DIRs (or --optuna-storage) print their merged summary")
+                        "several DIRs (or --optuna-storage) print their merged summary; 'compare A B' compares "
+                        "two runs; 'export DIR --csv' writes its trials as CSV")
+    parser.add_argument("--csv", nargs="?", const="", metavar="PATH", default=S,
+                        help="with 'export DIR': the trials as CSV with flat columns, to PATH (default "
+                        "DIR/trials.csv; '-': standard output)")
     parser.add_argument("--config", metavar="FILE.yml", default=S,
                         help="read settings from a YAML file; command-line flags override it")
 
@@ -123,7 +129,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("outputs and run modes")
     g.add_argument("--results-dir", metavar="DIR", default=S,
                    help="where results go (default: a timestamped directory under mneme-tune-results/)")
-    g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
+    g.add_argument("--resume", action="store_true", default=S,
+                   help="continue the run in --results-dir (its settings are read from DIR/config.json; a run "
+                   "whose kernel, space, objective, measurement or tolerance differs is refused)")
+    g.add_argument("--force", action="store_true", default=S,
+                   help="when --results-dir holds another run (or --resume finds other settings there), start a "
+                   "new run in a directory beside it (DIR-2, DIR-3, ...)")
     g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
     g.add_argument("--tolerance", action="append", default=S, metavar="auto|exact|SEL=dtype:mode:threshold[:norm]",
                    help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "

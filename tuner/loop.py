@@ -209,16 +209,15 @@ class TuningLoop:
         config = candidate.configuration
         if key in self.state.done_hashes:
             self.state.resumed_skipped += 1
-            prior = self._earlier.get(key)
-            values = prior.get("objective_values") if prior else None
-            self.strategy.tell(candidate, values)
+            prior = self._earlier.get(key) or {}
+            self.strategy.tell(candidate, prior.get("objective_values"), status=prior.get("status"))
             return
         banned_by = self.state.banned_blocks.get(config.block.as_tuple())
         if banned_by is not None:
             self.state.banned_skipped += 1
             self.log.info("skip %s: block %s was banned after the invalid launch of trial %d",
                           key, config.block.as_tuple(), banned_by)
-            self.strategy.tell(candidate, None)
+            self.strategy.tell(candidate, None, status=STATUS_INVALID_LAUNCH)
             return
         errors = config.validation_errors()
         if errors:

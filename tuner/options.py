@@ -116,6 +116,7 @@ class TuneOptions:
     # outputs and run modes
     results_dir: str | None = None
     resume: bool = False
+    force: bool = False  # a results directory holding another run: start a new run beside it
     rerun_baseline: bool = False
     print_space: bool = False
     dry_run: bool = False
@@ -201,7 +202,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
 KEYS = tuple(TuneOptions().to_dict())
 _BOOL_KEYS = {name for name, f in FIELDS.items() if f.type == "bool"} | {"no_relocate"}
 # What config.json adds beside the settings; ignored when it is read back with --config.
-RUN_METADATA = ("kernel", "device", "mneme_version", "written")
+RUN_METADATA = ("kernel", "device", "mneme_version", "written", "fingerprint")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -229,11 +230,13 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None) -> TuneOptions:
-    """Defaults, then the config file, then the command line; normalized and validated."""
-    merged: dict[str, Any] = {}
+def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None,
+                    base: Mapping[str, Any] | None = None) -> TuneOptions:
+    """Defaults, then ``base`` (the settings of the run ``--resume`` continues), then the config file, then
+    the command line; normalized and validated."""
+    merged: dict[str, Any] = _tolerance_layer(base, {}) if base else {}
     if config_file:
-        merged = _tolerance_layer(load_config_file(config_file), {})
+        merged = _tolerance_layer(load_config_file(config_file), merged)
     merged = _tolerance_layer({k: v for k, v in cli.items() if k in KEYS or k == "tolerance_file"}, merged)
     flags = {k: _normalize(k, v) for k, v in merged.items()}
     options = TuneOptions(**_settings_objects(flags))

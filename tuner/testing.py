@@ -193,6 +193,26 @@ class BlockSpace(SearchSpace):
 
 
 @pytest.fixture
+def cli_doubles(monkeypatch, kernel):
+    """``mneme tune`` through the command line with the test doubles: every executor the run makes is a
+    :class:`FakeExecutor` (appended to the returned list, so a test sees whether one was made) and the
+    recording is :func:`vecadd_kernel`'s."""
+    import tuner.run
+
+    made: list[FakeExecutor] = []
+
+    def make_executor(options, results_dir, compile_ahead):
+        made.append(FakeExecutor())
+        return made[-1]
+
+    make_executor.dials_servers = True  # it stands in for the real one, which replays on --servers
+    monkeypatch.setattr(tuner.run, "default_executor", make_executor)
+    monkeypatch.setattr(tuner.run, "load_instance",
+                        lambda db, rid: (kernel, KernelIdentity("vecAdd", "15941914485064662553", rid or "163")))
+    return made
+
+
+@pytest.fixture
 def space_module(tmp_path):
     path = tmp_path / "block_space.py"
     path.write_text(CUSTOM_SPACE)

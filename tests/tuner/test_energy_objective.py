@@ -10,7 +10,7 @@ import pytest
 
 import tuner.run
 from mneme.cli import main
-from mneme.errors import ConfigurationError
+from mneme.errors import ConfigurationError, NotAvailableError
 from mneme.model.experiment import ExperimentResult
 from mneme.model.measurement import MeasurementSettings
 from tuner.objective import Objective, needs_energy, objective_errors, objective_names
@@ -136,7 +136,7 @@ def test_energy_run_ranks_by_joules_per_launch(tmp_path, loader):
     assert best["hash"] != fastest["hash"]  # the most frugal is not the fastest here
     summary = read(tmp_path, "summary.json")
     assert summary["best_energy_j"] == best["energy_j"] and summary["baseline_energy_j"] > 0
-    assert "J per launch at" in out and "energy=" in out
+    assert "J per launch at" in out and "energy=" in (tmp_path / "run" / "logs" / "tune.log").read_text()
 
 
 def test_edp_run_ranks_by_energy_times_delay(tmp_path, loader):
@@ -207,8 +207,8 @@ def test_time_runs_need_no_energy_and_say_when_nvml_is_missing(tmp_path, loader)
 
 
 def test_resume_replays_a_baseline_that_has_no_energy(tmp_path, loader):
-    rc, _, _ = tune(tmp_path, loader, EnergyExecutor(measure_energy=False), space_preset="quick")
-    assert rc == 0
+    with pytest.raises(NotAvailableError, match="measured none"):  # refused at the baseline: no NVML there
+        tune(tmp_path, loader, EnergyExecutor(measure_energy=False), space_preset="quick", objective="energy")
     executor = EnergyExecutor()
     rc, _, _ = tune(tmp_path, loader, executor, space_preset="quick", objective="energy", resume=True)
     assert rc == 0 and executor.evaluated == 1  # the earlier baseline measured no energy: replayed again

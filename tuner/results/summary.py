@@ -113,7 +113,25 @@ def verification_counts(records: Sequence[dict[str, Any]]) -> dict[str, int]:
 
 def summary_document(records: Sequence[dict[str, Any]], baseline: dict[str, Any] | None, *,
                      state: Any, options: dict[str, Any], elapsed_s: float, space_size: int | None,
-                     complete: bool, objective: Objective | None = None) -> dict[str, Any]:
+                     coverage: dict[str, Any], objective: Objective | None = None) -> dict[str, Any]:
+    """``summary.json``: counts, the best against the current baseline, why the run stopped and how much of
+    the current space the directory holds.
+
+    Args:
+        records: every trial record of the directory (an earlier run's included).
+        baseline: ``baseline.json``'s document, or None.
+        state: the loop's state (``tuner.loop.LoopState``).
+        options: the resolved settings.
+        elapsed_s: the run's wall time.
+        space_size: the number of points of the space (None: continuous).
+        coverage: :func:`tuner.results.coverage.space_coverage` of the current space.
+        objective: the run's objectives (their metric names, the spread's metric).
+
+    Returns:
+        The document. ``complete`` is true only when every configuration of the current space has a trial
+        (or was settled by a block-shape ban); ``finished`` when the run stopped on its own terms (space,
+        budget, or baseline only), not by a signal, ``--fail-fast`` or a failure.
+    """
     counts = Counter(r["status"] for r in records)
     best_doc = best_document(records, baseline, multi_objective=False, objective=objective)
     best = best_doc.get("best")
@@ -140,7 +158,9 @@ def summary_document(records: Sequence[dict[str, Any]], baseline: dict[str, Any]
         "sampler": options.get("sampler"),
         "space_size": space_size,
         "stopped": state.stopped,
-        "complete": complete,
+        "finished": state.stopped in ("exhausted", "budget", "baseline-only"),
+        "complete": bool(coverage.get("complete")),
+        "coverage": coverage,
         "elapsed_s": round(elapsed_s, 3),
     }
 
