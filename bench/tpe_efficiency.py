@@ -95,13 +95,16 @@ def measured_table(args: argparse.Namespace) -> tuple[BuiltinSearchSpace, dict[s
 
 def trials_to_target(space, table: dict[str, float | None], sampler: str, seed: int, target: float) -> int:
     """Trials (distinct configurations evaluated) until one within the target; the space size if never."""
-    strategy = OptunaSamplingStrategy(space, sampler, seed=seed)
+    strategy = OptunaSamplingStrategy(space, sampler, seed=seed, enqueue_baseline=False)  # the sampler alone
     for n in range(1, len(table) + 1):
         candidate: Candidate | None = strategy.ask()
         if candidate is None:
             break
         value = table[candidate.hash]
-        strategy.tell(candidate, None if value is None else [value])
+        if value is None:  # a failure, told as the tuner tells it (a FAIL trial with its status)
+            strategy.tell(candidate, None, status="compile_error")
+        else:
+            strategy.tell(candidate, [value])
         if value is not None and value <= target:
             return n
     return len(table)

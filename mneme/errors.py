@@ -82,8 +82,22 @@ def os_error_message(exc: OSError) -> str:
     Returns:
         ``cannot access /out/x: Permission denied`` (with the disk full, what to do), or the reason alone.
     """
+    reason = os_error_reason(exc)
+    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
+    return f"cannot access {' -> '.join(paths)}: {reason}" if paths else reason
+
+
+def os_error_reason(exc: OSError) -> str:
+    """The OS's reason for ``exc`` without its paths: ``Permission denied``, ``Read-only file system``,
+    ``No space left on device; free some space``.
+
+    Args:
+        exc: the error.
+
+    Returns:
+        The reason, for a message that names the path itself.
+    """
     reason = exc.strerror or str(exc) or type(exc).__name__
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         reason += "; free some space"
-    paths = [str(p) for p in (exc.filename, exc.filename2) if p is not None]
-    return f"cannot access {' -> '.join(paths)}: {reason}" if paths else reason
+    return reason

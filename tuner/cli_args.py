@@ -11,7 +11,8 @@ import argparse
 
 from mneme.model.verification import DEFAULT_RUNS
 from replay_server.kept_servers import DEFAULT_KEEP_ALIVE_S
-from tuner.options import METRICS, OBJECTIVES, PRUNERS, SAMPLERS, SECONDARY_OBJECTIVES
+from tuner.objective import OBJECTIVES, SECONDARY_OBJECTIVES
+from tuner.options import METRICS, PRUNERS, SAMPLERS
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
@@ -20,10 +21,16 @@ S = argparse.SUPPRESS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Plots of a finished run: mneme tune report DIR; one view of a shared study: "
-                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME")
-    parser.add_argument("action", nargs="*", metavar="report DIR",
+                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME; "
+                     "two runs side by side: mneme tune compare A B; the trials as a table: "
+                     "mneme tune export DIR --csv [PATH]")
+    parser.add_argument("action", nargs="*", metavar="report DIR | compare A B | export DIR",
                         help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning; "
-                        "several DIRs (or --optuna-storage) print their merged summary")
+                        "several DIRs (or --optuna-storage) print their merged summary; 'compare A B' compares "
+                        "two runs; 'export DIR --csv' writes its trials as CSV")
+    parser.add_argument("--csv", nargs="?", const="", metavar="PATH", default=S,
+                        help="with 'export DIR': the trials as CSV with flat columns, to PATH (default "
+                        "DIR/trials.csv; '-': standard output)")
     parser.add_argument("--config", metavar="FILE.yml", default=S,
                         help="read settings from a YAML file; command-line flags override it")
 
@@ -77,8 +84,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--iterations", type=int, default=S, help="measured launches per replay (default 5)")
     g.add_argument("--workers", type=int, default=S, help="concurrent replay workers (default 1)")
     g.add_argument("--metric", choices=METRICS, default=S, help="statistic of the measured launches (default mean)")
-    g.add_argument("--objective", choices=OBJECTIVES, default=S,
-                   help="time: minimize the metric; speedup: maximize baseline / metric")
+    g.add_argument("--objective", metavar="|".join(OBJECTIVES) + "|time,energy", default=S,
+                   help="time (default): minimize the metric; speedup: maximize baseline / metric; energy: minimize "
+                   "joules per launch (NVML's energy counter over an energy window of each verified configuration); "
+                   "edp: minimize energy x time; a list such as time,energy: NSGA-II's Pareto front of both "
+                   "(--sampler nsga2)")
+    g.add_argument("--energy-window", type=float, metavar="SECONDS", default=S,
+                   help="with --objective energy or edp: run each verified configuration's launches back to back at "
+                   "least this long for its energy (default 0.1; longer while the counter has not stepped 3 times)")
     g.add_argument("--fail-fast", dest="fail_fast", action="store_true", default=S,
                    help="stop at the first candidate that fails")
     g.add_argument("--keep-going", dest="fail_fast", action="store_false", default=S,
@@ -93,6 +106,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    "which use them instead of starting their own (a faster start); each exits after SECONDS "
                    f"without work (default {DEFAULT_KEEP_ALIVE_S:g}). Servers left running (by this or `mneme "
                    "serve --local`) are used in any case")
+    g.add_argument("--lock-clocks", choices=("off", "base", "max"), default=S,
+                   help="the local replay servers lock their GPUs' clocks while they serve (mneme serve "
+                   "--lock-clocks: base or max; default off), and put them back at the end; where that is not "
+                   "permitted they say so once and run at the GPU's own clocks")
     g.add_argument("--server-engine", metavar="MODULE:FACTORY", default=S, help=S)  # tests, benchmarks
     g.add_argument("--token-file", metavar="FILE", default=S,
                    help="bearer token the replay servers want (their --token-file)")
@@ -112,7 +129,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("outputs and run modes")
     g.add_argument("--results-dir", metavar="DIR", default=S,
                    help="where results go (default: a timestamped directory under mneme-tune-results/)")
-    g.add_argument("--resume", action="store_true", default=S, help="continue the run in --results-dir")
+    g.add_argument("--resume", action="store_true", default=S,
+                   help="continue the run in --results-dir (its settings are read from DIR/config.json; a run "
+                   "whose kernel, space, objective, measurement or tolerance differs is refused)")
+    g.add_argument("--force", action="store_true", default=S,
+                   help="when --results-dir holds another run (or --resume finds other settings there), start a "
+                   "new run in a directory beside it (DIR-2, DIR-3, ...)")
     g.add_argument("--rerun-baseline", action="store_true", default=S, help="replay the baseline again on --resume")
     g.add_argument("--tolerance", action="append", default=S, metavar="auto|exact|SEL=dtype:mode:threshold[:norm]",
                    help="auto (default): regions the recorded launch's own runs show nondeterministic are judged "

@@ -209,16 +209,15 @@ class TuningLoop:
         config = candidate.configuration
         if key in self.state.done_hashes:
             self.state.resumed_skipped += 1
-            prior = self._earlier.get(key)
-            values = prior.get("objective_values") if prior else None
-            self.strategy.tell(candidate, values)
+            prior = self._earlier.get(key) or {}
+            self.strategy.tell(candidate, prior.get("objective_values"), status=prior.get("status"))
             return
         banned_by = self.state.banned_blocks.get(config.block.as_tuple())
         if banned_by is not None:
             self.state.banned_skipped += 1
             self.log.info("skip %s: block %s was banned after the invalid launch of trial %d",
                           key, config.block.as_tuple(), banned_by)
-            self.strategy.tell(candidate, None)
+            self.strategy.tell(candidate, None, status=STATUS_INVALID_LAUNCH)
             return
         errors = config.validation_errors()
         if errors:
@@ -315,8 +314,8 @@ class TuningLoop:
     def _update_best(self, record: dict[str, Any]) -> None:
         if record.get("status") != STATUS_VERIFIED or record.get("metric") is None:
             return
-        best = self.state.best
-        if best is None or record["metric"] < best["metric"]:
+        best, rank = self.state.best, self.objective.rank_value
+        if best is None or rank(record) < rank(best):
             self.state.best = record
             self._best_text = self.best_text()
 
@@ -325,7 +324,9 @@ class TuningLoop:
         if best is None:
             return "-"
         speed = f" (x{best['speedup']:.3f})" if best.get("speedup") else ""
-        return f"{format_ns(best['metric'])}{speed}"
+        energy = (f", {best['objective_values'][0]:.4g} J/launch" if self.objective.primary == "energy"
+                  else f", EDP {best['objective_values'][0]:.4g} J*s" if self.objective.primary == "edp" else "")
+        return f"{format_ns(best['metric'])}{speed}{energy}"
 
 
 def _encoded(future: cf.Future, candidate: Candidate) -> EncodedResult | None:

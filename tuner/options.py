@@ -12,8 +12,10 @@ from ``--tolerance``, ``--tolerance-file``, ``--tolerance-runs``,
 ``--no-relocate``) and how the replay servers are reached (``connection``:
 :class:`replay_server.client.connection.ConnectionSettings`, from ``--servers``,
 ``--token-file``, ``--tls-ca``, ``--tls-server-name``, ``--keep-servers``,
-``--server-engine``). Settings files and ``config.json`` keep their flags'
-names (:meth:`TuneOptions.to_dict`).
+``--lock-clocks``, ``--server-engine``); what the replays measure besides times
+(``measurement``: :class:`mneme.model.measurement.MeasurementSettings`) follows
+from ``--objective`` and ``--energy-window``. Settings files and ``config.json``
+keep their flags' names (:meth:`TuneOptions.to_dict`).
 """
 
 from __future__ import annotations
@@ -27,17 +29,24 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from mneme.errors import ConfigurationError
+from mneme.model.measurement import DEFAULT_ENERGY_WINDOW_S, MeasurementSettings
 from mneme.model.verification import DEFAULT_RUNS, VerificationSettings
 from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags, verification_from_flags
-from replay_server.client.connection import ConnectionSettings
+from replay_server.client.connection import LOCK_CLOCKS, ConnectionSettings
+from tuner.objective import (
+    ENERGY_OBJECTIVES,
+    SECONDARY_OBJECTIVES,
+    Objective,
+    needs_energy,
+    objective_errors,
+    objective_names,
+)
 from tuner.space.builtin import BOOL_MODES, MAX_THREADS_POLICIES, PRESETS
 from tuner.space.launch_shapes import LAUNCH_DIMS, LAUNCH_SAFETIES
 
 SAMPLERS = ("exhaustive", "grid", "random", "tpe", "nsga2")
 BUDGETED_SAMPLERS = ("random", "tpe", "nsga2")
 METRICS = ("mean", "median", "min", "max")
-OBJECTIVES = ("time", "speedup")
-SECONDARY_OBJECTIVES = ("registers", "binary-size")
 PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
 PROTEUS_FILE = "proteus_tuned_kernels.json"
 
@@ -85,12 +94,14 @@ class TuneOptions:
     iterations: int = 5
     workers: int = 1
     metric: str = "mean"
-    objective: str = "time"
+    objective: str = "time"  # time, speedup, energy, edp, or a list of time/energy/edp (NSGA-II)
+    energy_window: float = DEFAULT_ENERGY_WINDOW_S  # seconds of back-to-back launches per energy measurement
     fail_fast: bool = False
     # How the replay servers are reached (CONNECTION_KEYS): --servers (None: local servers), --token-file,
     # --tls-ca, --tls-server-name; local servers: --keep-servers leaves the ones this run starts running for
     # later runs, exiting after that many idle seconds (0: stop them at the end; live kept servers that match
-    # are used in any case, replay_server.kept_servers), --server-engine (tests and benchmarks: module:factory).
+    # are used in any case, replay_server.kept_servers), --lock-clocks (the local servers lock their GPUs' clocks;
+    # kept servers are then not used), --server-engine (tests and benchmarks: module:factory).
     connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     servers_from: str | None = None  # a directory or s3:// prefix where servers announce themselves
     # How replays verify (VERIFICATION_KEYS): --tolerance auto (default: bounds derived for the regions the
@@ -105,6 +116,7 @@ class TuneOptions:
     # outputs and run modes
     results_dir: str | None = None
     resume: bool = False
+    force: bool = False  # a results directory holding another run: start a new run beside it
     rerun_baseline: bool = False
     print_space: bool = False
     dry_run: bool = False
@@ -128,9 +140,18 @@ class TuneOptions:
         return out
 
     @property
+    def objectives(self) -> Objective:
+        """The run's objectives (without the baseline's metric, which the run adds)."""
+        return Objective.from_config(self.to_dict())
+
+    @property
     def directions(self) -> tuple[str, ...]:
-        first = "minimize" if self.objective == "time" else "maximize"
-        return (first, "minimize") if self.sampler == "nsga2" else (first,)
+        return self.objectives.directions
+
+    @property
+    def measurement(self) -> MeasurementSettings:
+        """What the replays measure besides times: an energy window when an objective needs one."""
+        return MeasurementSettings(energy=needs_energy(self.objective), energy_window_s=self.energy_window)
 
     def proteus_path(self, results_dir: Path) -> Path | None:
         if self.proteus_output is False:
@@ -142,7 +163,8 @@ class TuneOptions:
 
 #: The settings-file keys ``connection`` holds, and its fields they fill.
 CONNECTION_KEYS = {"servers": "servers", "token_file": "token_file", "tls_ca": "tls_ca",
-                   "tls_server_name": "tls_server_name", "keep_servers": "keep_alive", "server_engine": "engine"}
+                   "tls_server_name": "tls_server_name", "keep_servers": "keep_alive", "server_engine": "engine",
+                   "lock_clocks": "lock_clocks"}
 #: The settings-file keys ``verification`` holds.
 VERIFICATION_KEYS = ("tolerance", "tolerance_policies", "tolerance_runs", "no_relocate")
 
@@ -180,7 +202,7 @@ FIELDS = {f.name: f for f in dataclasses.fields(TuneOptions)}
 KEYS = tuple(TuneOptions().to_dict())
 _BOOL_KEYS = {name for name, f in FIELDS.items() if f.type == "bool"} | {"no_relocate"}
 # What config.json adds beside the settings; ignored when it is read back with --config.
-RUN_METADATA = ("kernel", "device", "mneme_version", "written")
+RUN_METADATA = ("kernel", "device", "mneme_version", "written", "fingerprint")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -208,11 +230,13 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None) -> TuneOptions:
-    """Defaults, then the config file, then the command line; normalized and validated."""
-    merged: dict[str, Any] = {}
+def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None,
+                    base: Mapping[str, Any] | None = None) -> TuneOptions:
+    """Defaults, then ``base`` (the settings of the run ``--resume`` continues), then the config file, then
+    the command line; normalized and validated."""
+    merged: dict[str, Any] = _tolerance_layer(base, {}) if base else {}
     if config_file:
-        merged = _tolerance_layer(load_config_file(config_file), {})
+        merged = _tolerance_layer(load_config_file(config_file), merged)
     merged = _tolerance_layer({k: v for k, v in cli.items() if k in KEYS or k == "tolerance_file"}, merged)
     flags = {k: _normalize(k, v) for k, v in merged.items()}
     options = TuneOptions(**_settings_objects(flags))
@@ -237,6 +261,8 @@ def _settings_objects(flags: dict[str, Any]) -> dict[str, Any]:
         [mode] if mode else [], (), runs or DEFAULT_RUNS, bool(verification.get("no_relocate")),
         default_mode="auto", policies=policies)
     _check_keep_servers(connection.get("keep_servers"), connection.get("servers") or flags.get("servers_from"))
+    _check_lock_clocks(connection.get("lock_clocks"), connection.get("keep_servers"),
+                       connection.get("servers") or flags.get("servers_from"))
     flags["connection"] = connection_from_flags(connection)
     return flags
 
@@ -335,8 +361,10 @@ def _normalize(key: str, value: Any) -> Any:
         return [str(s) for s in value]
     if key in ("record_id", "record_database", "space_module", "results_dir", "pipeline_file",
                "fixed_passes", "study_name", "optuna_storage", "dump_config", "servers_from", "token_file",
-               "tls_ca", "tls_server_name", "server_engine"):
+               "tls_ca", "tls_server_name", "server_engine", "lock_clocks"):
         return str(value)
+    if key == "objective":  # "time,energy", or a YAML list of them
+        return ",".join(objective_names(",".join(value) if isinstance(value, (list, tuple)) else str(value)))
     if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
                "fixed_min_blocks_per_sm", "tolerance_runs"):
         if isinstance(value, bool) or not isinstance(value, (int, str)):
@@ -350,11 +378,11 @@ def _normalize(key: str, value: Any) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ConfigurationError(f"keep_servers must be a number of seconds, got {value!r}") from None
-    if key == "timeout":
+    if key in ("timeout", "energy_window"):
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ConfigurationError(f"timeout must be a number of seconds, got {value!r}") from None
+            raise ConfigurationError(f"{key} must be a number of seconds, got {value!r}") from None
     if key in _BOOL_KEYS and not isinstance(value, bool):
         raise ConfigurationError(f"{key} must be true or false, got {value!r}")
     return value
@@ -369,7 +397,8 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
     """Refuse contradictory or out-of-range settings with a message that says what to change."""
     _choice(o.sampler, SAMPLERS, "--sampler")
     _choice(o.metric, METRICS, "--metric")
-    _choice(o.objective, OBJECTIVES, "--objective")
+    for error in objective_errors(o.objective):
+        raise ConfigurationError(error)
     _choice(o.secondary_objective, SECONDARY_OBJECTIVES, "--secondary-objective")
     _choice(o.pruner, PRUNERS, "--pruner")
     _choice(o.space_preset, PRESETS, "--space-preset")
@@ -387,6 +416,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
         )
     if o.secondary_objective != FIELDS["secondary_objective"].default and o.sampler != "nsga2":
         raise ConfigurationError("--secondary-objective is for the multi-objective --sampler nsga2")
+    _check_objectives(o, explicit)
     for key, low in (("trials", 1), ("iterations", 1), ("warmup", 0), ("workers", 1)):
         value = getattr(o, key)
         if value is not None and value < low:
@@ -419,6 +449,7 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
     if o.connection.servers and o.servers_from:
         raise ConfigurationError("--servers and --servers-from both name the replay servers; give one of them")
     _check_keep_servers(o.connection.keep_alive, o.connection.servers or o.servers_from)
+    _check_lock_clocks(o.connection.lock_clocks, o.connection.keep_alive, o.connection.servers or o.servers_from)
     if o.rerun_baseline and not o.resume:
         raise ConfigurationError("--rerun-baseline only makes sense with --resume")
     if o.optuna_storage and o.sampler in ("exhaustive",):
@@ -429,6 +460,40 @@ def validate(o: TuneOptions, explicit: set[str] = frozenset()) -> None:
                 "--record-database is required (the recording database JSON; `mneme ls` lists them); "
                 "--record-id may be left out when the database holds one instance"
             )
+
+
+def _check_objectives(o: TuneOptions, explicit: set[str]) -> None:
+    """``--objective`` against the sampler, ``--secondary-objective``, the pruner and ``--energy-window``."""
+    names = objective_names(o.objective)
+    if len(names) > 1:
+        if o.sampler != "nsga2":
+            raise ConfigurationError(f"--objective {o.objective} is a multi-objective search: use --sampler nsga2 "
+                                     "(its best.json holds the Pareto front)")
+        if "secondary_objective" in explicit:
+            raise ConfigurationError(f"--secondary-objective adds a second objective to one --objective; "
+                                     f"--objective {o.objective} names its objectives already: drop one of them")
+    if names and names[0] in ENERGY_OBJECTIVES and o.pruner != "none":
+        raise ConfigurationError(f"--pruner prunes on the time after each launch; --objective {names[0]} is measured "
+                                 "once per configuration, after its launches: drop --pruner")
+    try:
+        MeasurementSettings(energy=needs_energy(o.objective), energy_window_s=o.energy_window)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--energy-window: {exc}") from None
+
+
+def _check_lock_clocks(lock_clocks: str | None, keep_servers: float | None, remote: Any) -> None:
+    """``--lock-clocks`` against ``--keep-servers`` and the servers named (``--servers``, ``--servers-from``)."""
+    if lock_clocks in (None, "off"):
+        return
+    if lock_clocks not in LOCK_CLOCKS:
+        raise ConfigurationError(f"--lock-clocks {lock_clocks!r}: choose one of {', '.join(LOCK_CLOCKS)}")
+    if remote:
+        raise ConfigurationError("--lock-clocks locks the clocks of the local replay servers a run starts; with "
+                                 "--servers or --servers-from it starts none: start those servers with `mneme "
+                                 "serve --lock-clocks` instead")
+    if keep_servers:
+        raise ConfigurationError("--lock-clocks and --keep-servers: servers kept for later runs would serve those at "
+                                 "the locked clocks too; drop one of them")
 
 
 def _check_keep_servers(keep_servers: float | None, remote: Any) -> None:

@@ -14,22 +14,27 @@ from typing import Any, Callable, TextIO
 from mneme import __version__
 from mneme._internal.startup_trace import mark
 from mneme.apply.device import driver_version
-from mneme.errors import ConfigurationError, NotAvailableError
+from mneme.errors import NotAvailableError
 from mneme.model.experiment import (
     STATUS_VERIFIED,
     ExperimentConfiguration,
     ExperimentResult,
 )
-from tuner.errors import TuningError
+from tuner.errors import ServersUnreachableError, TuningError
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
-from tuner.objective import Objective, effective_status, metric_value
+from tuner.objective import effective_status, energy_missing_reason, metric_value
 from tuner.options import TuneOptions
+from tuner.preflight import check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
 from tuner.recording import KernelIdentity, check_region_selectors, load_instance
+from tuner.results.coverage import space_coverage
 from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
 from tuner.results.export import write_export
+from tuner.results.fingerprint import run_fingerprint
 from tuner.results.summary import best_document, summary_document, verification_counts
+from tuner.results.table import render_top_table, top_configurations
+from tuner.resume import check_resumable, choose_results_dir
 from tuner.space.factory import build_space
 from tuner.space.search_space import (
     SearchSpace,
@@ -70,6 +75,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         verification=options.verification,
         connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
+        measurement=options.measurement,
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -77,6 +83,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
 
 
 default_executor.adopts_local_servers = True  # takes local_servers= (the run starts them early)
+default_executor.dials_servers = True  # replays on --servers: the run dials them before anything starts
 
 
 class PrestartedServers:
@@ -134,6 +141,8 @@ def _reusable_servers(options: TuneOptions) -> Any:
     fail the run: it starts its own servers."""
     from replay_server.client.reuse import find_reusable
 
+    if options.connection.lock_clocks != "off":  # a kept server runs at whatever clocks it was started with
+        return None
     try:
         return find_reusable(options.record_database, options.workers, options.connection.engine)
     except Exception as exc:  # noqa: BLE001 - an unreadable announcement directory, a broken token file
@@ -160,6 +169,17 @@ def _print_json(data: Any, out: TextIO) -> None:
 
 
 def baseline_document(config: ExperimentConfiguration, result: ExperimentResult, metric: str) -> dict[str, Any]:
+    """``baseline.json``: the recorded launch's replay, its metric, the tolerance derived on it, and the GPU's
+    conditions around it (``conditions``: clocks, temperature, power, throttle reasons; ``throttled``).
+
+    Args:
+        config: the baseline configuration.
+        result: its replay's result.
+        metric: ``--metric``.
+
+    Returns:
+        The document.
+    """
     status = effective_status(result)
     times = result.measured_times
     return {
@@ -172,6 +192,8 @@ def baseline_document(config: ExperimentConfiguration, result: ExperimentResult,
         "result": result.to_dict(),
         "timestamp": now_iso(),
         "tolerance": derived_tolerance(result),
+        "conditions": result.conditions,
+        "throttled": result.throttled,
     }
 
 
@@ -210,6 +232,9 @@ class TuneRun:
             print(f"wrote the resolved configuration to {o.dump_config}", file=self.out)
             return 0
         real_run = not (o.print_space or o.dry_run)
+        if real_run:
+            self._preflight()
+            o = self.options  # --force may have moved the run beside its --results-dir
         # Local servers start now, while this process reads the recording and builds the space.
         self._prestarted = PrestartedServers(o) if real_run and not o.connection.servers and not o.servers_from \
             and getattr(self.executor_factory, "adopts_local_servers", False) else None
@@ -230,24 +255,40 @@ class TuneRun:
                 _print_json({"baseline": baseline_config.to_dict(), "search_space": description,
                              "sampler": o.sampler, "trials": o.trials}, self.out)
                 return 0
+            if o.resume:  # the kernel and the space must be the run's in the directory
+                self.options, moved = check_resumable(o, vars(identity), description)
+                if moved:
+                    print(moved, file=sys.stderr)
             with sigterm_as_interrupt():  # a batch system's time limit stops the run as Ctrl-C does
                 return self._tune(space, description, identity)
         finally:
             if self._prestarted is not None:
                 self._prestarted.discard()
 
+    def _preflight(self) -> None:
+        """Before any server starts: the results directory can be written and holds what the run expects,
+        and the ``--servers`` answer (those that do not are named; none answering ends the run)."""
+        self.options, moved = choose_results_dir(self.options)
+        if moved:
+            print(moved, file=sys.stderr)
+        o = self.options
+        dials = getattr(self.executor_factory, "dials_servers", False)  # an executor of its own may not
+        for line in check_servers(o.connection.servers) if o.connection.servers and dials else ():
+            print(f"warning: {line}; going on with the other servers", file=sys.stderr)
+
     # -- a real run -----------------------------------------------------------------------
     def _tune(self, space: SearchSpace, description: dict[str, Any], identity: KernelIdentity) -> int:
         o = self.options
         results = ResultsDirectory(o.results_dir or default_results_dir(o.record_id))
         results.prepare(resume=o.resume)
-        previous = self._check_resumable(results, identity) if o.resume else []
+        previous = results.load_trials() if o.resume else []
         handler = results.open_log(self.log)
         reporter = make_reporter(o.quiet, self.out, self.is_tty)
         # The driver the run measured with: `mneme run --apply` refuses the results under another one.
         config_doc = {**o.to_dict(), "results_dir": str(results.path), "kernel": vars(identity),
                       "device": {"driver_version": driver_version()},
-                      "mneme_version": __version__, "written": now_iso()}
+                      "mneme_version": __version__, "written": now_iso(),
+                      "fingerprint": run_fingerprint(o.to_dict(), vars(identity), description)}
         results.write_json("config.json", config_doc)
         results.write_json("search_space.json", description)
         self.log.info("tuning %s (%s) instance %s into %s", identity.name, identity.static_hash,
@@ -256,7 +297,6 @@ class TuneRun:
         baseline: dict[str, Any] | None = None
         started = time.monotonic()
         executor = strategy = None
-        complete = False
         try:
             # The space's code variants compile on the servers' CPUs while they prepare and run the baseline.
             ahead = [] if o.baseline_only else code_variants(space)
@@ -270,14 +310,12 @@ class TuneRun:
             baseline = self._baseline(space, executor, results, reporter)
             mark("tune", "baseline")
             if o.baseline_only:
-                complete = True
                 state.stopped = "baseline-only"
                 return 0
-            objective = Objective(o.metric, o.objective, o.secondary_objective if o.sampler == "nsga2" else None,
-                                  baseline["metric"])
+            objective = o.objectives.with_baseline(baseline["metric"])
             strategy = make_strategy(space, o.sampler, seed=o.seed, directions=o.directions,
                                      study_name=o.study_name, storage=o.optuna_storage, pruner=o.pruner,
-                                     results_dir=str(results.path))
+                                     results_dir=str(results.path), metric_names=objective.metric_names)
             if previous:
                 strategy.seed_history(previous)
                 reporter.message(f"resuming: {len(previous)} trials already in {results.path}")
@@ -293,7 +331,6 @@ class TuneRun:
                 loop.run()
             finally:
                 reporter.finish()
-            complete = state.stopped in ("exhausted", "budget")
             return self._conclude(state, baseline, results, identity, reporter)
         except KeyboardInterrupt:
             state.stopped = "interrupted"
@@ -309,22 +346,19 @@ class TuneRun:
             if strategy is not None:
                 strategy.close()  # a shared study's running trials are released for other processes
             results.close()
-            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2"))
+            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2",
+                                                          objective=o.objectives))
             results.write_json("summary.json", summary_document(
                 state.records, baseline, state=state, options=o.to_dict(),
-                elapsed_s=time.monotonic() - started, space_size=description.get("size"), complete=complete))
+                elapsed_s=time.monotonic() - started, space_size=description.get("size"),
+                coverage=space_coverage(space, state.records, state.banned_blocks), objective=o.objectives))
             self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
             self.log.removeHandler(handler)
             handler.close()
 
-    def _check_resumable(self, results: ResultsDirectory, identity: KernelIdentity) -> list[dict[str, Any]]:
-        earlier = results.read_json("config.json") or {}
-        if str(earlier.get("record_id")) != str(identity.record_id):
-            raise ConfigurationError(
-                f"--resume: {results.path} tuned instance {earlier.get('record_id')}, not {identity.record_id}; "
-                "give the matching --record-id or another --results-dir"
-            )
-        return results.load_trials()
+    def _say_where(self, path: Path) -> None:
+        """Where the results are (on standard error with --quiet: said in any case)."""
+        print(f"results: {path} (plots: mneme tune report {path})", file=sys.stderr if self.options.quiet else self.out)
 
     def _baseline(self, space: SearchSpace, executor: Executor, results: ResultsDirectory,
                   reporter: Reporter) -> dict[str, Any]:
@@ -332,8 +366,9 @@ class TuneRun:
         config = baseline_checked(space)
         if o.resume and not o.rerun_baseline:
             earlier = results.read_json("baseline.json")
+            has_energy = ((earlier or {}).get("result") or {}).get("energy_j", -1) > 0
             if earlier and earlier.get("verified") and earlier.get("hash") == config.ground().hash() \
-                    and earlier.get("metric_name") == o.metric:
+                    and earlier.get("metric_name") == o.metric and (has_energy or not o.measurement.energy):
                 reporter.message(f"baseline (from the earlier run): {format_ns(earlier['metric'])}")
                 self._judge_with(executor, earlier.get("tolerance") or {}, reporter)
                 return earlier
@@ -348,14 +383,29 @@ class TuneRun:
         results.write_json("baseline.json", doc)
         self.log.info("baseline %s metric=%s", doc["status"], doc["metric"])
         if not doc["verified"]:
-            raise TuningError(
-                f"the baseline (recorded launch) did not verify: status {doc['status']}"
-                f"{': ' + result.error if result.error else ''}; the replay itself is broken, so no "
-                "candidate could be trusted. Check it with `mneme replay` (see baseline.json)"
-            )
-        reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)")
+            raise baseline_failure(doc["status"], result.error)
+        reporter.message(f"baseline: {format_ns(doc['metric'])} ({o.metric} of {len(result.measured_times)} launches)"
+                         + (f", {result.energy_j:.4g} J per launch at {result.power_w:.4g} W" if result.energy_j > 0
+                            else ""))
+        self._check_measurement(result, reporter)
         self._judge_with(executor, doc["tolerance"], reporter)
         return doc
+
+    def _check_measurement(self, result: ExperimentResult, reporter: Reporter) -> None:
+        """What the baseline says of the measurements: an energy objective the replays cannot measure is refused
+        (exit status 2, with why: never ranked on zeros); a baseline measured while the GPU throttled, or without
+        NVML, is said once."""
+        o = self.options
+        if o.measurement.energy and not result.energy_j > 0:
+            raise NotAvailableError(
+                f"--objective {o.objective} needs the GPU's energy, and the baseline's replay measured none: "
+                f"{energy_missing_reason(result)}; tune for time instead (--objective time)")
+        conditions = result.conditions or {}
+        if conditions.get("unavailable"):
+            reporter.message(f"note: the GPU's clocks and temperature are not recorded: {conditions['unavailable']}")
+        elif result.throttled:
+            reporter.message("note: the baseline was measured while the GPU throttled "
+                             f"({', '.join(conditions.get('throttle_reasons') or [])}); see baseline.json's conditions")
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
@@ -383,20 +433,37 @@ class TuneRun:
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:
         o = self.options
-        best = best_document(state.records, baseline, o.sampler == "nsga2").get("best")
+        best = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives).get("best")
         counts = state.counts()
         exactness = verification_counts(state.records)
         reporter.message(
             f"{len(state.records)} trials ({counts.get('verified', 0)} verified: {exactness['verified_exact']} "
             f"exactly, {exactness['verified_within_tolerance']} within tolerance), stopped: {state.stopped}"
         )
+        if best is None and o.optuna_storage and not state.records and state.stopped == "exhausted":
+            # A shared study whose other processes claimed every configuration first: nothing failed here.
+            reporter.message(f"the other processes of study {o.study_name} evaluated every configuration; "
+                             f"see mneme tune report --optuna-storage {o.optuna_storage} --study-name {o.study_name}")
+            self._say_where(results.path)
+            return 0
         if best is None:
             reporter.message("no candidate configuration verified; see trials.jsonl for the reasons")
+            self._say_where(results.path)
             return 1
-        reporter.message(
-            f"BEST: {json.dumps(best['params'])} {o.metric}={format_ns(best['metric'])} "
-            f"speedup={best['speedup']:.3f}"
-        )
+        energy = f" energy={best['energy_j']:.4g} J/launch" if best.get("energy_j") else ""
+        self.log.info("best: trial %s, %s=%s, speedup %.3f%s: %s", best["trial"], o.metric, format_ns(best["metric"]),
+                      best["speedup"], energy, json.dumps(best["params"]))
+        if not o.quiet:
+            render_top_table(top_configurations(state.records, baseline["metric"]), baseline["metric"], o.metric,
+                             self.out, is_tty=self.is_tty, title="best configurations against the baseline")
+        if best.get("overlaps_baseline"):
+            reporter.message("note: the best's confidence interval overlaps the baseline's: with these launches the "
+                             "two are not told apart (best.json's spread; more --iterations narrow it)")
+        throttled = sum(1 for r in state.records if ((r.get("result") or {}).get("conditions") or {}).get("throttled"))
+        if throttled:
+            reporter.message(f"note: {throttled} trial(s) were measured while the GPU throttled (summary.json's "
+                             "throttled_trials; each result's conditions say which)")
+        self._say_where(results.path)
         export = o.proteus_path(results.path)
         if export is not None:
             write_export(export, identity, best, o.to_dict())
@@ -419,6 +486,23 @@ def in_flight(executor: Any, workers: int) -> int:
     """
     capacity = getattr(executor, "capacity", None)
     return max(1, int(capacity)) if isinstance(capacity, int) else 2 * max(1, workers)
+
+
+def baseline_failure(status: str, error: str) -> TuningError:
+    """Why the run stops when its baseline did not verify: the servers could not be reached (the
+    executor gave up on them), or the replay of the recorded launch itself is broken."""
+    if error.startswith(SERVERS_LOST):
+        return ServersUnreachableError(
+            f"the baseline could not be replayed: {error}. The replay servers, not the recording, failed: "
+            "check --servers (or the local servers' log) and run again")
+    return TuningError(
+        f"the baseline (recorded launch) did not verify: status {status}{': ' + error if error else ''}; "
+        "the replay itself is broken, so no candidate could be trusted. Check it with `mneme replay` "
+        "(see baseline.json)")
+
+
+#: How the executor's result for a configuration no server answered begins (replay_server.client.executor).
+SERVERS_LOST = "replay server lost"
 
 
 def run_tune(options: TuneOptions, **kwargs: Any) -> int:

@@ -118,9 +118,10 @@ class ChangeLog:
 class Claims:
     """Which trial evaluates each configuration hash of each study, decided here, one call at a time.
 
-    The first trial to claim a hash owns it while it is not FAIL (a stopped tuner fails its running
-    trials: the hash is free again); claims already in the study when the server starts (trials tagged
-    ``mneme:hash``, not duplicates, not failed) count, the lowest-numbered first, as tuners on a shared
+    The first trial to claim a hash owns it while it is not released: FAIL without a ``status`` (a stopped
+    tuner fails its running trials: the hash is free again; a configuration that failed is FAIL with its
+    ``status`` and stays claimed); claims already in the study when the server starts (trials tagged
+    ``mneme:hash``, not duplicates, not released) count, the lowest-numbered first, as tuners on a shared
     storage decide. Every tuner of a study must go through this server for the claims to hold.
     """
 
@@ -132,7 +133,6 @@ class Claims:
     def claim(self, study_id: int, trial_id: int, key: str) -> int:
         """Tag ``trial_id`` with ``key``; the number of the trial that owns ``key`` (marking this one a
         duplicate of it when it is another)."""
-        from optuna.trial import TrialState
 
         from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
 
@@ -142,7 +142,7 @@ class Claims:
                 owners = self._owners[study_id] = self._existing(study_id)
             owner_id = owners.get(key)
             if owner_id is not None and owner_id != trial_id:
-                if self.storage.get_trial(owner_id).state == TrialState.FAIL:
+                if _released(self.storage.get_trial(owner_id)):
                     owner_id = None
             if owner_id is None:
                 owners[key] = owner_id = trial_id
@@ -154,16 +154,21 @@ class Claims:
             return owner_number
 
     def _existing(self, study_id: int) -> dict[str, int]:
-        from optuna.trial import TrialState
 
         from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
 
         owners: dict[str, int] = {}
         for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
             key = trial.system_attrs.get(HASH_ATTR)
-            if key is not None and DUPLICATE_ATTR not in trial.system_attrs and trial.state != TrialState.FAIL:
+            if key is not None and DUPLICATE_ATTR not in trial.system_attrs and not _released(trial):
                 owners.setdefault(key, trial._trial_id)
         return owners
+
+
+def _released(trial: Any) -> bool:
+    """A claim that no longer holds: FAIL without a ``status`` (its tuner stopped before an outcome); a
+    configuration that failed is FAIL with its ``status`` and stays claimed."""
+    return trial.state.name == "FAIL" and "status" not in trial.user_attrs
 
 
 def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[Callable, Callable]]]:

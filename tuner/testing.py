@@ -116,6 +116,41 @@ class NondeterministicExecutor(FakeExecutor):
         return result
 
 
+class EnergyExecutor(FakeExecutor):
+    """Replays that measure energy, as servers asked for an energy window do: joules per launch = a power that
+    grows with the threads per block x the launch time, so the fastest configuration is not the most frugal
+    (a Pareto front of several points). ``throttled_x``: configurations of that block width were measured
+    while the GPU throttled (``conditions``)."""
+
+    UNAVAILABLE = "NVML did not initialize: NVML Shared Library Not Found (NVML error 12)"
+
+    def __init__(self, measure_energy=True, throttled_x=None, **kwargs):
+        super().__init__(**kwargs)
+        self.measure_energy, self.throttled_x = measure_energy, throttled_x
+
+    @staticmethod
+    def power_w(config: ExperimentConfiguration) -> float:
+        return 150.0 + 0.5 * config.block.count
+
+    def _run(self, config):
+        result = super()._run(config)
+        if not result.verified:
+            return result
+        throttled = config.block.x == self.throttled_x
+        reading = {"sm_clock_mhz": 1500 if throttled else 1980, "mem_clock_mhz": 2619, "temperature_c": 60,
+                   "power_w": 300.0, "clock_event_reasons": ["sw_power_cap"] if throttled else [], "age_s": 0.001}
+        result.conditions = {"before": reading, "throttled": throttled,
+                             "throttle_reasons": ["sw_power_cap"] if throttled else []}
+        if not self.measure_energy:
+            result.conditions = {"unavailable": self.UNAVAILABLE}
+            return result
+        power = self.power_w(config)
+        result.energy_j, result.power_w = power * result.measured_times[0] * 1e-9, power
+        result.conditions["energy"] = {"window_s": 0.1, "launches": 1000.0, "counter_steps": 5, "batches": 5,
+                                       "launches_run": 1200}
+        return result
+
+
 @pytest.fixture
 def kernel():
     return vecadd_kernel()
@@ -155,6 +190,26 @@ class BlockSpace(SearchSpace):
         return ExperimentConfiguration.from_dict(
             {"grid": {"x": self.kernel.grid_dim.x}, "block": {"x": self.kernel.block_dim.x}})
 """
+
+
+@pytest.fixture
+def cli_doubles(monkeypatch, kernel):
+    """``mneme tune`` through the command line with the test doubles: every executor the run makes is a
+    :class:`FakeExecutor` (appended to the returned list, so a test sees whether one was made) and the
+    recording is :func:`vecadd_kernel`'s."""
+    import tuner.run
+
+    made: list[FakeExecutor] = []
+
+    def make_executor(options, results_dir, compile_ahead):
+        made.append(FakeExecutor())
+        return made[-1]
+
+    make_executor.dials_servers = True  # it stands in for the real one, which replays on --servers
+    monkeypatch.setattr(tuner.run, "default_executor", make_executor)
+    monkeypatch.setattr(tuner.run, "load_instance",
+                        lambda db, rid: (kernel, KernelIdentity("vecAdd", "15941914485064662553", rid or "163")))
+    return made
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """What the driver says about the worker's GPU (ctypes over libcuda.so.1).
 
 Used by workers to report the compute capability the compile pool targets and
-the memory the prepared-instance cache may use; no GPU work, no context.
+the memory the prepared-instance cache may use, and by the NVML module to find
+a CUDA device's GPU (its PCI bus id); no GPU work, no context.
 """
 
 from __future__ import annotations
@@ -30,6 +31,29 @@ def query_device(device: int = 0) -> dict:
         "arch": f"sm_{major.value}{minor.value}",
         "total_memory": int(total.value),
     }
+
+
+def pci_bus_id(device: int = 0) -> str:
+    """The PCI bus id of CUDA device ``device`` as this process sees it (``CUDA_VISIBLE_DEVICES`` applied),
+    e.g. ``0000:3B:00.0``: what NVML finds the same GPU by (NVML's indices are not CUDA's).
+
+    Args:
+        device: the CUDA device ordinal.
+
+    Returns:
+        The bus id.
+
+    Raises:
+        OSError: no driver.
+        RuntimeError: the driver failed (no such device).
+    """
+    cuda = ctypes.CDLL("libcuda.so.1")
+    _check(cuda.cuInit(0), "cuInit")
+    dev = ctypes.c_int()
+    _check(cuda.cuDeviceGet(ctypes.byref(dev), device), "cuDeviceGet")
+    bus = ctypes.create_string_buffer(64)
+    _check(cuda.cuDeviceGetPCIBusId(bus, 64, dev), "cuDeviceGetPCIBusId")
+    return bus.value.decode()
 
 
 def visible_gpu_count() -> int:

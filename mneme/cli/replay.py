@@ -10,7 +10,10 @@ or one JSON object with ``--json``. Exit status: 0 verified, 1 replayed but not
 verified (or failed), 2 could not replay (bad input, no GPU, an instance the
 recorder could not capture, recorded addresses not available with ``--no-relocate``).
 A replay that had to relocate the heap says so and why (``relocated``,
-``relocation_reason`` in the result, and a note on stderr).
+``relocation_reason`` in the result, and a note on stderr). The result records
+the GPU's clocks, temperature, power and clock-event reasons around the measured
+launches (``conditions``; a note on stderr when the GPU throttled); ``--energy``
+adds an energy window (``energy_j`` per launch, ``power_w``).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from mneme.cli.command import Command
 from mneme.errors import ConfigurationError
+from mneme.model.measurement import DEFAULT_ENERGY_WINDOW_S, MeasurementSettings
 from mneme.model.verification import DEFAULT_RUNS
 
 _DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
@@ -63,6 +67,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-relocate", action="store_true",
                         help="restore heap buffers at their recorded addresses or fail (exit status 2) saying why, "
                         "instead of relocating them (rewriting pointers) when those addresses are taken here")
+    parser.add_argument("--energy", action="store_true",
+                        help="after a verified replay, run the launches back to back for an energy window and report "
+                        "joules per launch and mean power (energy_j, power_w; NVML's energy counter)")
+    parser.add_argument("--energy-window", type=float, default=DEFAULT_ENERGY_WINDOW_S, metavar="S",
+                        help=f"the energy window's length at least (default {DEFAULT_ENERGY_WINDOW_S:g} s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
@@ -164,6 +173,27 @@ def format_output(config_dict: dict[str, Any], result_dict: dict[str, Any], as_j
     )
 
 
+def measurement_notes(result: Any, energy: bool) -> list[str]:
+    """What the user should know about a result's measurement: a throttled GPU, energy not measured.
+
+    Args:
+        result: the replay's ExperimentResult.
+        energy: whether ``--energy`` was asked for.
+
+    Returns:
+        Lines for stderr.
+    """
+    notes = []
+    conditions = result.conditions or {}
+    if conditions.get("throttled"):
+        notes.append(f"measured while the GPU throttled ({', '.join(conditions.get('throttle_reasons') or [])}): "
+                     "the times may be slower than the GPU's usual (conditions in the result)")
+    if energy and result.verified and not result.energy_j > 0:
+        error = (conditions.get("energy") or {}).get("error") or conditions.get("unavailable") or "unknown"
+        notes.append(f"energy not measured: {error}")
+    return notes
+
+
 def run(args: argparse.Namespace) -> int:
     from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
@@ -177,6 +207,10 @@ def run(args: argparse.Namespace) -> int:
     verification = verification_from_flags(args.tolerance, args.tolerance_file, args.tolerance_runs,
                                            args.no_relocate, every_iteration=args.verify_every_launch)
     options = CompileOptions(max_registers=args.max_registers)
+    try:
+        measurement = MeasurementSettings(energy=args.energy, energy_window_s=args.energy_window)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"--energy-window: {exc}") from None
     require_driver()  # no GPU: a clear error (exit 2) before any work
 
     from mneme.replay import Replayer
@@ -196,6 +230,7 @@ def run(args: argparse.Namespace) -> int:
         timing=args.timing,
         reset=args.reset,
         reset_decision=decision,
+        measurement=measurement,
     ) as replayer:
         result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
         if replayer.derived is not None:
@@ -205,6 +240,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"mneme replay: note: the heap was relocated (pointers to it rewritten): {replayer.relocation_reason}; "
                   "--no-relocate refuses instead", file=sys.stderr)
         lost = not replayer.healthy and result.status in ("runtime_error", "timeout")
+    for note in measurement_notes(result, args.energy):
+        print(f"mneme replay: note: {note}", file=sys.stderr)
     print(format_output(config.to_dict(), result.to_dict(), args.json))
     sys.stdout.flush()
     if lost:

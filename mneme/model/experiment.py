@@ -352,11 +352,26 @@ class ExperimentResult:
     reset_each_launch: bool = False
     #: Why, when ``reset_each_launch``.
     reset_reason: str = ""
+    #: Joules per launch, from NVML's energy counter over an energy window of the configuration's launches
+    #: run back to back (``MeasurementSettings.energy``); -1: not measured (``conditions["energy"]`` says why).
+    energy_j: float = -1.0
+    #: Mean power over that window, watts; -1: not measured.
+    power_w: float = -1.0
+    #: The GPU around the measured launches (NVML): ``before`` and ``after`` readings (``sm_clock_mhz``,
+    #: ``mem_clock_mhz``, ``temperature_c``, ``power_w``, ``clock_event_reasons``; ``before.age_s``), whether
+    #: it ``throttled`` and the ``throttle_reasons``; ``energy``: the energy window (or why it measured
+    #: nothing); ``unavailable``: why NVML could not say. Empty when nothing was read.
+    conditions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def exact(self) -> bool:
         """Verified, and every region bit-equal to the recording (no tolerance was needed)."""
         return self.verified and all(entry.get("exact", False) for entry in self.verified_within.values())
+
+    @property
+    def throttled(self) -> bool:
+        """Measured while the GPU throttled (power or thermal limits slowed its clocks): ``conditions`` says."""
+        return bool(self.conditions.get("throttled"))
 
     @property
     def measured_times(self) -> list[int]:
@@ -386,6 +401,8 @@ class ExperimentResult:
             kwargs["nondeterminism"] = [dict(m) for m in kwargs["nondeterminism"]]
         if "verified_within" in kwargs:
             kwargs["verified_within"] = {str(k): dict(v) for k, v in dict(kwargs["verified_within"]).items()}
+        if "conditions" in kwargs:
+            kwargs["conditions"] = dict(kwargs["conditions"] or {})
         return cls(**kwargs)
 
     @classmethod

@@ -10,11 +10,11 @@ the code that uses it.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from mneme.errors import ConfigurationError
+from mneme.model.settings import Settings
 
 #: The verification modes: the recorded annotations else bitwise (``exact``), or also bounds derived
 #: from the baseline's own runs for regions that differ run to run (``auto``).
@@ -26,7 +26,7 @@ DEFAULT_SAFETY = 4.0
 
 
 @dataclass(frozen=True)
-class VerificationSettings:
+class VerificationSettings(Settings):
     """How replays of one instance verify their results against the recorded epilogue.
 
     Attributes:
@@ -52,6 +52,7 @@ class VerificationSettings:
     derived: Mapping[str, Any] = field(default_factory=dict)
     relocate: bool | None = None
     every_iteration: bool = False
+    what = "verification settings"  # (a class attribute: no annotation, not a field)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -70,17 +71,6 @@ class VerificationSettings:
         object.__setattr__(self, "overrides", dict(self.overrides))
         object.__setattr__(self, "derived", dict(self.derived))
 
-    def with_(self, **changes: Any) -> "VerificationSettings":
-        """These settings with ``changes`` (validated again).
-
-        Args:
-            **changes: fields and their new values.
-
-        Returns:
-            The new settings.
-        """
-        return replace(self, **changes)
-
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain JSON-able values (every field).
 
@@ -89,30 +79,6 @@ class VerificationSettings:
         """
         return {f.name: (dict(getattr(self, f.name)) if f.name in ("overrides", "derived") else getattr(self, f.name))
                 for f in fields(self)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "VerificationSettings":
-        """Settings from :meth:`to_dict`'s form; missing fields take their defaults.
-
-        Args:
-            data: ``{field: value}``.
-
-        Returns:
-            The settings.
-
-        Raises:
-            ConfigurationError: an unknown field or an invalid value.
-        """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigurationError(f"verification settings: unknown field(s) {', '.join(unknown)}")
-        return cls(**dict(data))
-
-    def key(self) -> str:
-        """A canonical text of the settings: equal settings, equal keys (what a server keys the
-        instances it prepares by)."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)

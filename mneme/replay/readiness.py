@@ -206,7 +206,7 @@ class Readiness:
             code_no = launcher.driver_failure(exc)
             second = step != "its first launch"
             if code_no in eng.CONTEXT_DESTROYING:
-                what = "did not finish" if code_no == eng.TIMEOUT_CODE else f"failed ({exc})"
+                what = f"did not finish ({exc})" if code_no == eng.TIMEOUT_CODE else f"failed ({exc})"
                 self.failure = (
                     STATUS_TIMEOUT if code_no == eng.TIMEOUT_CODE else STATUS_RUNTIME_ERROR,
                     f"the recorded baseline, launched to prove the kernel idempotent, {what} in {step}; the CUDA "

@@ -27,6 +27,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
+from mneme.model.measurement import MeasurementSettings
 from mneme.model.verification import ResetDecision, VerificationSettings
 from mneme.replay import engine as eng
 from mneme.replay import judge
@@ -34,6 +35,7 @@ from mneme.replay.compile import CompiledCode, CompileOptions
 from mneme.replay.engine import device_arch
 from mneme.replay.launch import Launcher, LaunchSettings, LoadedCode, RunFailure, measurements
 from mneme.replay.launch_attrs import LaunchPlan, plan_for
+from mneme.replay.measurement import Measurer
 from mneme.replay.nondeterminism import DerivedTolerance
 from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
@@ -52,8 +54,10 @@ class BatchLost(Exception):
 class ReplayBatch:
     """Configurations whose launches were enqueued together (:meth:`Replayer.start_many`)."""
 
-    def __init__(self, replayer: "Replayer", results: list, planned: list, handle: Any, alone: bool = False) -> None:
+    def __init__(self, replayer: "Replayer", results: list, planned: list, handle: Any, before: Any = None,
+                 alone: bool = False) -> None:
         self._replayer, self._results, self._planned, self._handle = replayer, results, planned, handle
+        self._before = before  # the measurer's reading before the launches
         self._alone = alone  # the driver refused the shared call: each planned one replays by itself
         self._done = False
 
@@ -96,7 +100,7 @@ class ReplayBatch:
                 if isinstance(out, RunFailure):
                     results[index] = one.failure(out)
                 else:
-                    results[index] = replayer._conclude(one, out, fresh=self._alone)
+                    results[index] = replayer._conclude(one, out, self._before, fresh=self._alone)
             except Exception as exc:
                 results[index] = replayer._internal_error(exc, one.base)
         return results
@@ -162,6 +166,7 @@ class Replayer:
         reset: str = "auto",
         store_tolerance: bool = True,
         reset_decision: ResetDecision | None = None,
+        measurement: MeasurementSettings | None = None,
     ):
         """Restore ``recording[record_id]`` on ``device``.
 
@@ -197,6 +202,9 @@ class Replayer:
             store_tolerance: write derived ``auto`` bounds beside the recording.
             reset_decision: the reset policy as a proof made elsewhere decided it (another process, after
                 this one's proof lost its context; a cached verdict): no proof is made here.
+            measurement: what replays measure besides times (:class:`mneme.model.measurement.MeasurementSettings`):
+                the GPU's conditions around the launches are read in any case where NVML is there; with
+                ``energy``, a verified replay also runs an energy window (``energy_j``, ``power_w``).
         """
         eng.require_driver()  # no GPU here: say so before reading anything
         if reset not in RESET_POLICIES:
@@ -220,12 +228,14 @@ class Replayer:
         self.queue_ahead, self.l2_scrub, self.timing, self.timeout_s = (
             settings.queue_ahead, settings.l2_scrub, settings.timing, settings.timeout_s)  # fmt: skip
         self.overrides = judged_overrides(verification)
+        self.measurement = measurement or MeasurementSettings()
         self.last_timing: dict[str, Any] = {}
         self._state: DeviceState | None = None
         self._launcher: Launcher | None = None
         self.ctx = eng.open_context(self.device)
         mark("replayer", "context")
         self.arch = device_arch(self.ctx)
+        self._measurer = Measurer(self.device, self.measurement)  # (NVML is initialized by the first run)
         prologue = self.instance.load_prologue()
         epilogue = self.instance.load_epilogue()
         mark("replayer", "snapshots")
@@ -471,18 +481,20 @@ class Replayer:
                 one.loaded, one.config, one.launches, plan, before=state.full_reset_copies(homes),
                 resets=state.iteration_resets(homes) if one.resets_each_launch else [], checks=one.checks.checks,
                 check_launches=judge.checked_launches(one.launches, self.verify_every_iteration)))
+        before = self._measurer.before()
         try:
             handle = launcher.start_batch(items)
         except Exception as exc:
             self._batch_failed(exc, len(items))  # the context lost: BatchLost; a bug of ours: raised
-            return ReplayBatch(self, results, planned, None, alone=True)
-        return ReplayBatch(self, results, planned, handle)
+            return ReplayBatch(self, results, planned, None, before, alone=True)
+        return ReplayBatch(self, results, planned, handle, before)
 
     def _batchable(self) -> bool:
         """Whether configurations can share an engine call: the engine has one, launches are timed with
-        events without an L2 scrub, and no recorded pointer needs rewriting per module."""
+        events without an L2 scrub, no recorded pointer needs rewriting per module, and no energy window
+        follows each replay (it must have the GPU to itself, not share it with the next group)."""
         return (hasattr(self.ctx, "start_batch") and self.timing == "events" and not self.l2_scrub
-                and self._state is not None and not self._state.has_pointer_sites)
+                and not self.measurement.energy and self._state is not None and not self._state.has_pointer_sites)
 
     def _batch_failed(self, exc: Exception, count: int) -> None:
         """An engine call shared by ``count`` configurations raised ``exc``: BatchLost when it destroyed the
@@ -542,12 +554,13 @@ class Replayer:
         planned = self._plan(config, iterations, warmup, compiled, base)
         if isinstance(planned, ExperimentResult):
             return planned
+        before = self._measurer.before()
         try:
             out = self._launch(planned.loaded, config, planned.launches, self.launch_plan, planned.checks,
                                planned.resets_each_launch)  # fmt: skip
         except RunFailure as failure:
             return planned.failure(failure)
-        return self._conclude(planned, out)
+        return self._conclude(planned, out, before)
 
     def _plan(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
@@ -579,11 +592,12 @@ class Replayer:
         loaded.check_plan = (derived, checks)
         return checks
 
-    def _conclude(self, planned: "_Planned", out: dict, fresh: bool = True) -> ExperimentResult:
+    def _conclude(self, planned: "_Planned", out: dict, before: Any, fresh: bool = True) -> ExperimentResult:
         """The verdict of a replay whose launches gave ``out``: judged (a configuration right only from the
-        recorded memory is replayed again with resets before every launch) and reported. ``fresh``: the
-        device memory still holds what these launches left (not so for a batch's configurations: a
-        mismatch's report reads it back, so one that does not verify is replayed alone first)."""
+        recorded memory is replayed again with resets before every launch), its conditions (``before``:
+        the measurer's reading before the launches) and energy window, reported. ``fresh``: the device
+        memory still holds what these launches left (not so for a batch's configurations: a mismatch's
+        report reads it back, so one that does not verify is replayed alone first)."""
         launcher, plan, config = self._launcher, self.launch_plan, planned.config
         loaded, checks, launches = planned.loaded, planned.checks, planned.launches
         resets_each_launch = planned.resets_each_launch
@@ -596,6 +610,8 @@ class Replayer:
                 resets_each_launch = True
                 out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
                 found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            conditions = self._measurer.after(before)
+            energy = {} if found else self._energy(loaded, config, plan, resets_each_launch, out, conditions)
         except RunFailure as failure:
             return planned.failure(failure)
         self.last_timing = launcher.timing(out, launches, resets_each_launch)
@@ -607,10 +623,35 @@ class Replayer:
             end_time=_now(),
             reset_each_launch=resets_each_launch,
             reset_reason=self._reset_reason(resets_each_launch),
+            conditions=conditions,
+            **energy,
             **judge.verdict(checks, out, found, self._readiness.derived, nondeterminism, note),
             **planned.base,
             **planned.measured,
         )
+
+    def _energy(self, loaded: LoadedCode, config: ExperimentConfiguration, plan: LaunchPlan, resets_each_launch: bool,
+                out: dict, conditions: dict) -> dict[str, float]:
+        """The energy window of a verified replay, when the measurement settings ask for one: the
+        configuration's launches back to back (with the resets its replay needed, no comparisons),
+        ``mneme.replay.measurement``; its details go to ``conditions["energy"]``. RunFailure for a launch
+        that failed."""
+        if not self.measurement.energy:
+            return {}
+        resets = self._state.iteration_resets(loaded.global_homes) if resets_each_launch else []
+
+        def batch(launches: int) -> None:
+            try:
+                self._launcher.launch(loaded, config, launches, plan, resets=resets, checks=[], check_launches=[],
+                                      timed=False, from_recorded=False)  # fmt: skip
+            except Exception as exc:
+                raise self._launcher.run_failure(exc) from None
+
+        times = out["times_ns"]
+        per_launch_ns = (out.get("gpu_span_ns") or out["wall_ns"]) / max(len(times), 1)
+        reading = self._measurer.energy(batch, per_launch_ns / 1e9)
+        conditions["energy"] = reading.details
+        return {"energy_j": reading.energy_j, "power_w": reading.power_w}
 
     def _reset_reason(self, resets_each_launch: bool) -> str:
         """Why every launch of a replay was reset ('' when not)."""

@@ -3,7 +3,7 @@
 ``ConnectionSettings`` holds the servers' addresses (or None: local servers the executor starts),
 the bearer token, TLS, the retry rules, the transport, and the options of local servers (GPUs,
 extra ``mneme serve`` arguments and environment, start-up timeout, ``--keep-servers``' idle time,
-a test engine). ``mneme tune`` builds it from its flags (``tuner.options``) and hands it to
+``--lock-clocks``, a test engine). ``mneme tune`` builds it from its flags (``tuner.options``) and hands it to
 ``AsyncReplayExecutor(connection=...)`` as it is. It is checked when it is made; files (token, TLS)
 are read when the executor connects.
 """
@@ -23,6 +23,8 @@ TRANSPORTS = ("stream", "unary")
 #: its queue, so no worker waits for them; a client taking thousands of results a second then handles a
 #: message per several results instead of per one or two (docs/serving.md, "Scale").
 HOLD_RESPONSES_SECONDS = 0.005
+#: ``mneme serve --lock-clocks`` values (``replay_server.server.clocks``; not imported: the client stays apart).
+LOCK_CLOCKS = ("off", "base", "max")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,9 @@ class ConnectionSettings:
         keep_alive: seconds local servers this executor starts stay after it, for later runs
             (``mneme tune --keep-servers``; 0: they stop with it).
         engine: the local servers' ``--engine`` (``module:factory``: a test engine).
+        lock_clocks: the local servers' ``--lock-clocks`` (``off``, ``base``, ``max``): their GPUs' clocks
+            locked while they serve. Kept servers are not reused with it (they may run at other clocks),
+            and the servers it starts are not kept.
     """
 
     servers: Sequence[str] | None = None
@@ -70,6 +75,7 @@ class ConnectionSettings:
     startup_timeout: float = 120.0
     keep_alive: float = 0.0
     engine: str | None = None
+    lock_clocks: str = "off"
 
     def __post_init__(self) -> None:
         if self.servers is not None:
@@ -108,6 +114,11 @@ class ConnectionSettings:
             raise ConfigurationError(f"startup_timeout={self.startup_timeout!r}: give seconds (more than 0)")
         if not _number(self.keep_alive) or self.keep_alive < 0:
             raise ConfigurationError(f"keep_alive={self.keep_alive!r}: give seconds (0: the servers stop with the executor)")
+        if self.lock_clocks not in LOCK_CLOCKS:
+            raise ConfigurationError(f"lock_clocks={self.lock_clocks!r}: use one of {', '.join(LOCK_CLOCKS)}")
+        if self.lock_clocks != "off" and self.keep_alive:
+            raise ConfigurationError("locked clocks are for the local servers a run starts and stops; servers kept "
+                                     "for later runs would serve those at the locked clocks too: drop one of them")
 
     def with_(self, **changes: Any) -> "ConnectionSettings":
         """These settings with ``changes`` (checked again).
@@ -153,9 +164,10 @@ class ConnectionSettings:
         """The extra ``mneme serve`` arguments of local servers.
 
         Returns:
-            ``--engine ENGINE`` when an engine is given, then ``server_args``.
+            ``--engine ENGINE`` when an engine is given, ``--lock-clocks MODE`` when locking, then ``server_args``.
         """
-        return [*(["--engine", self.engine] if self.engine else []), *self.server_args]
+        return [*(["--engine", self.engine] if self.engine else []),
+                *(["--lock-clocks", self.lock_clocks] if self.lock_clocks != "off" else []), *self.server_args]
 
 
 def _number(value: Any) -> bool:

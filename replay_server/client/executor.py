@@ -51,6 +51,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
+from mneme.model.measurement import MeasurementSettings
 from mneme.model.verification import VerificationSettings
 from replay_server.client.channels import (
     RETRYABLE,
@@ -123,6 +124,8 @@ class AsyncReplayExecutor:
             instance (one per code variant is enough; at most ``MAX_COMPILE_AHEAD`` variants).
         verification: how the servers verify (``VerificationSettings``; default exact);
             ``set_verification`` changes it later.
+        measurement: what the servers measure besides times (``MeasurementSettings``: the energy
+            window; default none, the GPU's conditions only).
         connection: how to reach the servers (``ConnectionSettings``: addresses, token, TLS,
             retries, transport, local servers' options; default local servers).
         local_servers: servers already started with ``LocalServers.start``, which the executor
@@ -149,6 +152,7 @@ class AsyncReplayExecutor:
         verification: VerificationSettings | None = None,
         connection: ConnectionSettings | None = None,
         local_servers: LocalServers | None = None,
+        measurement: MeasurementSettings | None = None,
     ) -> None:
         if iterations < 1:
             raise ConfigurationError(f"iterations={iterations}: at least one measured launch is needed")
@@ -174,6 +178,9 @@ class AsyncReplayExecutor:
         self.warmup = warmup
         self.num_workers = num_workers
         self.timeout_seconds = timeout_seconds
+        if measurement is not None and not isinstance(measurement, MeasurementSettings):
+            raise ConfigurationError(f"measurement={measurement!r}: give a MeasurementSettings")
+        self.measurement = measurement or MeasurementSettings()
         self.set_verification(verification or VerificationSettings())
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
@@ -370,13 +377,15 @@ class AsyncReplayExecutor:
     def _instance_ref(self) -> Any:
         """The ``InstanceRef`` every request carries (made once per verification setting)."""
         from replay_server.protocol import replay_pb2
-        from replay_server.protocol.convert import verification_to_proto
+        from replay_server.protocol.convert import measurement_to_proto, verification_to_proto
 
         instance = self._instance
         if instance is None:
             instance = self._instance = replay_pb2.InstanceRef(
                 record_db=self.record_key, record_id=self.record_id,
                 verification=verification_to_proto(self.verification))
+            if self.measurement != MeasurementSettings():  # (the defaults: the message servers knew before)
+                instance.measurement.CopyFrom(measurement_to_proto(self.measurement))
         return instance
 
     # -- dispatching (the loop's thread owns all scheduling state) ------------------------

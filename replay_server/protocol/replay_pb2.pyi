@@ -8,14 +8,26 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class InstanceRef(_message.Message):
-    __slots__ = ("record_db", "record_id", "verification")
+    __slots__ = ("record_db", "record_id", "verification", "measurement")
     RECORD_DB_FIELD_NUMBER: _ClassVar[int]
     RECORD_ID_FIELD_NUMBER: _ClassVar[int]
     VERIFICATION_FIELD_NUMBER: _ClassVar[int]
+    MEASUREMENT_FIELD_NUMBER: _ClassVar[int]
     record_db: str
     record_id: str
     verification: Verification
-    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ...) -> None: ...
+    measurement: Measurement
+    def __init__(self, record_db: _Optional[str] = ..., record_id: _Optional[str] = ..., verification: _Optional[_Union[Verification, _Mapping]] = ..., measurement: _Optional[_Union[Measurement, _Mapping]] = ...) -> None: ...
+
+class Measurement(_message.Message):
+    __slots__ = ("energy", "energy_window_seconds", "conditions_max_age_seconds")
+    ENERGY_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CONDITIONS_MAX_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    energy: bool
+    energy_window_seconds: float
+    conditions_max_age_seconds: float
+    def __init__(self, energy: _Optional[bool] = ..., energy_window_seconds: _Optional[float] = ..., conditions_max_age_seconds: _Optional[float] = ...) -> None: ...
 
 class Verification(_message.Message):
     __slots__ = ("mode", "runs", "safety", "overrides", "derived", "relocate", "every_iteration")
@@ -76,7 +88,7 @@ class Configuration(_message.Message):
     def __init__(self, grid: _Optional[_Union[Dim3, _Mapping]] = ..., block: _Optional[_Union[Dim3, _Mapping]] = ..., shared_mem: _Optional[int] = ..., specialize: _Optional[bool] = ..., set_launch_bounds: _Optional[bool] = ..., max_threads: _Optional[int] = ..., min_blocks_per_sm: _Optional[int] = ..., specialize_dims: _Optional[bool] = ..., passes: _Optional[str] = ..., codegen_opt: _Optional[int] = ..., codegen_method: _Optional[str] = ..., prune: _Optional[bool] = ..., internalize: _Optional[bool] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason")
+    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason", "energy_j", "power_w", "conditions")
     PREPROCESS_IR_TIME_FIELD_NUMBER: _ClassVar[int]
     OPT_TIME_FIELD_NUMBER: _ClassVar[int]
     CODEGEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -103,6 +115,9 @@ class Result(_message.Message):
     RELOCATION_REASON_FIELD_NUMBER: _ClassVar[int]
     RESET_EACH_LAUNCH_FIELD_NUMBER: _ClassVar[int]
     RESET_REASON_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_J_FIELD_NUMBER: _ClassVar[int]
+    POWER_W_FIELD_NUMBER: _ClassVar[int]
+    CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     preprocess_ir_time: float
     opt_time: float
     codegen_time: float
@@ -129,7 +144,58 @@ class Result(_message.Message):
     relocation_reason: str
     reset_each_launch: bool
     reset_reason: str
-    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ...) -> None: ...
+    energy_j: float
+    power_w: float
+    conditions: Conditions
+    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ..., energy_j: _Optional[float] = ..., power_w: _Optional[float] = ..., conditions: _Optional[_Union[Conditions, _Mapping]] = ...) -> None: ...
+
+class Conditions(_message.Message):
+    __slots__ = ("before", "after", "throttled", "throttle_reasons", "unavailable", "energy")
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    THROTTLED_FIELD_NUMBER: _ClassVar[int]
+    THROTTLE_REASONS_FIELD_NUMBER: _ClassVar[int]
+    UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    ENERGY_FIELD_NUMBER: _ClassVar[int]
+    before: GpuReading
+    after: GpuReading
+    throttled: bool
+    throttle_reasons: _containers.RepeatedScalarFieldContainer[str]
+    unavailable: str
+    energy: EnergyWindow
+    def __init__(self, before: _Optional[_Union[GpuReading, _Mapping]] = ..., after: _Optional[_Union[GpuReading, _Mapping]] = ..., throttled: _Optional[bool] = ..., throttle_reasons: _Optional[_Iterable[str]] = ..., unavailable: _Optional[str] = ..., energy: _Optional[_Union[EnergyWindow, _Mapping]] = ...) -> None: ...
+
+class GpuReading(_message.Message):
+    __slots__ = ("sm_clock_mhz", "mem_clock_mhz", "temperature_c", "power_w", "clock_event_reasons", "age_seconds")
+    SM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    MEM_CLOCK_MHZ_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_C_FIELD_NUMBER: _ClassVar[int]
+    POWER_W_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_EVENT_REASONS_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+    temperature_c: int
+    power_w: float
+    clock_event_reasons: _containers.RepeatedScalarFieldContainer[str]
+    age_seconds: float
+    def __init__(self, sm_clock_mhz: _Optional[int] = ..., mem_clock_mhz: _Optional[int] = ..., temperature_c: _Optional[int] = ..., power_w: _Optional[float] = ..., clock_event_reasons: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ...) -> None: ...
+
+class EnergyWindow(_message.Message):
+    __slots__ = ("window_seconds", "launches", "counter_steps", "batches", "launches_run", "error")
+    WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_STEPS_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHES_RUN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    window_seconds: float
+    launches: float
+    counter_steps: int
+    batches: int
+    launches_run: int
+    error: str
+    def __init__(self, window_seconds: _Optional[float] = ..., launches: _Optional[float] = ..., counter_steps: _Optional[int] = ..., batches: _Optional[int] = ..., launches_run: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
     __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds")

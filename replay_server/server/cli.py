@@ -61,6 +61,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "~/.cache/mneme, servers/); --store is the directory holding the recordings")
     parser.add_argument("--keep-alive", type=float, default=0.0, metavar="SECONDS",
                         help="exit after SECONDS without a call (default 0: run until stopped)")
+    parser.add_argument("--lock-clocks", choices=("off", "base", "max"), default="off",
+                        help="lock the GPU's clocks while serving: base (the base/TDP clock) or max (the highest), "
+                             "memory too where the GPU allows; restored when the server stops. Needs root or an "
+                             "administrator's grant; where not permitted the server says so once and serves at the "
+                             "GPU's own clocks (default off). Every result records the clocks it ran at")
     parser.add_argument("--engine", default=None, help=argparse.SUPPRESS)  # tests: module:factory
 
 
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
         lease=args.lease,
         keep_alive=args.keep_alive,
         local=args.local,
+        lock_clocks=args.lock_clocks,
     )
     return serve_forever(options, announce=lambda line: print(line, flush=True), parent_pid=args.parent_pid)
 

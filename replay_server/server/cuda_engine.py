@@ -126,6 +126,9 @@ class CudaEngineSpec:
         import mneme.recording.execution  # noqa: F401
         import mneme.replay.replayer  # noqa: F401
         import mneme.replay.tolerance  # noqa: F401
+        from mneme._internal import nvml
+
+        nvml.unavailable_reason()  # NVML's import and init (the replays' conditions) beside the driver's start
 
     def self_test(self, device: int) -> dict:
         from mneme._internal.devices import query_device
@@ -143,7 +146,8 @@ class CudaEngineSpec:
             raise KeyError(instance.record_id)
         return CudaPreparedInstance(Replayer(recording, instance.record_id, device=device,
                                              verification=instance.verification_settings(),
-                                             reset_decision=reset_decision))
+                                             reset_decision=reset_decision,
+                                             measurement=instance.measurement_settings()))
 
     def compiler(self) -> CompileFunction | None:
         try:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from mneme.model.experiment import ExperimentConfiguration, ExperimentResult
+from mneme.model.measurement import DEFAULT_MEASUREMENT, MeasurementSettings
 from mneme.model.verification import ResetDecision, VerificationSettings
 
 DEFAULT_VERIFICATION = VerificationSettings().key()
@@ -39,6 +40,17 @@ class InstanceKey:
     # Which version of the database file (a local store's; "" for remote stores, whose objects are not rewritten):
     # a server that runs long (kept for later tuners) must not replay a database rewritten since from its caches.
     revision: str = ""
+    # What its replays measure besides times: MeasurementSettings.key() (InstanceRef.measurement), a text for the
+    # same reasons; new settings are a new prepared instance, as new verification settings are.
+    measurement: str = DEFAULT_MEASUREMENT
+
+    def measurement_settings(self) -> MeasurementSettings:
+        """The measurement settings this key names.
+
+        Returns:
+            The settings (``MeasurementSettings.from_dict`` of the key's text).
+        """
+        return MeasurementSettings.from_dict(json.loads(self.measurement))
 
     def verification_settings(self) -> VerificationSettings:
         """The verification settings this key names.

@@ -19,6 +19,7 @@ from mneme.store.keys import is_local_store, local_store_root
 from replay_server.protocol import health_pb2_grpc, replay_pb2_grpc
 from replay_server.kept_servers import SERVERS_ON_HOST_ENV
 from replay_server.server.auth import BearerTokenInterceptor, read_token_file
+from replay_server.server.clocks import LOCK_MODES, ServerClocks
 from replay_server.server.compile_cache import CompileCache
 from replay_server.server.engines import load_engine_spec
 from replay_server.server.health import HealthService
@@ -64,6 +65,7 @@ class ServerOptions:
     local: bool = False  # a kept local server (replay_server.kept_servers): its announcement says what a tuner matches
     insecure: bool = False  # listen beyond loopback without a token or TLS (refused otherwise)
     reflection: bool = True  # gRPC server reflection (grpcurl, grpc_cli, Postman list and call the service)
+    lock_clocks: str = "off"  # base | max: the GPU's clocks locked while serving (replay_server.server.clocks)
 
     def validate(self) -> None:
         if self.gpu < 0:
@@ -80,6 +82,8 @@ class ServerOptions:
             raise ConfigurationError("--tls-client-ca (mutual TLS) needs --tls-cert and --tls-key")
         if self.lease <= 0:
             raise ConfigurationError(f"--lease {self.lease}: give a positive number of seconds")
+        if self.lock_clocks not in LOCK_MODES:
+            raise ConfigurationError(f"--lock-clocks {self.lock_clocks!r}: use one of {', '.join(LOCK_MODES)}")
         from replay_server.kept_servers import MIN_KEEP_ALIVE_S
 
         if self.keep_alive and self.keep_alive < MIN_KEEP_ALIVE_S:
@@ -162,6 +166,8 @@ class ReplayServer:
             self.pool, options.store, self.metrics, options.watchdog, self.spec.name, self.compile_cache
         )
         self.activity = Activity()  # replay-service calls, for --keep-alive
+        self.clocks = ServerClocks(options.gpu, options.lock_clocks)
+        self.clocks_line = ""  # what --lock-clocks did (the listening line says it)
         self.port = 0
         self._grpc: grpc.Server | None = None
         self._stopped = threading.Event()
@@ -186,6 +192,7 @@ class ReplayServer:
         if o.keep_alive:  # (after the token check: a refused call is no use)
             interceptors.append(ActivityInterceptor(self.activity))
         credentials = self._credentials()
+        self.clocks_line = self.clocks.lock()  # before any replay: every measurement at the locked clocks
         self.pool.start()  # now: the workers' start-up (CUDA context, self-test) overlaps the rest
         mark("server", "workers_spawned")
         try:
@@ -203,7 +210,11 @@ class ReplayServer:
             replay_pb2_grpc.add_ReplayServiceServicer_to_server(self.service, server)
             health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
             if o.reflection:
-                _enable_reflection(server)
+                try:
+                    _enable_reflection(server)
+                except (ImportError, RuntimeError) as exc:  # e.g. a grpcio-reflection newer than grpcio
+                    log.warning("gRPC server reflection is off: grpcio-reflection cannot be used here (%s); "
+                                "install the grpcio-reflection release that matches grpcio %s", exc, grpc.__version__)
             port = 0
             for host in [o.host] + (["0.0.0.0"] if o.host == "[::]" else []):  # hosts without IPv6: IPv4 only
                 address = f"{host}:{o.port}"
@@ -222,6 +233,7 @@ class ReplayServer:
             return port
         except BaseException:  # no server: no workers either
             self.pool.stop()
+            self.clocks.restore()
             raise
 
     def _serve_metrics(self) -> None:
@@ -246,6 +258,7 @@ class ReplayServer:
         if self._grpc is not None:
             self._grpc.stop(grace)
         self.pool.stop()
+        self.clocks.restore()  # after the workers: no replay runs at the restored clocks
         self.metrics.stop_http()
         if self.compile_cache is not None:
             self.compile_cache.close()
@@ -302,6 +315,7 @@ def serve_forever(options: ServerOptions, announce=print, parent_pid: int | None
         + (f", metrics on {_metrics_url(options, server)}" if options.metrics_port is not None else "")
         + (", no token or TLS: --insecure" if _unprotected(options) else "")
         + (f", exits after {options.keep_alive:g} s without a call" if options.keep_alive else "")
+        + (f", {server.clocks_line}" if server.clocks_line else "")
         + ")"
     )
     announcers = [start_announcer(server, port)] if options.announce else []

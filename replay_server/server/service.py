@@ -14,6 +14,7 @@ import threading
 import time
 from concurrent import futures
 from concurrent.futures import CancelledError, Future
+from typing import Any, Callable
 
 import grpc
 
@@ -31,11 +32,12 @@ from replay_server.protocol import replay_pb2, replay_pb2_grpc
 from replay_server.protocol.convert import (
     MAX_HOLD_RESPONSES_SECONDS,
     config_from_proto,
+    measurement_from_proto,
     result_to_proto,
     verification_from_proto,
 )
 from replay_server.server.compile_cache import CompileCache
-from replay_server.server.engine import DEFAULT_VERIFICATION, InstanceKey
+from replay_server.server.engine import DEFAULT_MEASUREMENT, DEFAULT_VERIFICATION, InstanceKey
 from replay_server.server.jobs import Job, JobOutcome, RequestError
 from replay_server.server.metrics import ServerMetrics
 from replay_server.server.worker_pool import WorkerPool
@@ -72,6 +74,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         self._local = is_local_store(store)
         self._known_keys: dict[str, tuple[str, float]] = {}  # key -> (revision, when looked at)
         self._verifications: dict[bytes, str] = {}  # a Verification message's bytes -> its settings' key, checked
+        self._measurements: dict[bytes, str] = {}  # the same for Measurement messages
 
     # -- request checking ------------------------------------------------------------
     def _instance(self, ref: replay_pb2.InstanceRef) -> InstanceKey:
@@ -81,7 +84,13 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
         revision = self._revision(key)
-        return InstanceKey(self.store, key, record_id, self._verification(ref), revision)
+        return InstanceKey(self.store, key, record_id, self._verification(ref), revision, self._measurement(ref))
+
+    def _measurement(self, ref: replay_pb2.InstanceRef) -> str:
+        """The key of the measurement settings ``ref`` carries (checked once per distinct settings)."""
+        if not ref.HasField("measurement"):
+            return DEFAULT_MEASUREMENT
+        return _settings_key(self._measurements, ref.measurement, measurement_from_proto, "measurement")
 
     def _verification(self, ref: replay_pb2.InstanceRef) -> str:
         """The key of the verification settings ``ref`` carries, checked through the converter once per
@@ -89,17 +98,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         if not ref.HasField("verification"):
             _refuse_old_verification_fields(ref)
             return DEFAULT_VERIFICATION
-        wire = ref.verification.SerializeToString()
-        key = self._verifications.get(wire)
-        if key is None:
-            try:
-                key = verification_from_proto(ref.verification).key()
-            except MnemeError as exc:
-                raise RequestError("INVALID_ARGUMENT", f"instance verification: {exc}") from exc
-            if len(self._verifications) >= MAX_VERIFICATIONS:
-                self._verifications.clear()
-            self._verifications[wire] = key
-        return key
+        return _settings_key(self._verifications, ref.verification, verification_from_proto, "verification")
 
     def _revision(self, key: str) -> str:
         """The database's revision (a local store's file: looked at again after REVISION_CHECK_S); NOT_FOUND
@@ -342,6 +341,26 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             arch=str(self.pool.device.get("arch", "")),
             gpu_memory_bytes=int(self.pool.device.get("total_memory", 0) or 0),
         )
+
+
+def _settings_key(known: dict[bytes, str], msg: Any, from_proto: Callable[[Any], Any], what: str) -> str:
+    """The key of the settings a ``Verification`` or ``Measurement`` message carries, converted and checked
+    once per distinct message (``known``: its bytes -> the key; a client sends the same with every request).
+
+    Raises:
+        RequestError: INVALID_ARGUMENT, with the converter's reason.
+    """
+    wire = msg.SerializeToString()
+    key = known.get(wire)
+    if key is None:
+        try:
+            key = from_proto(msg).key()
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", f"instance {what}: {exc}") from exc
+        if len(known) >= MAX_VERIFICATIONS:
+            known.clear()
+        known[wire] = key
+    return key
 
 
 def _refuse_old_verification_fields(ref: replay_pb2.InstanceRef) -> None:

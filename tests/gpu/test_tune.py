@@ -72,7 +72,9 @@ def check_results(run: Path, expected_trials: int, record_id: str) -> list[dict]
     best = json.loads((run / "best.json").read_text())["best"]
     assert best["metric"] == min(t["metric"] for t in verified)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["trials"] == len(trials) and summary["verified"] == len(verified) and summary["complete"]
+    assert summary["trials"] == len(trials) and summary["verified"] == len(verified) and summary["finished"]
+    # complete: every point of the space has a trial (an enumeration), not a sampler's budget used up
+    assert summary["complete"] == (summary["stopped"] == "exhausted")
     export = json.loads((run / "proteus_tuned_kernels.json").read_text())
     assert export["kernels"][0]["record_id"] == record_id
     assert export["kernels"][0]["configuration"] == best["configuration"]

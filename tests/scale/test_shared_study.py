@@ -67,8 +67,10 @@ def check_cooperation(tmp_path: Path, storage: str) -> None:
     study = optuna.load_study(study_name="shared", storage=open_storage(storage))
     evaluated = [t for t in study.get_trials() if "status" in t.user_attrs]
     assert sorted(t.user_attrs["mneme"]["hash"] for t in evaluated) == sorted(hashes)
+    assert study.metric_names == ["mean_time_ns"]
     for t in evaluated:
-        assert t.state.name == "COMPLETE" and DUPLICATE_ATTR not in t.system_attrs
+        assert DUPLICATE_ATTR not in t.system_attrs
+        assert t.state.name == ("COMPLETE" if t.user_attrs["status"] == "verified" else "FAIL")
         assert t.user_attrs["configuration"]["block"]["x"] == t.params["block_dim_x"]
         assert t.user_attrs["status"] in STATUSES
         assert (t.user_attrs["speedup"] is not None) == (t.user_attrs["status"] == "verified")

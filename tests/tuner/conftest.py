@@ -1,3 +1,3 @@
 """Fixtures of the tuner tests; the test doubles themselves live in tuner.testing."""
 
-from tuner.testing import kernel, loader, space_module  # noqa: F401  (pytest fixtures)
+from tuner.testing import cli_doubles, kernel, loader, space_module  # noqa: F401  (pytest fixtures)

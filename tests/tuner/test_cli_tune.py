@@ -44,7 +44,9 @@ def test_reference_builtin_example(tmp_path, wired, capsys):
     assert all(c.codegen_opt == 3 for c in ex.submitted)
     assert {c.passes for c in ex.submitted} == {"default<O1>", "default<O2>", "default<O3>", "default<Os>", "default<Oz>"}
     assert json.loads((out / "summary.json").read_text())["complete"]
-    assert "BEST:" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "best configurations against the baseline" in printed and "│    │ baseline │" in printed
+    assert f"results: {out}" in printed
 
 
 def test_config_file_with_command_line_override(tmp_path, wired, space_module):

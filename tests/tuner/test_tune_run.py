@@ -75,7 +75,11 @@ def test_builtin_launch_preset_writes_every_output(tmp_path, loader):
     assert kernel["name"] == "vecAdd" and kernel["static_hash"] == "15941914485064662553"
     assert kernel["configuration"] == best["configuration"]
     assert kernel["knobs"]["launch"]["block"] == best["configuration"]["block"]
-    assert "BEST:" in out.getvalue() and "[1/" in out.getvalue()
+    text = out.getvalue()
+    assert "best configurations against the baseline" in text and "[1/" in text
+    assert f"results: {run} (plots: mneme tune report {run})" in text
+    best_row = next(line for line in text.splitlines() if line.startswith("│  1 │"))
+    assert f"│ {best['trial']:>8} │" in best_row and f"{best['speedup']:.3f}" in best_row
     # tune.log: the run's events and its progress, not a line per trial (trials.jsonl has those).
     log = (run / "logs/tune.log").read_text()
     assert f"progress: {len(records)} trials in " in log and f"{len(verified)} verified" in log
@@ -196,9 +200,18 @@ def test_timeout_stops_submitting(tmp_path, loader):
     assert trials(tmp_path) == [] and read(tmp_path, "summary.json")["stopped"] == "timeout"
 
 
-def test_quiet_prints_nothing(tmp_path, loader, space_module):
+def test_quiet_prints_nothing_but_where_the_results_are(tmp_path, loader, space_module, capsys):
     _, _, out = tune(tmp_path, loader, space_module=space_module, quiet=True)
     assert out.getvalue() == ""
+    run = tmp_path / "run"
+    assert capsys.readouterr().err == f"results: {run} (plots: mneme tune report {run})\n"
+
+
+def test_the_default_results_directory_is_said(tmp_path, loader, space_module, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _, _, out = tune(tmp_path, loader, space_module=space_module, results_dir=None)
+    (run,) = (tmp_path / "mneme-tune-results").iterdir()
+    assert f"results: mneme-tune-results/{run.name} " in out.getvalue()
 
 
 def test_print_space_dry_run_and_baseline_only(tmp_path, loader, space_module):

@@ -14,6 +14,7 @@ rename).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -25,6 +26,7 @@ from typing import Any, Iterable
 
 from mneme.errors import ConfigurationError
 from mneme.model.json_text import json_encoder
+from tuner.errors import cannot_write
 
 TRIALS = "trials.jsonl"
 LOG = "logs/tune.log"
@@ -105,30 +107,52 @@ def dumps_record(record: dict[str, Any], known: dict[str, str]) -> str:
 
 
 class ResultsDirectory:
-    """Reads and writes one run's directory."""
+    """Reads and writes one run's directory. Every failed write raises
+    :class:`~tuner.errors.ResultsDirectoryError` (``cannot write DIR: REASON``), never a bare ``OSError``."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._trials_file = None
 
+    @contextlib.contextmanager
+    def _writing(self):
+        """Turn an ``OSError`` of the block into ``cannot write DIR: REASON``."""
+        try:
+            yield
+        except OSError as exc:
+            raise cannot_write(self.path, exc) from exc
+
     # -- set-up --------------------------------------------------------------
-    def prepare(self, resume: bool) -> None:
-        """Create it for a new run, or check it holds a run to resume."""
+    def holds_run(self) -> bool:
+        """True when the directory holds trials of a run (a new run must not write into it)."""
         trials = self.path / TRIALS
+        return trials.is_file() and trials.stat().st_size > 0
+
+    def check(self, resume: bool) -> None:
+        """Before anything starts: the directory holds a run to resume (``resume``) or none, and can be
+        written (it is created for a new run, and a file is written and removed in it)."""
         if resume:
             if not (self.path / "config.json").is_file():
                 raise ConfigurationError(
                     f"--resume: {self.path} holds no tuning run (no config.json); check --results-dir"
                 )
-        elif trials.exists() and trials.stat().st_size > 0:
+        elif self.holds_run():
             raise ConfigurationError(
-                f"{self.path} already holds a tuning run; continue it with --resume, or give another --results-dir"
+                f"{self.path} already holds a tuning run; continue it with --resume, start a new one beside it "
+                "with --force, or give another --results-dir"
             )
-        (self.path / "logs").mkdir(parents=True, exist_ok=True)
-        trials.touch()
+        check_writable(self.path)
+
+    def prepare(self, resume: bool) -> None:
+        """Create it for a new run, or check it holds a run to resume."""
+        self.check(resume)
+        with self._writing():
+            (self.path / "logs").mkdir(parents=True, exist_ok=True)
+            (self.path / TRIALS).touch()
 
     def open_log(self, logger: logging.Logger) -> logging.Handler:
-        handler = logging.FileHandler(self.path / LOG, encoding="utf-8")
+        with self._writing():
+            handler = logging.FileHandler(self.path / LOG, encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
@@ -137,10 +161,11 @@ class ResultsDirectory:
     # -- whole-file JSON -------------------------------------------------------
     def write_json(self, name: str, data: Any) -> Path:
         target = self.path / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp")
-        tmp.write_text(dumps(data, indent=2) + "\n")
-        os.replace(tmp, target)
+        with self._writing():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(f".{target.name}.tmp")
+            tmp.write_text(dumps(data, indent=2) + "\n")
+            os.replace(tmp, target)
         return target
 
     def read_json(self, name: str) -> Any:
@@ -183,27 +208,56 @@ class ResultsDirectory:
                 records.append(record)
             good_end = offset
         if good_end < len(data):
-            with open(path, "r+b") as fh:
+            with self._writing(), open(path, "r+b") as fh:
                 fh.truncate(good_end)
         return records
 
     def append_trial(self, record: dict[str, Any], known: dict[str, str] | None = None) -> None:
         """One record (``known``: see :func:`dumps_record`); on disk at the next ``flush``."""
-        if self._trials_file is None:
-            self._trials_file = open(self.path / TRIALS, "a", encoding="utf-8")
-        self._trials_file.write((dumps_record(record, known) if known else dumps(record)) + "\n")
+        with self._writing():
+            if self._trials_file is None:
+                self._trials_file = open(self.path / TRIALS, "a", encoding="utf-8")
+            self._trials_file.write((dumps_record(record, known) if known else dumps(record)) + "\n")
 
     def flush(self) -> None:
         """The records appended so far go to the OS (after each batch of results: one write for all)."""
         if self._trials_file is not None:
-            self._trials_file.flush()
+            with self._writing():
+                self._trials_file.flush()
 
     def close(self) -> None:
-        if self._trials_file is not None:
-            self._trials_file.flush()
-            os.fsync(self._trials_file.fileno())
-            self._trials_file.close()
-            self._trials_file = None
+        trials, self._trials_file = self._trials_file, None
+        if trials is not None:
+            try:
+                with self._writing():
+                    trials.flush()
+                    os.fsync(trials.fileno())
+            finally:
+                with contextlib.suppress(OSError):  # what could not be written is reported above
+                    trials.close()
+
+
+def check_writable(directory: str | Path) -> None:
+    """Create ``directory`` (and its parents) and write and remove a file in it.
+
+    Args:
+        directory: the directory a command is about to write.
+
+    Raises:
+        ResultsDirectoryError: ``cannot write DIR: REASON`` (read-only file system, no permission, a file
+            where a directory should be, no space or quota left).
+    """
+    path = Path(directory)
+    probe = path / f".mneme-write-check-{os.getpid()}"
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with open(probe, "w") as fh:  # closed: where a full quota shows on network file systems
+            fh.write("mneme\n")
+        probe.unlink()
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            probe.unlink()
+        raise cannot_write(path, exc) from exc
 
 
 def iter_verified(records: Iterable[dict[str, Any]]) -> Iterable[dict[str, Any]]:

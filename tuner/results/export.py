@@ -16,6 +16,7 @@ from typing import Any
 
 from mneme import __version__
 from mneme.errors import ConfigurationError
+from tuner.errors import cannot_write
 from tuner.recording import KernelIdentity
 from tuner.results.directory import dumps
 
@@ -59,8 +60,11 @@ def write_export(path: Path, identity: KernelIdentity, best: dict[str, Any], opt
                           if (k.get("name"), k.get("static_hash")) != (identity.name, identity.static_hash)]
     doc["generator"] = f"mneme {__version__}"
     doc["kernels"].append(kernel_entry(identity, best, options))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(dumps(doc, indent=2) + "\n")
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(dumps(doc, indent=2) + "\n")
+        tmp.replace(path)
+    except OSError as exc:
+        raise cannot_write(path, exc) from exc
     return path

@@ -209,6 +209,14 @@ class BuiltinSearchSpace(SearchSpace):
             "codegen_opt": max(self.settings.codegen_opt),
         })
 
+    def baseline_params(self) -> dict[str, Any]:
+        """The point whose configuration is :meth:`baseline`'s (the recorded shape, no launch bounds)."""
+        baseline = self.baseline()
+        known = {"block_shape": shape_key(baseline.block), "passes": baseline.passes,
+                 "codegen_opt": baseline.codegen_opt, "specialize": False, "specialize_dims": False,
+                 "set_launch_bounds": False}
+        return {name: known[name] if name in known else param.values()[0] for name, param in self._dims.items()}
+
     def describe_extra(self) -> dict[str, Any]:
         return {
             "builtin": {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -33,7 +34,8 @@ def load_space_class(spec: str) -> type[SearchSpace]:
         path = Path(target)
         if not path.is_file():
             raise ConfigurationError(f"--space-module: no file {path}; check the path")
-        module_name = f"mneme_space_{abs(hash(str(path.resolve())))}"
+        # one name per file, the same in every process (the class's name in search_space.json and the fingerprint)
+        module_name = f"mneme_space_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:16]}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module

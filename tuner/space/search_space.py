@@ -383,6 +383,36 @@ def baseline_checked(space: SearchSpace) -> ExperimentConfiguration:
     return config
 
 
+def baseline_params(space: SearchSpace, max_points: int = 20_000) -> dict[str, Any] | None:
+    """The parameters of the point of ``space`` whose configuration is the baseline's (same grounded
+    hash), or None when there is none (or the space is continuous or larger than ``max_points`` and does
+    not say: a space may define ``baseline_params()``, which is checked, to spare the search).
+
+    Args:
+        space: the search space.
+        max_points: the most points searched.
+
+    Returns:
+        The point's parameters, or None.
+    """
+    target = baseline_checked(space).ground().hash()
+
+    def derives_baseline(params: Mapping[str, Any]) -> bool:
+        return constraints_checked(space, params) and derive_checked(space, params).ground().hash() == target
+
+    dims = dimensions_of(space)
+    own = getattr(space, "baseline_params", None)
+    if callable(own):
+        params = own()
+        if params is not None and set(params) == set(dims) and all(dims[n].contains(v) for n, v in params.items()) \
+                and derives_baseline(params):
+            return dict(params)
+    size = space_size(space)
+    if size is None or size > max_points:
+        return None
+    return next((params for params in iterate_points(space) if derives_baseline(params)), None)
+
+
 def describe_space(space: SearchSpace) -> dict[str, Any]:
     """The JSON description written to ``search_space.json`` and printed by ``--print-space``."""
     dims = dimensions_of(space)

@@ -3,9 +3,11 @@
 Every strategy speaks ask/tell: ``ask()`` returns the next :class:`Candidate`
 (or None when it has nothing new to offer right now), ``tell(candidate,
 values)`` reports the objective values of a finished candidate (``None``
-values mean "failed": the strategy learns a penalty in the direction of the
-objective, so a failure never looks good to the sampler). Iterating a strategy
-yields configurations, as the reference's example does::
+values mean "failed": the trial is ``FAIL`` in the Optuna study, with the
+configuration's status as a user attribute, and the sampler counts it among
+the worst trials, :mod:`tuner.strategies.failures`, so a failure never looks
+good to it). Iterating a strategy yields configurations, as the reference's
+example does::
 
     for i, config in enumerate(ExhaustiveSamplingStrategy(space)):
         ...
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 import random
+import warnings
 from typing import Any, Iterator, Mapping, Sequence
 
 from mneme.errors import ConfigurationError
@@ -27,12 +30,14 @@ from mneme.model.experiment import ExperimentConfiguration
 from tuner.space.search_space import (
     Candidate,
     SearchSpace,
+    baseline_params,
     constraints_checked,
     derive_checked,
     dimensions_of,
     iterate_points,
     space_size,
 )
+from tuner.strategies.failures import FAILED_ATTR, failures_as_worst
 
 OPTUNA_SAMPLERS = ("random", "tpe", "grid", "nsga2")
 PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
@@ -40,6 +45,27 @@ PRUNERS = ("none", "median", "percentile", "hyperband", "successive-halving")
 MAX_REDRAWS = 256
 # After this many duplicate draws in one ask(), a finite space is searched for an unseen point.
 ENQUEUE_AFTER = 32
+#: System attribute of a trial that draws a configuration another trial evaluates: that trial's number
+#: (its *claim*), or None when the claim is an earlier run's trial outside this study.
+DUPLICATE_ATTR = "mneme:duplicate_of"
+#: User attribute of the trial that replays the baseline (enqueued first, ``study.enqueue_trial``).
+BASELINE_ATTR = "baseline"
+#: Status of a point the space's constraints exclude (a FAIL trial, never replayed).
+EXCLUDED = "excluded_by_constraints"
+
+
+class _Told:
+    """What a configuration's trials are told when it did not give values: ``FAILED`` or ``PRUNED``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+FAILED = _Told("FAILED")
+PRUNED = _Told("PRUNED")
 
 
 class SamplingStrategy:
@@ -51,8 +77,21 @@ class SamplingStrategy:
         raise NotImplementedError
 
     def tell(self, candidate: Candidate, values: Sequence[float] | None,
-             intermediate: Sequence[float] = ()) -> bool:
-        """Report a finished candidate; returns True when the strategy pruned it."""
+             intermediate: Sequence[float] = (), *, status: str | None = None) -> bool:
+        """Report a finished candidate; returns True when the strategy pruned it.
+
+        Args:
+            candidate: what :meth:`ask` returned.
+            values: the objective values; None for a candidate without them.
+            intermediate: the metric after each measured launch (the pruner's input).
+            status: for ``values`` None, the configuration's status (``compile_error``, ...) when it failed
+                (the one :meth:`annotate` gave, if it was called); None when it was not evaluated (the
+                executor failed): a ``FAIL`` trial the sampler ignores, its configuration free to be asked
+                again.
+
+        Returns:
+            True when the strategy pruned the trial.
+        """
         return False
 
     def seed_history(self, records: Sequence[Mapping[str, Any]]) -> int:
@@ -186,6 +225,13 @@ class OptunaSamplingStrategy(SamplingStrategy):
     NSGA-II takes two (time or speedup, plus registers or binary size). A
     persistent ``storage`` (an RDB URL) with ``study_name`` lets other tools
     inspect the study and a later run continue it.
+
+    The study is what Optuna's tools expect: the objectives carry ``metric_names``; the baseline's point
+    is enqueued as the first trial (user attribute ``baseline``); each evaluated trial carries the user
+    attributes ``status``, ``speedup``, ``configuration`` and ``mneme`` (metric, hash, error); a failed
+    configuration's trial is ``FAIL`` (:mod:`tuner.strategies.failures`); a trial that draws a
+    configuration already evaluated or being evaluated is a duplicate, told that configuration's outcome,
+    with ``mneme:duplicate_of`` naming the trial that evaluated it.
     """
 
     def __init__(
@@ -198,6 +244,8 @@ class OptunaSamplingStrategy(SamplingStrategy):
         study_name: str | None = None,
         storage: str | None = None,
         pruner: str | None = None,
+        metric_names: Sequence[str] | None = None,
+        enqueue_baseline: bool = True,
     ) -> None:
         import optuna
 
@@ -209,26 +257,37 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 raise ConfigurationError(f"objective direction {d!r} must be 'minimize' or 'maximize'")
         if sampler == "nsga2" and len(directions) < 2:
             raise ConfigurationError("the nsga2 sampler is multi-objective: give it two directions")
+        if metric_names is not None and len(metric_names) != len(directions):
+            raise ConfigurationError(f"{len(directions)} objectives need as many metric names, got {metric_names}")
         self.space = space
         self.sampler_name = sampler
         self.directions = tuple(directions)
         self._dims = dimensions_of(space)
         self._distributions = {n: p.distribution() for n, p in self._dims.items()}
         self.size = space_size(space)
+        base_sampler = make_sampler(sampler, space, seed, len(self.directions))
         self.study = optuna.create_study(
             storage=storage,
-            sampler=make_sampler(sampler, space, seed, len(self.directions)),
+            sampler=failures_as_worst(base_sampler) if sampler == "tpe" else base_sampler,
             pruner=make_pruner(pruner) if len(self.directions) == 1 else None,
             study_name=study_name,
             directions=list(self.directions),
             load_if_exists=study_name is not None,
         )
+        if metric_names is not None:
+            with warnings.catch_warnings():  # experimental since Optuna 3.2
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names(list(metric_names))
         self._has_pruner = pruner not in (None, "none") and len(self.directions) == 1
-        self._values: dict[str, tuple[float, ...]] = {}  # hash -> told values
+        self._values: dict[str, Any] = {}  # hash -> told values (a tuple), FAILED or PRUNED
+        self._failed: dict[str, str] = {}  # hash -> the status it failed with
+        self._claim_of: dict[str, int | None] = {}  # hash -> number of the trial that evaluated it
         self._in_flight: dict[str, list[Any]] = {}  # hash -> duplicate trials waiting for its values
         self._trials: dict[int, Any] = {}  # candidate number -> optuna trial
+        self._status: dict[int, str] = {}  # candidate number -> its status (annotate)
         self._rng = random.Random(seed)
         self._exhausted = False
+        self._baseline_pending = enqueue_baseline
         self.skipped_by_constraints = 0
         self.skipped_duplicates = 0
 
@@ -240,6 +299,9 @@ class OptunaSamplingStrategy(SamplingStrategy):
         return key in self._values or key in self._in_flight
 
     def ask(self) -> Candidate | None:
+        if self._baseline_pending:
+            self._baseline_pending = False
+            self._enqueue_baseline()
         for draw in range(MAX_REDRAWS):
             if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
                 return None
@@ -250,15 +312,25 @@ class OptunaSamplingStrategy(SamplingStrategy):
             params = {name: param.suggest(trial) for name, param in self._dims.items()}
             if not constraints_checked(self.space, params):
                 self.skipped_by_constraints += 1
-                self.study.tell(trial, list(self.penalty))
+                self._fail(trial, EXCLUDED, mark=True)
                 continue
             candidate = Candidate(params, derive_checked(self.space, params), trial.number)
             if self._settled(trial, candidate):
                 continue
             self._in_flight[candidate.hash] = []
+            self._claim_of[candidate.hash] = trial.number
             self._trials[trial.number] = trial
             return candidate
         return None
+
+    def _enqueue_baseline(self) -> None:
+        """The baseline's point first (``study.enqueue_trial``), unless the study knows its configuration."""
+        params = baseline_params(self.space)
+        if params is None:
+            return
+        key = Candidate(params, derive_checked(self.space, params)).hash
+        if not self._is_known(key):
+            self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True})
 
     def _settled(self, trial: Any, candidate: Candidate) -> bool:
         """True when ``trial`` needs no replay of its own: its configuration's values are known (told now)
@@ -266,13 +338,39 @@ class OptunaSamplingStrategy(SamplingStrategy):
         key = candidate.hash
         if key in self._values:
             self.skipped_duplicates += 1
-            self.study.tell(trial, list(self._values[key]))
+            self._mark_duplicate(trial, self._claim_of.get(key))
+            self._tell_known(trial, key)
             return True
         if key in self._in_flight:
             self.skipped_duplicates += 1
+            self._mark_duplicate(trial, self._claim_of.get(key))
             self._in_flight[key].append(trial)
             return True
         return False
+
+    def _mark_duplicate(self, trial: Any, claim: int | None) -> None:
+        self.study._storage.set_trial_system_attr(trial._trial_id, DUPLICATE_ATTR, claim)
+
+    def _tell_known(self, trial: Any, key: str) -> None:
+        """Tell a duplicate ``trial`` what its configuration's claim was told."""
+        import optuna
+
+        told = self._values[key]
+        if told is FAILED:
+            self._fail(trial, self._failed.get(key, "failed"), mark=True)
+        elif told is PRUNED:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, list(told))
+
+    def _fail(self, trial: Any, status: str | None, mark: bool = False) -> None:
+        """``trial`` ends ``FAIL``; ``mark``: as a failed configuration's (``FAILED_ATTR``), which the
+        sampler counts among the worst (an evaluated trial is marked by its ``status`` user attribute)."""
+        import optuna
+
+        if mark and status is not None:
+            self.study._storage.set_trial_system_attr(trial._trial_id, FAILED_ATTR, status)
+        self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
     def _enqueue_unseen_point(self) -> bool:
         """The sampler keeps proposing known points (a nearly used-up space): hand it an unseen one.
@@ -291,18 +389,52 @@ class OptunaSamplingStrategy(SamplingStrategy):
         self.study.enqueue_trial(self._rng.choice(unseen))
         return True
 
+    def annotate(self, candidate: Candidate, outcome: Any) -> None:
+        """User attributes of the evaluated trial (what optuna-dashboard shows beside its values)."""
+        trial = self._trials.get(candidate.number)
+        if trial is None:
+            return
+        self._status[candidate.number] = outcome.status
+        self._set_user_attrs(trial, self._attributes(candidate, outcome))
+
+    def _attributes(self, candidate: Candidate, outcome: Any) -> dict[str, Any]:
+        speedup = outcome.speedup if outcome.speedup is None or math.isfinite(outcome.speedup) else None
+        details = {"metric": outcome.metric, "hash": candidate.hash, "error": outcome.reason or ""}
+        return {"status": outcome.status, "speedup": speedup, "configuration": candidate.configuration.to_dict(),
+                "mneme": details}
+
+    def _set_user_attrs(self, trial: Any, attrs: dict[str, Any]) -> None:
+        for name, value in attrs.items():
+            self.study._storage.set_trial_user_attr(trial._trial_id, name, value)
+
     def tell(self, candidate: Candidate, values: Sequence[float] | None,
-             intermediate: Sequence[float] = ()) -> bool:
+             intermediate: Sequence[float] = (), *, status: str | None = None) -> bool:
         import optuna
 
         trial = self._trials.pop(candidate.number, None)
         if trial is None:
             raise ConfigurationError(f"candidate {candidate.number} was not asked from this strategy")
-        told = tuple(float(v) for v in values) if values is not None else self.penalty
+        status = self._status.pop(candidate.number, None) or status
+        key = candidate.hash
+        if values is None:
+            waiting = self._in_flight.pop(key, [])
+            if status is None:  # not evaluated: the configuration may be asked again
+                self._claim_of.pop(key, None)
+                for trial_ in [trial, *waiting]:
+                    self._fail(trial_, None)
+                return False
+            if "status" not in trial.user_attrs:  # not annotated: the status as a user attribute here
+                self.study._storage.set_trial_user_attr(trial._trial_id, "status", status)
+            self._values[key], self._failed[key] = FAILED, status
+            self._fail(trial, status)
+            for waiting_trial in waiting:
+                self._tell_known(waiting_trial, key)
+            return False
+        told = tuple(float(v) for v in values)
         if len(told) != len(self.directions):
             raise ConfigurationError(f"expected {len(self.directions)} objective values, got {len(told)}")
         pruned = False
-        if self._has_pruner and values is not None and intermediate:
+        if self._has_pruner and intermediate:
             for step, value in enumerate(intermediate):
                 trial.report(float(value), step)
             pruned = bool(trial.should_prune())
@@ -310,37 +442,42 @@ class OptunaSamplingStrategy(SamplingStrategy):
             self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
             self.study.tell(trial, list(told))
-        key = candidate.hash
         self._values[key] = told
-        for waiting in self._in_flight.pop(key, []):
-            self.study.tell(waiting, list(told))
+        for waiting_trial in self._in_flight.pop(key, []):
+            self._tell_known(waiting_trial, key)
         return pruned
 
     def seed_history(self, records: Sequence[Mapping[str, Any]]) -> int:
-        """Add earlier trials (records with ``params``, ``hash``, ``objective_values``) to the study.
+        """Add earlier trials (records with ``params``, ``hash``, ``objective_values``, ``status``) to the
+        study: failed ones as ``FAIL`` with their status.
 
         A study loaded from persistent storage already holds them; then only
         the duplicate cache is filled.
         """
         import optuna
 
-        add_to_study = len(self.study.trials) == 0
+        add_to_study = len(self.study.get_trials(deepcopy=False)) == 0
         taken = 0
         for record in records:
             key = record.get("hash")
             params = record.get("params") or {}
             values = record.get("objective_values")
-            told = tuple(values) if values else self.penalty
-            told = tuple(math.inf if v is None and d == "minimize" else (-math.inf if v is None else v)
-                         for v, d in zip(told, self.directions))
+            failed = not values or any(v is None for v in values)
             if key:
-                self._values[key] = told
+                self._values[key] = FAILED if failed else tuple(values)
+                if failed:
+                    self._failed[key] = str(record.get("status") or "failed")
+                self._claim_of[key] = None if add_to_study else record.get("sampler_trial")
             if not add_to_study or set(params) != set(self._distributions):
                 continue
             if not all(self._dims[n].contains(v) for n, v in params.items()):
                 continue
-            self.study.add_trial(
-                optuna.trial.create_trial(params=dict(params), distributions=self._distributions, values=list(told))
-            )
+            attrs = {"status": record.get("status") or ("failed" if failed else "verified")}
+            self.study.add_trial(optuna.trial.create_trial(
+                params=dict(params), distributions=self._distributions, user_attrs=attrs,
+                state=optuna.trial.TrialState.FAIL if failed else optuna.trial.TrialState.COMPLETE,
+                values=None if failed else list(values)))
+            if key:
+                self._claim_of[key] = taken  # the study's trial numbers: 0, 1, ... as they are added
             taken += 1
         return taken

@@ -13,13 +13,14 @@ needs on top:
   parameters derive the same configuration (same grounded hash) are duplicates.
   Every trial is tagged with its hash (system attribute ``mneme:hash``) right
   after it is asked; the trial that evaluates a hash is its *claim*: the
-  lowest-numbered trial tagged with it that is not itself a duplicate and did
-  not fail. A process decides only after every lower-numbered running trial is
+  lowest-numbered trial tagged with it that is not itself a duplicate and was
+  not released (a ``FAIL`` without a ``status``: its process stopped). A process decides only after every lower-numbered running trial is
   tagged (a trial is tagged microseconds after it is created; after
   ``TAG_WAIT_S`` an untagged one is taken as abandoned), so two processes can
   never both own one hash: the higher-numbered trial always sees the lower
-  one's tag. A duplicate is told its claim's values once they are in the study
-  (``mneme:duplicate_of`` names the claim).
+  one's tag. A duplicate is told its claim's outcome once it is in the study
+  (its values, or ``FAIL`` for a configuration that failed: the claim's own
+  state is ``FAIL`` with its ``status``); ``mneme:duplicate_of`` names the claim.
 * **Results are readable where Optuna's tools read them.** Each evaluated trial
   carries user attributes ``status``, ``speedup``, ``configuration`` and ``mneme``
   (``metric``, ``hash``, ``error``, ``worker`` host:pid, ``results_dir``), so
@@ -36,7 +37,6 @@ running.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import sys
@@ -46,12 +46,12 @@ from typing import Any
 
 from mneme.errors import ConfigurationError
 from tuner.space.search_space import Candidate, SearchSpace
-from tuner.strategies.sample_strategy import OptunaSamplingStrategy
+from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, OptunaSamplingStrategy
 
 log = logging.getLogger("mneme.tune.shared")
 
 HASH_ATTR = "mneme:hash"
-DUPLICATE_ATTR = "mneme:duplicate_of"
+__all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
 #: How long a process waits for a lower-numbered running trial to be tagged before taking it as abandoned.
 TAG_WAIT_S = 10.0
 SCHEMA_ATTEMPTS = 5
@@ -123,7 +123,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
       ``Apply``; ``get_trial`` of its own trials is answered from a copy kept here. A trial costs four
       calls (the study's changes, the new trial, the claim, the end) instead of a dozen;
     * ``get_all_trials`` fetches only the trials changed since the last call (``Changes``), and answers the
-      query for WAITING trials that ``Study.ask`` makes from what it has (mneme never enqueues trials).
+      query for WAITING trials that ``Study.ask`` makes from what it has (a trial mneme enqueues, the
+      baseline or an unseen point, is asked for after the next look).
 
     Against a plain Optuna proxy (``UNIMPLEMENTED``) it is Optuna's client.
     """
@@ -509,9 +510,14 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             if t.state == complete and t.values is not None:
                 self._values.setdefault(key, tuple(t.values))
             elif t.state == pruned:
-                self._values.setdefault(key, self.penalty)
-            else:  # failed: its claim is released
+                self._values.setdefault(key, PRUNED)
+            elif "status" in t.user_attrs:  # evaluated, and the configuration failed
+                self._values.setdefault(key, FAILED)
+                self._failed.setdefault(key, str(t.user_attrs["status"]))
+            else:  # failed without an outcome (its process stopped): its claim is released
                 self._claims[key].discard(number)
+                continue
+            self._claim_of.setdefault(key, number)
         self._running_elsewhere = elsewhere - self._values.keys()
         for key, owner in list(self._foreign.items()):
             if owner in self._open or owner >= self._scanned:  # running, or not seen yet (a study server's
@@ -520,8 +526,8 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             waiting = self._waiting.pop(key, [])
             if key in self._values:
                 for trial in waiting:
-                    self.study.tell(trial, list(self._values[key]))
-            else:  # the claim failed (its process stopped): the configuration is free again
+                    self._tell_known(trial, key)
+            else:  # the claim was released (its process stopped): the configuration is free again
                 for trial in waiting:
                     self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
 
@@ -555,7 +561,6 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         if key in self._values or key in self._in_flight or claim is None:
             self._storage.set_trial_system_attr(trial._trial_id, HASH_ATTR, key)
         if key in self._values or key in self._in_flight:
-            self._storage.set_trial_system_attr(trial._trial_id, DUPLICATE_ATTR, -1)
             return super()._settled(trial, candidate)
         # A study server decides the claim in one call (it tags the trial, and marks a duplicate);
         # elsewhere the lowest-numbered tagged trial owns the hash.
@@ -579,33 +584,28 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
     def _settle_duplicate(self, trial: Any, key: str, owner: int) -> None:
         """Tell ``trial`` its owner's values, now or once they are in the study."""
         if key in self._values:  # the claim finished meanwhile
-            self.study.tell(trial, list(self._values[key]))
+            self._tell_known(trial, key)
         else:
             self._foreign[key] = owner
             self._waiting.setdefault(key, []).append(trial)
 
-    def _duplicate(self, trial: Any, owner: int | None) -> None:
+    def _duplicate(self, trial: Any, owner: int) -> None:
         self.skipped_duplicates += 1
-        self._storage.set_trial_system_attr(trial._trial_id, DUPLICATE_ATTR, -1 if owner is None else owner)
+        self._mark_duplicate(trial, owner)
 
-    def annotate(self, candidate: Candidate, outcome: Any) -> None:
-        """User attributes of the evaluated trial (what optuna-dashboard shows beside its values)."""
-        trial = self._trials.get(candidate.number)
-        if trial is None:
-            return
-        speedup = outcome.speedup if outcome.speedup is None or math.isfinite(outcome.speedup) else None
-        # The three the dashboard shows first, the rest together: one append to a journal file (all four
-        # together), else four writes (each a transaction).
-        details = {"metric": outcome.metric, "hash": candidate.hash, "error": outcome.reason or "",
-                   "worker": self.worker, "results_dir": self.results_dir}
-        attrs = {"status": outcome.status, "speedup": speedup, "configuration": candidate.configuration.to_dict(),
-                 "mneme": details}
+    def _attributes(self, candidate: Candidate, outcome: Any) -> dict[str, Any]:
+        """Also which process evaluated the trial and where its results directory is."""
+        attrs = super()._attributes(candidate, outcome)
+        attrs["mneme"].update(worker=self.worker, results_dir=self.results_dir)
+        return attrs
+
+    def _set_user_attrs(self, trial: Any, attrs: dict[str, Any]) -> None:
+        """All in one append to a journal file, else one write each (each a transaction)."""
         set_all = getattr(self._storage, "set_trial_user_attrs", None)
         if set_all is not None:
             set_all(trial._trial_id, attrs)
             return
-        for name, value in attrs.items():
-            self._storage.set_trial_user_attr(trial._trial_id, name, value)
+        super()._set_user_attrs(trial, attrs)
 
     def close(self) -> None:
         """Fail this process's trials still running (Ctrl-C, a stop): their configurations are free again."""

@@ -416,10 +416,25 @@ void patch(std::vector<uint8_t>& bytes, Where where, size_t region, const std::v
 // ------------------------------------------------------------------------------------ placement
 struct Mapping {
     CUdeviceptr start;
-    size_t size;
+    size_t size;  // mapped
     CUmemGenericAllocationHandle handle;
     bool mapped;
+    size_t reserved;  // the address range reserved from start (at least size)
 };
+
+// Reserve [base, base + size) exactly. The driver takes a small request's address only as a hint (it
+// hands out a range of its own instead), but grants a large one where asked: try large windows that
+// start at base first, then the exact size. 0 when none is granted there.
+size_t reserve_at(uint64_t base, size_t size) {
+    const size_t GiB = size_t(1) << 30;
+    for (size_t want : {std::max(size, 64 * GiB), std::max(size, 16 * GiB), std::max(size, 4 * GiB), size}) {
+        CUdeviceptr got = 0;
+        if (d.cuMemAddressReserve(&got, want, 0, base, 0) != CUDA_SUCCESS) continue;
+        if (got == base) return want;
+        d.cuMemAddressFree(got, want);
+    }
+    return 0;
+}
 
 // Reserve and map the pages the heap regions touch at their recorded addresses; "" when done,
 // otherwise why not (what was reserved is given back).
@@ -446,25 +461,24 @@ std::string place_at_recorded_addresses(std::vector<Region>& regions, CUdevice d
     auto give_back = [&]() {
         for (const Mapping& m : maps) {
             if (m.mapped) d.cuMemUnmap(m.start, m.size), d.cuMemRelease(m.handle);
-            d.cuMemAddressFree(m.start, m.size);
+        }
+        for (const Mapping& m : maps) {
+            if (m.reserved) d.cuMemAddressFree(m.start, m.reserved);
         }
         maps.clear();
     };
     for (const auto& c : clusters) {
         size_t size = c.second - c.first;
         std::string range = hex64(c.first) + "-" + hex64(c.second);
-        CUdeviceptr got = 0;
-        CUresult r = d.cuMemAddressReserve(&got, size, 0, c.first, 0);
-        if (r != CUDA_SUCCESS) {
+        bool inside = false;  // in a window an earlier cluster reserved: mapped there, nothing more to reserve
+        for (const Mapping& m : maps)
+            inside = inside || (m.reserved && c.first >= m.start && c.second <= m.start + m.reserved);
+        size_t reserved = inside ? 0 : reserve_at(c.first, size);
+        if (!inside && !reserved) {
             give_back();
-            return "cuMemAddressReserve of " + range + " failed: " + error_name(r);
+            return "the range " + range + " is taken in this process (the driver did not grant it at its address)";
         }
-        if (got != c.first) {
-            d.cuMemAddressFree(got, size);
-            give_back();
-            return "the range " + range + " is taken in this process (the driver offered " + hex64(got) + ")";
-        }
-        maps.push_back({got, size, 0, false});
+        maps.push_back({c.first, size, 0, false, reserved});
         Mapping& m = maps.back();
         check(d.cuMemCreate(&m.handle, size, &prop, 0), "cuMemCreate(" + std::to_string(size) + " bytes)");
         check(d.cuMemMap(m.start, size, 0, m.handle, 0), "cuMemMap(" + range + ")");

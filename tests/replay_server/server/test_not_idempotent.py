@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import grpc
 import pytest
 
 import replay_server.server.worker_pool as worker_pool
