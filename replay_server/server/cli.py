@@ -37,7 +37,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="seconds a replay may run before its worker is killed as hung (default 30)")
     parser.add_argument("--compile-processes", type=int, default=0,
                         help="CPU compile pool size (default: this server's share of the CPUs, less its workers "
-                             "and itself; -1 disables the pool)")
+                             "and itself, at least min(4, CPUs); -1 disables the pool)")
     parser.add_argument("--batch", type=int, default=8,
                         help="configurations of one instance a worker replays in one engine call at most (default 8)")
     parser.add_argument("--prepared-cache-gib", type=float, default=0.0,

@@ -95,7 +95,8 @@ class ServerOptions:
 
 def default_compile_processes(workers: int, cpus: int | None = None, servers: int | None = None) -> int:
     """The compile pool's default size: this server's share of the host's CPUs (``$MNEME_SERVERS_ON_HOST``
-    servers share them), less one for each of its workers and one for itself; at least one.
+    servers share them), less one for each of its workers and one for itself, and never fewer than
+    ``min(4, CPUs)`` (the size before: a small host's compiles still run beside each other).
 
     Args:
         workers: the server's worker processes.
@@ -115,7 +116,7 @@ def default_compile_processes(workers: int, cpus: int | None = None, servers: in
             servers = max(1, int(os.environ.get(SERVERS_ON_HOST_ENV, "1")))
         except ValueError:
             servers = 1
-    return max(1, cpus // servers - workers - 1)
+    return max(min(4, cpus), cpus // servers - workers - 1, 1)
 
 
 def listen_address(host: str) -> str:
