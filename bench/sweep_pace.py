@@ -356,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=1, help="runs of each row and tree, interleaved (default 1)")
     p.add_argument("--compile-processes", type=int, default=0, help="the servers' compile pool (default: theirs)")
     p.add_argument("--compare-tree", metavar="DIR", help="another mneme (an importable tree) run beside this one")
+    p.add_argument("--compare-label", default="compared", help="the compared tree's name in the table (a commit)")
     p.add_argument("--engine", choices=("cuda", "test"), default="cuda")
     p.add_argument("--test-kernel-us", type=float, default=47.9, help="--engine test: the kernel's time")
     p.add_argument("--test-small-kernel-us", type=float, default=5.0, help="--engine test: the small kernel's time")
@@ -386,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     from mneme.testing.synthetic import write_vecadd_recording
 
-    trees = [("this tree", None)] + ([("compared", str(Path(args.compare_tree).resolve()))] if args.compare_tree else [])
+    trees = [("this tree", None)] + ([(args.compare_label, str(Path(args.compare_tree).resolve()))]
+                                     if args.compare_tree else [])
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="mneme-pace-") as tmp:
         work = Path(tmp)
