@@ -560,10 +560,13 @@ void ContextState::ensure_gate() {
 }
 
 CUevent ContextState::take_event() {
-    if (!spare_events.empty()) {
-        CUevent e = spare_events.back();
-        spare_events.pop_back();
-        return e;
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        if (!spare_events.empty()) {
+            CUevent e = spare_events.back();
+            spare_events.pop_back();
+            return e;
+        }
     }
     CUevent e = nullptr;
     check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
@@ -571,11 +574,14 @@ CUevent ContextState::take_event() {
 }
 
 std::pair<void*, CUdeviceptr> ContextState::take_buffers(size_t bytes) {
-    for (size_t i = 0; i < spare_buffers.size(); ++i) {
-        if (spare_buffers[i].bytes >= bytes) {
-            SpareBuffers b = spare_buffers[i];
-            spare_buffers.erase(spare_buffers.begin() + static_cast<long>(i));
-            return {b.host, b.device};
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        for (size_t i = 0; i < spare_buffers.size(); ++i) {
+            if (spare_buffers[i].bytes >= bytes) {
+                SpareBuffers b = spare_buffers[i];
+                spare_buffers.erase(spare_buffers.begin() + static_cast<long>(i));
+                return {b.host, b.device};
+            }
         }
     }
     const Driver& d = driver();
@@ -588,18 +594,59 @@ std::pair<void*, CUdeviceptr> ContextState::take_buffers(size_t bytes) {
         d.cuMemFreeHost(host);
         check(r, "cuMemAlloc(batch results)");
     }
+    std::lock_guard<std::mutex> lock(pool_mutex);
     buffer_sizes[host] = bytes;
     return {host, dev};
 }
 
 void ContextState::give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used) {
+    std::lock_guard<std::mutex> lock(pool_mutex);
     if (host) spare_buffers.push_back({host, device, buffer_sizes[host]});
     spare_events.insert(spare_events.end(), events_used.begin(), events_used.end());
     events_used.clear();
 }
 
+void ContextState::give_back_when_done(void* host, CUdeviceptr device, std::vector<CUevent>& events_used) {
+    if (events_used.empty()) return give_back(host, device, events_used);
+    CUresult r = driver().cuEventQuery(events_used.back());
+    if (r == CUDA_SUCCESS) return give_back(host, device, events_used);
+    if (r != CUDA_ERROR_NOT_READY) {
+        events_used.clear();  // the context is broken: its resources go with it
+        return;
+    }
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    pending.push_back({host, device, std::move(events_used)});
+    events_used.clear();
+}
+
+void ContextState::reclaim() {
+    std::vector<Pending> done;
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        if (pending.empty()) return;
+        std::vector<Pending> still;
+        for (Pending& p : pending) {
+            CUresult r = driver().cuEventQuery(p.events.back());
+            if (r == CUDA_SUCCESS) done.push_back(std::move(p));
+            else if (r == CUDA_ERROR_NOT_READY) still.push_back(std::move(p));
+            // else: the context is broken; the resources go with it
+        }
+        pending.swap(still);
+    }
+    for (Pending& p : done) give_back(p.host, p.device, p.events);
+}
+
 void ContextState::free_batch_pools() {
     const Driver& d = driver();
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    // A batch still pending when its context goes (no BatchRun refers to it): freed if the GPU is done
+    // with it, else left (freeing memory a kernel still writes, or waiting for a hanging one, is worse).
+    for (Pending& p : pending) {
+        if (d.cuEventQuery(p.events.back()) != CUDA_SUCCESS) continue;
+        spare_events.insert(spare_events.end(), p.events.begin(), p.events.end());
+        if (p.host) spare_buffers.push_back({p.host, p.device, 0});
+    }
+    pending.clear();
     for (CUevent e : spare_events) d.cuEventDestroy(e);
     for (const SpareBuffers& b : spare_buffers) {
         d.cuMemFreeHost(b.host);
@@ -607,8 +654,10 @@ void ContextState::free_batch_pools() {
     }
     spare_events.clear();
     spare_buffers.clear();
-    free_batch_pools();
+    buffer_sizes.clear();
+    if (gate_host) d.cuMemFreeHost(const_cast<uint32_t*>(gate_host));
     gate_host = nullptr;
+    gate_device = 0;
 }
 
 namespace {
@@ -697,18 +746,27 @@ BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate
         slots += p.checked.size() * item.checks.size();
     }
     c.ensure_gate();
-    for (size_t i = 0; i < n_events + 1; ++i) events.push_back(c.take_event());  // the last: all done
-    auto buffers = c.take_buffers(std::max<size_t>(slots, 1) * kSlotBytes);
-    host = buffers.first;
-    device = buffers.second;
+    c.reclaim();
+    try {
+        for (size_t i = 0; i < n_events + 1; ++i) events.push_back(c.take_event());  // the last: all done
+        auto buffers = c.take_buffers(std::max<size_t>(slots, 1) * kSlotBytes);
+        host = buffers.first;
+        device = buffers.second;
+    } catch (...) {
+        c.give_back(host, device, events);  // nothing was enqueued with them
+        host = nullptr;
+        throw;
+    }
     uint64_t* slot_words = static_cast<uint64_t*>(host);
     for (size_t s = 0; s < slots; ++s) init_slot(slot_words + s * kSlotWords);
     try {
         enqueue(gate_max_ns);
     } catch (...) {
-        // Nothing waits for this batch: its buffers and events go back once the stream is done with what
-        // was enqueued (the gate is open again by now); a context that is gone keeps them.
-        if (!driver_cleanup_abandoned() && d.cuStreamSynchronize(c.stream) == CUDA_SUCCESS) c.give_back(host, device, events);
+        // Nothing waits for this batch (the gate is open again by now): its buffers and events go back
+        // once the stream is done with what was enqueued, which the last event, recorded now, says without
+        // waiting; a context that is gone, or a stream that takes no more, keeps them.
+        if (!driver_cleanup_abandoned() && d.cuEventRecord(events.back(), c.stream) == CUDA_SUCCESS)
+            c.give_back_when_done(host, device, events);
         host = nullptr;
         throw;
     }
@@ -810,11 +868,9 @@ bool BatchRun::done() const {
 BatchRun::~BatchRun() {
     if (host == nullptr || driver_cleanup_abandoned()) return;  // given back, or the context is gone: leave it
     ContextState& c = *ctx;
-    // Not waited for (an error while enqueueing, or dropped): its buffers and events are reused only once
-    // the GPU is done with them.
-    if (driver().cuCtxSetCurrent(c.context) == CUDA_SUCCESS && !events.empty() &&
-        driver().cuEventSynchronize(events.back()) == CUDA_SUCCESS)
-        c.give_back(host, device, events);
+    // Not waited for (dropped, or wait() failed): its buffers and events are reused only once the GPU
+    // is done with them, which is not waited for here (a hanging kernel must not hang whoever drops it).
+    if (driver().cuCtxSetCurrent(c.context) == CUDA_SUCCESS) c.give_back_when_done(host, device, events);
 }
 
 std::shared_ptr<BatchRun> start_batch(const ContextPtr& ctx, std::vector<BatchItem> items, uint64_t gate_max_ns) {

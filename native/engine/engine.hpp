@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -54,9 +55,20 @@ public:
     std::vector<CUevent> spare_events;
     std::vector<SpareBuffers> spare_buffers;
     std::map<void*, size_t> buffer_sizes;
+    // Batches whose GPU work may still run when nobody waits for them any more (dropped, or an error
+    // while enqueueing): their buffers and events go back to the pools once `fence` (the last of
+    // `events`, recorded after all their work) has completed, seen without waiting (reclaim).
+    struct Pending { void* host; CUdeviceptr device; std::vector<CUevent> events; };
+    std::vector<Pending> pending;
+    // The pools and pending are touched with the GIL released, and a BatchRun may be dropped in
+    // another thread than the one that waits for another batch.
+    std::mutex pool_mutex;
     CUevent take_event();
     std::pair<void*, CUdeviceptr> take_buffers(size_t bytes);
     void give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
+    // Gives back at once when the last event has completed, else later (reclaim); never waits.
+    void give_back_when_done(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
+    void reclaim();
     void free_batch_pools();
 };
 using ContextPtr = std::shared_ptr<ContextState>;
