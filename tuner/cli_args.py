@@ -87,8 +87,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--objective", metavar="|".join(OBJECTIVES) + "|time,energy", default=S,
                    help="time (default): minimize the metric; speedup: maximize baseline / metric; energy: minimize "
                    "joules per launch (NVML's energy counter over an energy window of each verified configuration); "
-                   "edp: minimize energy x time; a list such as time,energy: NSGA-II's Pareto front of both "
+                   "edp: minimize energy x time; a hardware counter (dram_bytes, instructions, ... minimized; "
+                   "achieved_occupancy, l2_hit_rate, ... maximized; a raw CUPTI name, minimized), collected per trial "
+                   "as --metrics does; a list such as time,energy or time,dram_bytes: NSGA-II's Pareto front of both "
                    "(--sampler nsga2)")
+    g.add_argument("--metrics", action="append", metavar="NAME,...", default=S,
+                   help="hardware counters every trial records (trials.jsonl 'metrics'), profiled after its timed "
+                   "launches: curated names (mneme replay --list-metrics) or raw CUPTI metric names; repeatable")
     g.add_argument("--energy-window", type=float, metavar="SECONDS", default=S,
                    help="with --objective energy or edp: run each verified configuration's launches back to back at "
                    "least this long for its energy (default 0.1; longer while the counter has not stepped 3 times)")

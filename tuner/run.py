@@ -23,7 +23,7 @@ from mneme.model.experiment import (
 from tuner.errors import ServersUnreachableError, TuningError
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
-from tuner.objective import effective_status, energy_missing_reason, metric_value
+from tuner.objective import counter_names, effective_status, energy_missing_reason, metric_value
 from tuner.options import TuneOptions
 from tuner.preflight import check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
@@ -76,6 +76,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
         measurement=options.measurement,
+        **({"metrics": options.counters} if options.counters else {}),
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -388,6 +389,7 @@ class TuneRun:
                          + (f", {result.energy_j:.4g} J per launch at {result.power_w:.4g} W" if result.energy_j > 0
                             else ""))
         self._check_measurement(result, reporter)
+        self._check_counters(result, reporter)
         self._judge_with(executor, doc["tolerance"], reporter)
         return doc
 
@@ -406,6 +408,24 @@ class TuneRun:
         elif result.throttled:
             reporter.message("note: the baseline was measured while the GPU throttled "
                              f"({', '.join(conditions.get('throttle_reasons') or [])}); see baseline.json's conditions")
+
+    def _check_counters(self, result: ExperimentResult, reporter: Reporter) -> None:
+        """The baseline's hardware counters (``--metrics``, a counter ``--objective``): shown; a counter the
+        objective ranks by that could not be collected (a host that refuses the profiler) stops the run with
+        the reason (exit status 2: never ranked on nothing)."""
+        o = self.options
+        if not o.counters:
+            return
+        if result.metrics:
+            reporter.message("baseline counters: " + ", ".join(f"{k}={v:.6g}" for k, v in result.metrics.items()))
+        missing = [n for n in counter_names(o.objective) if n not in result.metrics]
+        if missing:
+            raise NotAvailableError(
+                f"--objective {o.objective} needs the hardware counter {missing[0]}, and the baseline's replay "
+                f"collected none: {result.metrics_error or 'the replay servers did not profile'}; record it with "
+                "--metrics and tune for time instead (--objective time)")
+        if result.metrics_error:
+            reporter.message(f"note: hardware counters: {result.metrics_error}")
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline

@@ -335,6 +335,31 @@ class Launcher:
             param_offsets=loaded.param_offsets,
         )
 
+    def profile(self, loaded: LoadedCode, config: ExperimentConfiguration, plan: LaunchPlan, metric_config: Any) -> dict:
+        """Hardware counters over one launch of ``loaded`` under ``config`` (an engine call of its own, after
+        a configuration's timed launches): per profiler pass every region reset from its prologue and the L2
+        flushed, then the launch with the recorded launch attributes.
+
+        Args:
+            loaded: the loaded code.
+            config: the launch shape.
+            plan: the recorded launch attributes.
+            metric_config: the engine's ``MetricConfig`` (the metrics and their passes).
+
+        Returns:
+            The engine's output (``values`` in the configuration's metric order, ``passes``, ``ranges_dropped``).
+
+        Raises:
+            Exception: the engine's ProfilerError (CUPTI) or CudaError (the launches).
+        """
+        state, homes = self.state, loaded.global_homes
+        state.apply_map(state.relocation_map(homes))
+        return eng.load_engine().profile(
+            loaded.function, metric_config, config.grid.as_tuple(), config.block.as_tuple(), config.shared_mem,
+            loaded.args, resets=state.full_reset_copies(homes), l2_flush_bytes=2 * self.ctx.l2_cache_size,
+            timeout_s=self.settings.timeout_s, attributes=list(plan.attributes), param_offsets=loaded.param_offsets,
+        )
+
     def run_failure(self, exc: Exception) -> RunFailure:
         """What a configuration's replay that raised ``exc`` in :meth:`launch` reports.
 

@@ -247,6 +247,16 @@ class DeviceState:
             if live is not None:
                 self.ctx.copy(live, r.reset_source, r.size)
 
+    def full_reset_copies(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
+        """(dst, src, size) copies that put every region's prologue into its live memory (``full_reset``
+        as copies an engine call makes itself: before each pass of a profiled launch)."""
+        out = []
+        for r in self.regions:
+            live = self.live_address(r, global_homes)
+            if live is not None:
+                out.append((live, r.reset_source, r.size))
+        return out
+
     def iteration_resets(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
         """(dst, src, size) copies that restore what the kernel writes, before each launch."""
         out = []

@@ -10,6 +10,12 @@ still carries the placement's fields, unless the address space has a
 function's ``run`` returns what the native one does (times, per checked launch
 the statistics of every check) without touching memory; the kernel says which
 checks differ from the epilogue, and records every run's arguments.
+
+The profiler (hardware counters) is modelled too: a chip (``AddressSpace.chip``)
+whose metrics are :data:`FAKE_METRICS`, configurations, and ``profile``, which
+returns the kernel's ``counters`` (raw name -> value) and records each call;
+``AddressSpace.profiler_reason`` makes the profiler unavailable and
+``FakeKernel.profile_errors`` makes the next profile calls fail as CUPTI does.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from mneme.replay.address_map import mappings_in, read_maps
+from mneme.replay.metrics import CURATED
 
 GRANULARITY = 2 << 20
 CUDA_ERROR_INVALID_VALUE = 1
@@ -53,6 +60,8 @@ class AddressSpace:
     fail_map_at: int | None = None  # an absolute address whose mapping fails (out of memory)
     allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
     kernel: "FakeKernel | None" = None  # what loaded modules launch; None: loading a module fails
+    chip: str = "GH100"  # CUPTI's name of the fake GPU's chip
+    profiler_reason: str = ""  # why the profiler cannot be loaded ('' when it can)
     copied_since_run: bool = True  # device copies (resets) made since the last run
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
 
@@ -195,6 +204,9 @@ class FakeKernel:
     runs: list = field(default_factory=list)
     time_ns: int = 1000
     load_seconds: float = 0.001
+    counters: dict = field(default_factory=dict)  # raw metric -> what the profiler reports (absent: 0.0)
+    profile_errors: list = field(default_factory=list)  # raised by the next profile calls, one each
+    profiles: list = field(default_factory=list)  # every profile call's arguments (FakeProfile)
 
 
 def cuda_error(call: str, code: int, name: str) -> CudaError:
@@ -257,6 +269,75 @@ class FakeFunction:
                 "event_times_ns": list(times)}  # fmt: skip
 
 
+#: The raw metrics the fake chip has: the first raw metric of every curated one, and a few more.
+FAKE_METRICS = frozenset([m.raw[0] for m in CURATED.values() if "imc_miss" not in m.raw[0]] +
+                         ["lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum", "dram__sectors_read.sum"])
+CUPTI_ERROR_INVALID_METRIC_NAME = 17
+CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
+
+
+class ProfilerError(RuntimeError):
+    """As the engine raises it: (message, CUptiResult, its name, the call)."""
+
+
+def profiler_error(call: str, code: int, name: str) -> ProfilerError:
+    """A ProfilerError as the native engine raises it (``FakeKernel.profile_errors``)."""
+    return ProfilerError(f"{call} failed: {name} ({code})", code, name, call)
+
+
+@dataclass
+class FakeProfile:
+    """One call of the fake ``profile``: its arguments."""
+
+    config: "FakeMetricConfig"
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    args: bytes
+    resets: list
+    l2_flush_bytes: int
+    timeout_s: float
+    attributes: list
+    param_offsets: list
+
+
+class FakeMetricConfig:
+    """``mneme._engine.MetricConfig``: metrics on a chip, one pass per three of them."""
+
+    def __init__(self, chip: str, metrics: list, counter_availability: bytes = b""):
+        for name in metrics:
+            _metric_properties(chip, name)
+        self.chip, self.metrics, self.counter_availability = chip, list(metrics), counter_availability
+        self.passes = -(-len(self.metrics) // 3)
+
+
+def _metric_properties(chip: str, name: str) -> dict:
+    if name not in FAKE_METRICS:
+        raise profiler_error(f"cuptiProfilerHostGetMetricProperties({name})", CUPTI_ERROR_INVALID_METRIC_NAME,
+                             "CUPTI_ERROR_INVALID_METRIC_NAME")
+    return {"description": name, "hw_unit": name.split("__")[0], "dim_unit": "", "type": 0}
+
+
+def _base_metrics(chip: str, type_: int) -> list:
+    return sorted({m.split(".")[0] for m in FAKE_METRICS}) if type_ == 0 else []
+
+
+def _sub_metrics(chip: str, base: str, type_: int) -> list:
+    return sorted({m[len(base):] for m in FAKE_METRICS if m.startswith(base + ".")})
+
+
+def _profile(function: "FakeFunction", config: FakeMetricConfig, grid, block, shared_mem, args, resets=(),
+             l2_flush_bytes=0, timeout_s=0.0, attributes=(), param_offsets=()) -> dict:
+    kernel = function.module.kernel
+    kernel.profiles.append(FakeProfile(config, tuple(grid), tuple(block), int(shared_mem), bytes(args), list(resets),
+                                       int(l2_flush_bytes), float(timeout_s), list(attributes), list(param_offsets)))
+    error = kernel.profile_errors.pop(0) if kernel.profile_errors else None
+    if error is not None:
+        raise error
+    return {"values": [float(kernel.counters.get(m, 0.0)) for m in config.metrics], "passes": config.passes,
+            "ranges_dropped": 0}
+
+
 def _check_result(check: tuple, n: int) -> tuple[tuple, tuple]:
     """The engine's (stats[7], counters[11]) for a check ``n`` away from the epilogue (see FakeKernel)."""
     dtype, threshold = check[3], check[5]
@@ -279,4 +360,15 @@ def native_module(space: AddressSpace) -> SimpleNamespace:
         driver_unavailable_reason=lambda: "",
         cupti_unavailable_reason=lambda: "no CUPTI in the fake engine",
         abandon_cleanup=lambda: None,
+        ProfilerError=ProfilerError,
+        MetricConfig=FakeMetricConfig,
+        profiler_unavailable_reason=lambda: space.profiler_reason,
+        profiler_chip_name=lambda device: space.chip,
+        profiler_device_support=lambda device: {"overall": 3, "architecture": 3, "sli": 3, "vgpu": 3,
+                                                "confidential_compute": 3, "cmp": 3, "wsl": 3},
+        profiler_counter_availability=lambda ctx: b"fake-availability",
+        profiler_metric_properties=_metric_properties,
+        profiler_base_metrics=_base_metrics,
+        profiler_sub_metrics=_sub_metrics,
+        profile=_profile,
     )

@@ -15,6 +15,10 @@
 namespace py = pybind11;
 using namespace mneme;
 
+namespace mneme {
+void register_profiler(py::module_& m);  // profiler_bindings.cpp: hardware counters
+}
+
 namespace {
 
 // Device memory owned by Python: freed when the object goes or on free().
@@ -319,4 +323,6 @@ PYBIND11_MODULE(_engine, m) {
             "cuLaunchKernelEx with `attributes`, (id, value bytes) pairs, when given; kernelParams pointing at "
             "`param_offsets` of the argument bytes when given, else the bytes through `extra`) and compare (after "
             "the launches in check_launches), `launches` times; one synchronization at the end.");
+
+    register_profiler(m);
 }

@@ -45,6 +45,7 @@ class Job:
     warmup: int = 2
     timeout: float = 30.0
     derived_watchdog: bool = False  # no timeout asked for: the pool derives one from the kernel's time (cap: timeout)
+    metrics: tuple[str, ...] = ()  # hardware counters to collect after the timed launches (ReplayRequest.metrics)
     watchdog: float = 0.0  # the watchdog its replay ran under (set when it begins)
     compiled: "Future[Any] | None" = None
     future: "Future[JobOutcome]" = field(default_factory=Future)

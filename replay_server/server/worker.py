@@ -4,10 +4,11 @@ Started with the 'spawn' context (a fresh interpreter: no inherited CUDA state
 or locks). It pins its GPU, proves the device with the engine's self-test, then
 serves messages from the supervisor over a pipe, one at a time:
 
-  supervisor -> worker: ("run", job_id, instance, config_dict, iterations, warmup, compiled, decision)
+  supervisor -> worker: ("run", job_id, instance, config_dict, iterations, warmup, compiled, metrics, decision)
                         ("prepare", job_id, instance, decision) | ("stop",)
                                    decision: the instance's reset policy as an earlier worker's proof
                                    decided it (a ResetDecision; None: the worker proves it itself)
+                                   metrics: hardware counters to collect after the timed launches
   worker -> supervisor: ("ready", info) | ("failed", reason)            once, at start
                         ("begin", job_id)          the replay starts (watchdog from here)
                         ("result", job_id, result_dict, held_bytes, retiring, kernel_ns)
@@ -28,6 +29,7 @@ then the worker exits so that the supervisor starts a fresh one.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
@@ -128,9 +130,9 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
             if retiring:
                 _retire()
             continue
-        _, _, _, config_dict, iterations, warmup, compiled, _ = message
+        _, _, _, config_dict, iterations, warmup, compiled, metrics, _ = message
         conn.send(("begin", job_id))
-        result = _run(prepared, config_dict, iterations, warmup, compiled)
+        result = _run(prepared, config_dict, iterations, warmup, compiled, metrics)
         if _redo(conn, job_id, prepared, cache):
             continue
         result.gpu_id = gpu  # the server's GPU index, not the worker's pinned device 0
@@ -156,10 +158,17 @@ def _retire() -> None:
     os._exit(EXIT_CONTEXT_LOST)  # the context is gone: no cleanup can succeed
 
 
-def _run(prepared: Any, config_dict: dict, iterations: int, warmup: int, compiled: Any) -> ExperimentResult:
+def _run(prepared: Any, config_dict: dict, iterations: int, warmup: int, compiled: Any,
+         metrics: tuple[str, ...] = ()) -> ExperimentResult:
     try:
         config = ExperimentConfiguration.from_dict(config_dict)
-        return prepared.run(config, iterations, warmup, compiled)
+        if not metrics:
+            return prepared.run(config, iterations, warmup, compiled)
+        if "metrics" not in inspect.signature(prepared.run).parameters:
+            result = prepared.run(config, iterations, warmup, compiled)
+            result.metrics_error = "hardware counters cannot be collected: this server's engine does not profile"
+            return result
+        return prepared.run(config, iterations, warmup, compiled, metrics=metrics)
     except Exception as exc:  # the engine promises not to raise; if it does, say so, keep serving
         return ExperimentResult.failure(
             STATUS_INTERNAL_ERROR, f"the replay engine raised {_describe(exc)}", warmup=warmup
