@@ -6,7 +6,7 @@ float32 grids), its sweeps calibrated to run ~1.5 s. Every byte its instance
 holds is new to the recording, so the whole capture pipeline runs on it: the
 GPU digests and the copy off the device (the application's stall), then the
 agent's read, hash, probe/compress and write of every piece, the snapshot
-files and the commit (``syncfs`` and the database). Variants, interleaved run
+files and the commit (the database; with ``--durable`` a ``syncfs`` first). Variants, interleaved run
 by run:
 
 * no recording;

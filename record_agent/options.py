@@ -110,6 +110,7 @@ class RecordOptions:
     va_base: int = DEFAULT_VA_BASE
     spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
     deadline_s: float = DEFAULT_DEADLINE_S
+    durable: bool = False  # make each database and what it names survive a machine crash (syncfs before the commit)
     extra_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -28,9 +28,10 @@ class WatchedStore(LocalStore):
         self.spool = spool
         self.stripes_at_commit: list[list[str]] = []
 
-    def make_durable(self) -> None:
-        self.stripes_at_commit.append(sorted(p.name for p in self.spool.glob("entries/*/*.bin")))
-        super().make_durable()
+    def make_durable(self, name=None) -> None:
+        if name is None:
+            self.stripes_at_commit.append(sorted(p.name for p in self.spool.glob("entries/*/*.bin")))
+        super().make_durable(name)
 
 
 def test_stripes_are_gone_before_the_commit_and_each_stage_is_timed(tmp_path):
