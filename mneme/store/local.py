@@ -36,7 +36,6 @@ from typing import Iterator, Sequence
 from mneme.errors import ArtifactError
 from mneme.store.base import InvalidNameError, Store, validate_name, validate_prefix
 
-
 #: What survives a machine crash: every object (fsync each), what a commit made durable, nothing guaranteed.
 DURABILITIES = ("object", "commit", "none")
 #: Most buffers one ``writev`` call takes (Linux's IOV_MAX).
@@ -281,7 +280,20 @@ def _compatible(directory: str, prefix: str) -> bool:
 
 def _write_all(fd: int, parts: Sequence[bytes | bytearray | memoryview]) -> None:
     """Write ``parts`` to ``fd`` in order: ``writev`` calls of at most ``_IOV_MAX`` buffers, short writes resumed."""
+    if len(parts) <= _IOV_MAX:  # the common case: one call, no Python per buffer
+        total = sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in parts)
+        written = os.writev(fd, parts) if total else 0
+        if written == total:
+            return
+        skip = written
+    else:
+        skip = 0
     pending = [memoryview(p).cast("B") for p in parts if len(p)]
+    while skip:  # what the first call wrote
+        if skip >= len(pending[0]):
+            skip -= len(pending.pop(0))
+        else:
+            pending[0], skip = pending[0][skip:], 0
     while pending:
         batch = pending[:_IOV_MAX]
         written = os.writev(fd, batch)

@@ -294,3 +294,25 @@ def test_a_failed_write_leaves_no_temporary_file(tmp_path, monkeypatch):
     with pytest.raises(ArtifactError, match="No space left on device; free some space"):
         store.put("a/b", b"data")
     assert not list((tmp_path / "a").iterdir())
+
+
+def test_short_writes_are_resumed(tmp_path, monkeypatch):
+    import mneme.store.local as local
+
+    real = local.os.writev
+
+    def short(fd, buffers):  # at most 1000 bytes per call, as a signal or a nearly full disk may leave it
+        out, left = [], 1000
+        for b in buffers:
+            view = memoryview(b).cast("B")[:left]
+            out.append(view)
+            left -= len(view)
+            if not left:
+                break
+        return real(fd, out)
+
+    monkeypatch.setattr(local.os, "writev", short)
+    store = LocalStore(tmp_path)
+    parts = [b"h" * 10, memoryview(bytes(range(256)) * 20), b"", b"t" * 2500]
+    store.put_parts("obj", parts)
+    assert store.get("obj") == b"".join(bytes(p) for p in parts)
