@@ -149,3 +149,24 @@ def test_recording_fsyncs_nothing_by_default_and_syncs_before_each_database_with
     durable = RecordOptions(command=app, record_db_dir=str(tmp_path / "durable"), durable=True)
     assert session.record(durable, env=env_without_ranks()).instances == 2
     assert calls.count("syncfs") == 2 and "fsync" in calls  # one per committed database, then the database itself
+
+
+def test_the_application_run_is_timed_to_its_exit_not_to_when_a_conversion_noticed_it(tmp_path, monkeypatch):
+    """A conversion running when the application exits does not lengthen the application's reported run."""
+    import time
+
+    from record_agent.convert import SpoolConverter
+
+    real = SpoolConverter.convert_ready
+
+    def slow(self, progress=None):
+        done = real(self, progress)
+        if done:
+            time.sleep(3.0)  # a long conversion: the application exits meanwhile
+        return done
+
+    monkeypatch.setattr(SpoolConverter, "convert_ready", slow)
+    app = fake_app(tmp_path, "write_module(spool)\nwrite_entry(spool, 0)\n")
+    summary = session.record(options(tmp_path, app), env=env_without_ranks())
+    assert summary.instances == 1
+    assert summary.app_s < 2.5 and summary.app_s + summary.after_exit_s >= 3.0
