@@ -64,7 +64,7 @@ before = set(sys.modules)
 import subprocess
 import record_agent.session as session
 heavy = ("record_agent.convert", "mneme.format.chunks", "mneme.format.database", "mneme.store.local", "zstandard",
-         "blake3", "xxhash", "dataclasses", "inspect", "typing", "json", "pathlib", "tempfile")
+         "blake3", "xxhash", "dataclasses", "inspect", "typing", "json", "pathlib", "tempfile", "shutil")
 real = subprocess.Popen
 def popen(*args, **kwargs):
     with open({str(probe)!r}, "w") as f:
@@ -77,6 +77,6 @@ sys.exit(main(["record", "-rdb", {str(tmp_path / "rdb")!r}, "--", sys.executable
     env = dict(os.environ, MNEME_RECORDER_LIB=sys.executable, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr  # nothing recorded: the application is not a CUDA program
-    # Not the conversion machinery, and not dataclasses (with inspect), typing, json, pathlib or tempfile:
+    # Not the conversion machinery, and not dataclasses (with inspect), typing, json, pathlib, tempfile or shutil:
     # together about half of the command's own start-up on the development machine.
     assert probe.read_text().split() == []
