@@ -206,10 +206,21 @@ def least_cost(root: Path, path: Path, algorithm: str, repeats: int) -> dict[str
     return best
 
 
+class _NoStat:
+    """``os.path`` without the ``stat`` of ``isfile`` (no object exists)."""
+
+    def __getattr__(self, name):
+        return getattr(os.path, name)
+
+    @staticmethod
+    def isfile(path) -> bool:
+        return False
+
+
 class _NoSyscalls:
     """``os`` for mneme.store.local without the system calls of a write (they release the GIL)."""
 
-    path = type("path", (), {"isfile": staticmethod(lambda p: False)})
+    path = _NoStat()
 
     def __getattr__(self, name):
         return getattr(os, name)

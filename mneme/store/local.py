@@ -101,36 +101,35 @@ class LocalStore(Store):
         (a raw chunk frame's blocks are views of the mapped spool file), and
         every system call runs without the GIL.
         """
+        folder, path = self._locate(name)
+        self._write_atomically(folder, path, lambda fd: _write_all(fd, parts))
+
+    def put_file(self, name: str, path: str | Path) -> None:
+        """Copy a local file in, in 1 MiB pieces (no whole-file buffer)."""
+        source = Path(path)
+        if not source.is_file():
+            raise ArtifactError(f"cannot store {name}: source file {source} does not exist")
+
+        def copy(fd: int) -> None:
+            with source.open("rb") as src:
+                while piece := src.read(1 << 20):
+                    _write_all(fd, (piece,))
+
+        self._write_atomically(*self._locate(name), copy)
+
+    def _locate(self, name: str) -> tuple[str, str]:
+        """The directory and the file of object ``name`` (strings: no ``Path`` per object)."""
         validate_name(name)
         directory, _, base = name.rpartition("/")
         folder = f"{self._root_text}/{directory}" if directory else self._root_text
-        path = f"{folder}/{base}"
-        with self._serial_lock:
-            self._serial += 1
-            serial = self._serial
-        tmp = f"{folder}/.{base}.{os.getpid()}-{serial}.tmp"
-        for attempt in range(2):
-            if folder not in self._directories:
-                try:
-                    os.makedirs(folder, exist_ok=True)
-                except OSError as exc:
-                    raise ArtifactError(f"cannot write {exc.filename or folder}: {_reason(exc)}") from exc
-                self._directories.add(folder)
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                break
-            except FileExistsError:  # left by a killed writer whose pid this one has now: a fresh name
-                fd, tmp = tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder)
-                break
-            except FileNotFoundError as exc:  # the directory was removed since this store made it
-                self._directories.discard(folder)
-                if attempt:
-                    raise ArtifactError(f"cannot write {folder}: {_reason(exc)}") from exc
-            except OSError as exc:
-                raise ArtifactError(f"cannot write {folder}: {_reason(exc)}") from exc
+        return folder, f"{folder}/{base}"
+
+    def _write_atomically(self, folder: str, path: str, write) -> None:
+        """``write(fd)`` into a hidden temporary file of ``folder``, then rename it to ``path``."""
+        fd, tmp = self._temporary(folder, os.path.basename(path))
         try:
             try:
-                _write_all(fd, parts)
+                write(fd)
                 if self.durability == "object":
                     os.fsync(fd)
             finally:
@@ -147,46 +146,33 @@ class LocalStore(Store):
         if self.durability == "object":
             _fsync_directory(Path(folder))
 
-    def put_file(self, name: str, path: str | Path) -> None:
-        """Copy a local file in, in 1 MiB pieces (no whole-file buffer)."""
-        destination = self._path(name)
-        source = Path(path)
-
-        def copy(f) -> None:
-            with source.open("rb") as src:
-                while piece := src.read(1 << 20):
-                    f.write(piece)
-
-        if not source.is_file():
-            raise ArtifactError(f"cannot store {name}: source file {source} does not exist")
-        self._write_atomically(destination, copy)
-
-    def _write_atomically(self, path: Path, write) -> None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write {exc.filename or path.parent}: {_reason(exc)}") from exc
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        except OSError as exc:
-            raise ArtifactError(f"cannot write {path.parent}: {_reason(exc)}") from exc
-        try:
-            with os.fdopen(fd, "wb") as f:
-                write(f)
-                f.flush()
-                if self.durability == "object":
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException as exc:
+    def _temporary(self, folder: str, base: str) -> tuple[int, str]:
+        """A new hidden temporary file ``.<base>.<pid>-<n>.tmp`` in ``folder`` (made the first time), open for writing."""
+        with self._serial_lock:
+            self._serial += 1
+            serial = self._serial
+        tmp = f"{folder}/.{base}.{os.getpid()}-{serial}.tmp"
+        for attempt in range(2):
+            if folder not in self._directories:
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                except OSError as exc:
+                    raise ArtifactError(f"cannot write {exc.filename or folder}: {_reason(exc)}") from exc
+                self._directories.add(folder)
             try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            if isinstance(exc, OSError):
-                raise ArtifactError(f"cannot write {path}: {_reason(exc)}") from exc
-            raise
-        if self.durability == "object":
-            _fsync_directory(path.parent)
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), tmp
+            except FileExistsError:  # left by a killed writer whose pid this one has now: a fresh name
+                try:
+                    return tempfile.mkstemp(prefix=f".{base}.", suffix=".tmp", dir=folder)
+                except OSError as exc:
+                    raise ArtifactError(f"cannot write {folder}: {_reason(exc)}") from exc
+            except FileNotFoundError as exc:  # the directory was removed since this store made it
+                self._directories.discard(folder)
+                if attempt:
+                    raise ArtifactError(f"cannot write {folder}: {_reason(exc)}") from exc
+            except OSError as exc:
+                raise ArtifactError(f"cannot write {folder}: {_reason(exc)}") from exc
+        raise AssertionError("unreachable")
 
     def make_durable(self, name: str | None = None) -> None:
         """``"commit"`` durability: every object written so far (``syncfs``), or only ``name`` and its directory entry."""

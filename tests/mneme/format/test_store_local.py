@@ -148,50 +148,6 @@ def test_stray_files_with_invalid_names_are_not_listed(tmp_path):
     assert list(LocalStore(tmp_path).list()) == ["ok.json"]
 
 
-def test_unsynced_store_makes_everything_durable_before_a_database_is_committed(tmp_path, monkeypatch):
-    """sync=False skips per-object fsyncs; the writer's commit puts a durability barrier before the database."""
-    import mneme.store.local as local
-    from mneme.format.writer import RecordingWriter, new_database
-
-    events = []
-    real_sync = local._sync_file_system
-    monkeypatch.setattr(local, "_sync_file_system", lambda d: (events.append(("syncfs", d)), real_sync(d)))
-    store = LocalStore(tmp_path / "rec", sync=False)
-    real_put = store.put
-    monkeypatch.setattr(store, "put", lambda name, data: (events.append(("put", name)), real_put(name, data)))
-
-    import struct
-
-    from mneme.format.database import KernelParam, KernelSignature
-    from mneme.format.hashing import static_hash
-    from mneme.format.writer import RegionSource
-    from mneme.testing.synthetic import vecadd_code
-
-    raw = tmp_path / "region.bin"
-    raw.write_bytes(bytes(range(256)) * 16)
-    writer = RecordingWriter(store, chunk_size=4096)
-    static = static_hash("k", b"code")
-    db = new_database(static, KernelSignature("k", "k(int*)", (KernelParam(0, 8, "pointer"),), 8),
-                      writer.write_code(static, cubin=vecadd_code.CUBIN))
-    region = [RegionSource(0x1000, "heap", "a", path=raw, size=4096)]
-    db, _ = writer.write_instance(db, grid=1, block=(32,), shared_mem=0, args=struct.pack("<Q", 0x1000),
-                                  pointer_args=[0], prologue=region, epilogue=region)  # fmt: skip
-    kinds = [k for k, _ in events]
-    assert "syncfs" in kinds
-    first_db_put = next(i for i, (k, n) in enumerate(events) if k == "put" and n == db.name)
-    assert kinds.index("syncfs") < first_db_put
-    assert all(k == "put" for k in kinds[: kinds.index("syncfs")])  # the snapshots and chunks came first
-
-
-def test_synced_store_needs_no_barrier(tmp_path, monkeypatch):
-    import mneme.store.local as local
-
-    monkeypatch.setattr(local, "_sync_file_system", lambda d: pytest.fail("a synced store syncs each object"))
-    store = LocalStore(tmp_path, sync=True)
-    store.put("a", b"x")
-    store.make_durable()
-
-
 def _record_one_instance(store, tmp_path):
     """Chunks, snapshots, code and the database of one instance, through the writer (as `mneme record` writes)."""
     import struct
@@ -211,6 +167,33 @@ def _record_one_instance(store, tmp_path):
     db, _ = writer.write_instance(db, grid=1, block=(32,), shared_mem=0, args=struct.pack("<Q", 0x1000),
                                   pointer_args=[0], prologue=region, epilogue=region)  # fmt: skip
     return db
+
+
+def test_unsynced_store_makes_everything_durable_before_a_database_is_committed(tmp_path, monkeypatch):
+    """sync=False skips per-object fsyncs; the writer's commit puts a durability barrier before the database."""
+    import mneme.store.local as local
+
+    events = []
+    real_sync = local._sync_file_system
+    monkeypatch.setattr(local, "_sync_file_system", lambda d: (events.append(("syncfs", d)), real_sync(d)))
+    store = LocalStore(tmp_path / "rec", sync=False)
+    real_put = store.put
+    monkeypatch.setattr(store, "put", lambda name, data: (events.append(("put", name)), real_put(name, data)))
+    db = _record_one_instance(store, tmp_path)
+    kinds = [k for k, _ in events]
+    assert "syncfs" in kinds
+    first_db_put = next(i for i, (k, n) in enumerate(events) if k == "put" and n == db.name)
+    assert kinds.index("syncfs") < first_db_put
+    assert all(k == "put" for k in kinds[: kinds.index("syncfs")])  # the snapshots and chunks came first
+
+
+def test_synced_store_needs_no_barrier(tmp_path, monkeypatch):
+    import mneme.store.local as local
+
+    monkeypatch.setattr(local, "_sync_file_system", lambda d: pytest.fail("a synced store syncs each object"))
+    store = LocalStore(tmp_path, sync=True)
+    store.put("a", b"x")
+    store.make_durable()
 
 
 def test_durability_none_fsyncs_nothing_and_still_writes_whole_objects(tmp_path, monkeypatch):
