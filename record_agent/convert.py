@@ -264,7 +264,7 @@ class SpoolConverter:
             if device == 0:
                 store = self.store
             elif isinstance(self.store, LocalStore):
-                store = LocalStore(self.store.root / f"device{device}", sync=self.store.sync)
+                store = LocalStore(self.store.root / f"device{device}", durability=self.store.durability)
             else:
                 store = open_store(f"{self.store.url.rstrip('/')}/device{device}")
             self._writers[device] = RecordingWriter(store)
@@ -448,7 +448,7 @@ def abandoned_reason(entry: SpoolEntry) -> str:
 def release_stripes(entry: SpoolEntry) -> None:
     """Delete an entry's stripe files once their pieces are stored.
 
-    What the database commit then makes durable (one ``syncfs`` of the file
+    What the database commit then makes durable under ``--durable`` (one ``syncfs`` of the file
     system) no longer includes the spool's copy of the snapshot, which shares
     the file system with the recording wherever both are under ``/tmp``, and
     the recorder's back-pressure is relieved at once. Nothing is lost: a spool

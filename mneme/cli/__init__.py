@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from mneme import __version__
@@ -27,6 +28,34 @@ COMMAND_MODULES = {
 }
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter, with the terminal's width found without ``shutil``.
+
+    argparse imports ``shutil`` (and with it ``bz2``, ``lzma``, ``fnmatch``) for ``get_terminal_size``
+    each time a parser checks an argument: a millisecond or two of every command's start-up, which
+    ``mneme record`` pays before it starts the application. Same width: ``COLUMNS``, else the
+    terminal of stdout, else 80; minus 2, as argparse does.
+    """
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        if width is None:
+            width = _terminal_columns() - 2
+        super().__init__(prog, indent_increment, max_help_position, width)
+
+
+def _terminal_columns() -> int:
+    try:
+        columns = int(os.environ["COLUMNS"])
+        if columns > 0:
+            return columns
+    except (KeyError, ValueError):
+        pass
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def _command_name(argv: list[str]) -> str | None:
     """The subcommand ``argv`` names (its first word that is not an option), if any."""
     return next((a for a in argv if not a.startswith("-")), None)
@@ -37,6 +66,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mneme",
         description="Record CUDA kernel launches, replay them standalone and bit-exact, tune them.",
+        formatter_class=_HelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"mneme {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -47,7 +77,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         for found in module.COMMANDS:
             if only and found.name != only:
                 continue
-            p = sub.add_parser(found.name, help=found.help, description=found.help)
+            p = sub.add_parser(found.name, help=found.help, description=found.help, formatter_class=_HelpFormatter)
             found.configure(p)
             p.set_defaults(_command=found)
     return parser

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
-from typing import Callable
+from collections import namedtuple
 
 
-@dataclass(frozen=True)
-class Command:
-    """One ``mneme NAME`` subcommand: its help line, its arguments, its action."""
+class Command(namedtuple("Command", "name help configure run")):
+    """One ``mneme NAME`` subcommand: ``name``, its ``help`` line, ``configure(parser)`` adding its
+    arguments, and ``run(args) -> exit status``, its action.
 
-    name: str
-    help: str
-    configure: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
+    A named tuple, not a dataclass: ``mneme record`` builds its parser before it starts the
+    application, and ``dataclasses`` (with ``inspect``) would add its import to that start-up.
+    """
+
+    __slots__ = ()
 
 
 
