@@ -1,10 +1,10 @@
-"""The shape every subcommand has."""
+"""The shape every subcommand has, and how a subcommand's parser is made (its own help and errors)."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,22 @@ class Command:
     configure: Callable[[argparse.ArgumentParser], None]
     run: Callable[[argparse.Namespace], int]
 
+
+def add_subcommand(subparsers: Any, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand's parser (``mneme NAME``, ``mneme tune report``): its own ``--help``, and errors (an
+    unknown flag included, :func:`mneme.cli.main`) said with its own usage.
+
+    Args:
+        subparsers: what ``ArgumentParser.add_subparsers`` returned.
+        name: the word that selects it.
+        help: its one-line help (also its description).
+
+    Returns:
+        The parser; ``_parser`` in the parsed namespace is the innermost one the command line chose.
+    """
+    parser = subparsers.add_parser(name, help=help, description=help)
+    parser.set_defaults(_parser=parser)
+    return parser
 
 
 def add_application_argument(parser: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""The `mneme` command: every subcommand has a real --help; errors exit non-zero with a message."""
+"""The `mneme` command: every subcommand has a real --help; errors exit non-zero with a message, said by the
+(sub)command's own parser."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from mneme.cli import CLI_MODULES, COMMAND_MODULES, build_parser, main
 
 SUBCOMMANDS = ["record", "replay", "export-reproducer", "tune", "run", "serve", "push", "pull", "ls", "check", "gc",
                "clean", "copy", "move", "config", "study-server"]
+TUNE_SUBCOMMANDS = ["report", "compare", "export"]
 
 
 def run_mneme(*args: str) -> subprocess.CompletedProcess:
@@ -46,21 +48,96 @@ def test_top_level_help_lists_subcommands():
         assert name in proc.stdout
 
 
-@pytest.mark.parametrize("name", SUBCOMMANDS)
+@pytest.mark.parametrize("name", SUBCOMMANDS + [f"tune {verb}" for verb in TUNE_SUBCOMMANDS])
 def test_subcommand_help(name, capsys):
     with pytest.raises(SystemExit) as exc:
-        main([name, "--help"])
+        main([*name.split(), "--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: mneme " + name)
 
 
+def test_tune_report_help_is_the_reports_own(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "report", "--help"])
+    out = capsys.readouterr().out
+    assert "--optuna-storage URL" in out and "DIR" in out
+    assert "--sampler" not in out and "--space-preset" not in out  # not the tuning run's help
+
+
+def test_tune_help_lists_its_subcommands(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    out = capsys.readouterr().out
+    assert all(verb in out for verb in TUNE_SUBCOMMANDS) and "--sampler" in out
+
+
+@pytest.mark.parametrize("argv, prog, unknown", [
+    (["tune", "--nope"], "mneme tune", "--nope"),
+    (["tune", "-rdb", "x.json", "--nope=1", "--quiet"], "mneme tune", "--nope=1"),
+    (["tune", "report", "results/x", "--nope"], "mneme tune report", "--nope"),
+    (["tune", "compare", "a", "b", "c"], "mneme tune compare", "c"),
+    (["tune", "export", "d", "--csv", "t.csv", "--nope"], "mneme tune export", "--nope"),
+    (["ls", "store", "--nope"], "mneme ls", "--nope"),
+    (["push", "a", "b", "--nope"], "mneme push", "--nope"),
+    (["gc", "store", "--nope", "--dry-run"], "mneme gc", "--nope"),
+    (["replay", "-rdb", "x.json", "--nope"], "mneme replay", "--nope"),
+    (["config", "cc", "--nope"], "mneme config", "--nope"),
+    (["serve", "--gpu", "0", "--nope"], "mneme serve", "--nope"),
+])
+def test_an_unknown_argument_is_an_error_of_its_own_subcommand(argv, prog, unknown, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: {prog} ")  # the subcommand's usage, not the top-level one
+    assert err.endswith(f"\n{prog}: error: unrecognized arguments: {unknown}\n")
+
+
+def test_an_unknown_flag_through_the_real_command():
+    proc = run_mneme("tune", "--nope")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: mneme tune ")
+    assert proc.stderr.splitlines()[-1] == "mneme tune: error: unrecognized arguments: --nope"
+
+
+def test_an_unknown_tune_subcommand_names_the_choices(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", "frobnicate"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "mneme tune: error:" in err and "invalid choice: 'frobnicate'" in err and "'report'" in err
+
+
+def test_a_tuning_flag_with_a_tune_subcommand_is_refused_not_ignored(capsys):
+    assert main(["tune", "--sampler", "tpe", "report", "results/x"]) == 2
+    assert "mneme tune: error: --sampler: for a tuning run, not for mneme tune report" in capsys.readouterr().err
+    assert main(["tune", "report"]) == 2
+    assert "mneme tune report DIR" in capsys.readouterr().err
+
+
 def test_unknown_subcommand_fails():
     proc = run_mneme("frobnicate")
-    assert proc.returncode != 0
-    assert "invalid choice" in proc.stderr
+    assert proc.returncode == 2
+    assert "invalid choice" in proc.stderr and proc.stderr.startswith("usage: mneme ")
 
 
-def test_version():
-    proc = run_mneme("--version")
-    assert proc.returncode == 0 and proc.stdout.startswith("mneme ")
+@pytest.mark.parametrize("line, verb, expected", [
+    ("tune report results/vecadd", "report", {"directories": ["results/vecadd"]}),
+    ("tune report run-a run-b --optuna-storage journal:s.log --study-name vecadd", "report",
+     {"directories": ["run-a", "run-b"], "optuna_storage": "journal:s.log", "study_name": "vecadd"}),
+    ("tune report --optuna-storage grpc://h:13000 --study-name s --results-dir merged", "report",
+     {"directories": [], "optuna_storage": "grpc://h:13000", "results_dir": "merged"}),
+    ("tune compare results/a results/b", "compare", {"first": "results/a", "second": "results/b"}),
+    ("tune export results/a --csv", "export", {"directory": "results/a", "csv": ""}),
+    ("tune export results/a --csv -", "export", {"directory": "results/a", "csv": "-"}),
+    ("tune -rdb rec/1.json --space-preset launch --launch-dim x --results-dir results/vecadd", None,
+     {"record_database": "rec/1.json", "results_dir": "results/vecadd"}),
+    ("tune --resume --results-dir results/vecadd --trials 9", None, {"resume": True, "trials": 9}),
+])
+def test_the_documented_tune_command_lines_parse(line, verb, expected):
+    from mneme.cli import parse
+
+    args = parse(build_parser("tune"), line.split())
+    assert args.tune_command == verb
+    assert {key: getattr(args, key) for key in expected} == expected
