@@ -1,8 +1,9 @@
-"""The shape every subcommand has, and how a subcommand's parser is made (its own help and errors)."""
+"""The shape every subcommand has, and the conventions they share (sub-subcommands, ``--json``)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -32,6 +33,16 @@ def add_subcommand(subparsers: Any, name: str, help: str) -> argparse.ArgumentPa
     parser = subparsers.add_parser(name, help=help, description=help)
     parser.set_defaults(_parser=parser)
     return parser
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str = "the summary") -> None:
+    """``--json``: the command prints ``what`` as one JSON object on standard output (:func:`print_json`)."""
+    parser.add_argument("--json", action="store_true", help=f"print {what} as one JSON object on standard output")
+
+
+def print_json(data: Any) -> None:
+    """What ``--json`` prints: one JSON document on standard output, indented, ending with a newline."""
+    print(json.dumps(data, indent=2))
 
 
 def add_application_argument(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mneme.cli.command import Command, add_subcommand
+from mneme.cli.command import Command, add_json_argument, add_subcommand, print_json
 from mneme.errors import ConfigurationError
 
 S = argparse.SUPPRESS
@@ -33,6 +33,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                      "mneme tune report DIR; one view of a shared study: mneme tune report DIR DIR ... or "
                      "mneme tune report --optuna-storage URL --study-name NAME; two runs side by side: "
                      "mneme tune compare A B; the trials as a table: mneme tune export DIR --csv [PATH]")
+    add_json_argument(parser, "the run's summary (results directory, counts, best; the human table goes to "
+                      "standard error)")
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
@@ -66,14 +68,34 @@ def run(args: argparse.Namespace) -> int:
         _refuse_tuning_flags(args, verb)
         return {"report": _run_report, "compare": _run_compare, "export": _run_export}[verb](args)
     given = {k: v for k, v in vars(args).items() if not k.startswith("_") and k != "tune_command"}
+    as_json = given.pop("json", False)
     from tuner.options import resolve_options
     from tuner.resume import resume_settings
 
     config_file = given.pop("config", None)
     base = resume_settings(given["results_dir"]) if given.get("resume") and given.get("results_dir") else None
-    from tuner.run import run_tune
+    options = resolve_options(given, config_file, base)
+    if not as_json:
+        from tuner.run import run_tune
 
-    return run_tune(resolve_options(given, config_file, base))
+        return run_tune(options)
+    return _run_tune_json(options)
+
+
+def _run_tune_json(options) -> int:
+    """``mneme tune --json``: what the run prints for a person goes to standard error, and its summary (the
+    results directory, the counts, the best) to standard output as one JSON object, also when the run
+    stopped early (interrupted, failed) after its results directory was made."""
+    from tuner.run import TuneRun
+
+    json_only = options.print_space or options.dry_run  # what they print is JSON already
+    tune = TuneRun(options, out=sys.stdout if json_only else sys.stderr)
+    try:
+        return tune.run()
+    finally:
+        summary = tune.json_summary()
+        if summary is not None:
+            print_json(summary)
 
 
 def _refuse_tuning_flags(args: argparse.Namespace, verb: str) -> None:
@@ -87,6 +109,7 @@ def _refuse_tuning_flags(args: argparse.Namespace, verb: str) -> None:
     for action in tuning._actions:  # noqa: SLF001
         flags.setdefault(action.dest, max(action.option_strings, key=len))
     stray = [flag for dest, flag in flags.items() if hasattr(args, dest) and dest not in own]
+    stray += ["--json"] if args.json else []
     if stray:
         raise ConfigurationError(f"{', '.join(stray)}: for a tuning run, not for mneme tune {verb} "
                                  f"(mneme tune {verb} --help lists its flags)")

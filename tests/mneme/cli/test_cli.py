@@ -69,7 +69,7 @@ def test_tune_help_lists_its_subcommands(capsys):
     with pytest.raises(SystemExit):
         main(["tune", "--help"])
     out = capsys.readouterr().out
-    assert all(verb in out for verb in TUNE_SUBCOMMANDS) and "--sampler" in out
+    assert all(verb in out for verb in TUNE_SUBCOMMANDS) and "--sampler" in out and "--json" in out
 
 
 @pytest.mark.parametrize("argv, prog, unknown", [
@@ -133,7 +133,7 @@ def test_unknown_subcommand_fails():
     ("tune export results/a --csv -", "export", {"directory": "results/a", "csv": "-"}),
     ("tune -rdb rec/1.json --space-preset launch --launch-dim x --results-dir results/vecadd", None,
      {"record_database": "rec/1.json", "results_dir": "results/vecadd"}),
-    ("tune --resume --results-dir results/vecadd --trials 9", None, {"resume": True, "trials": 9}),
+    ("tune --resume --results-dir results/vecadd --trials 9 --json", None, {"resume": True, "json": True}),
 ])
 def test_the_documented_tune_command_lines_parse(line, verb, expected):
     from mneme.cli import parse
