@@ -22,12 +22,13 @@ from mneme._internal.startup_trace import mark
 from mneme.cli.command import add_subcommand
 from mneme.errors import run_command
 
-CLI_MODULES = ["record", "replay", "reproducer", "tune", "run", "serve", "store_cmds", "config", "study_server"]
+CLI_MODULES = ["record", "replay", "reproducer", "tune", "run", "serve", "store_cmds", "config", "study_server",
+               "completion"]
 #: The module of each command: `mneme NAME` imports just that one. A command missing here still works
 #: (then every module is imported); tests/mneme/cli/test_cli.py checks this table against the modules.
 COMMAND_MODULES = {
     "record": "record", "replay": "replay", "export-reproducer": "reproducer", "tune": "tune", "run": "run",
-    "serve": "serve", "config": "config", "study-server": "study_server",
+    "serve": "serve", "config": "config", "study-server": "study_server", "completion": "completion",
     **{name: "store_cmds" for name in ("push", "pull", "ls", "check", "gc", "clean", "copy", "move")},
 }
 

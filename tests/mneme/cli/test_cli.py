@@ -1,17 +1,19 @@
 """The `mneme` command: every subcommand has a real --help; errors exit non-zero with a message, said by the
-(sub)command's own parser."""
+(sub)command's own parser; shell completion scripts name every command."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from mneme.cli import CLI_MODULES, COMMAND_MODULES, build_parser, main
+from mneme.cli.completion import SHELLS, script
 
 SUBCOMMANDS = ["record", "replay", "export-reproducer", "tune", "run", "serve", "push", "pull", "ls", "check", "gc",
-               "clean", "copy", "move", "config", "study-server"]
+               "clean", "copy", "move", "config", "study-server", "completion"]
 TUNE_SUBCOMMANDS = ["report", "compare", "export"]
 
 
@@ -84,6 +86,7 @@ def test_tune_help_lists_its_subcommands(capsys):
     (["replay", "-rdb", "x.json", "--nope"], "mneme replay", "--nope"),
     (["config", "cc", "--nope"], "mneme config", "--nope"),
     (["serve", "--gpu", "0", "--nope"], "mneme serve", "--nope"),
+    (["completion", "bash", "--nope"], "mneme completion", "--nope"),
 ])
 def test_an_unknown_argument_is_an_error_of_its_own_subcommand(argv, prog, unknown, capsys):
     with pytest.raises(SystemExit) as exc:
@@ -120,6 +123,55 @@ def test_unknown_subcommand_fails():
     proc = run_mneme("frobnicate")
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr and proc.stderr.startswith("usage: mneme ")
+
+
+def test_the_command_line_builds_without_the_completion_generator():
+    probe = "import sys; from mneme.cli import build_parser; build_parser(); print('shtab' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_completion_script_names_every_command_and_flag(shell):
+    text = script(shell)
+    for word in SUBCOMMANDS + TUNE_SUBCOMMANDS:
+        assert word in text, f"{word} is not in the {shell} script"
+    flags = ["--json", "--optuna-storage", "--sampler", "--read-data", "--record-db", "--apply"]
+    for flag in flags if shell != "tcsh" else ["--record-db", "--sampler"]:  # tcsh's: the flags that take values
+        assert flag in text, f"{flag} is not in the {shell} script"
+
+
+def test_completion_prints_the_script(capsys):
+    assert main(["completion", "zsh"]) == 0
+    assert capsys.readouterr().out.startswith("#compdef mneme")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+@pytest.mark.parametrize("line, expected", [
+    ("mneme tu", ["tune"]),
+    ("mneme tune re", ["report"]),
+    ("mneme tune report --", ["--help", "--optuna-storage", "--results-dir", "--study-name"]),
+    ("mneme tune --sampler ", ["exhaustive", "grid", "nsga2", "random", "tpe"]),
+    ("mneme gc store --", ["--dry-run", "--grace", "--help", "--json", "--retries"]),
+    ("mneme replay -rdb d", ["dir", "db.json"]),
+    ("mneme record -rdb d", ["dir"]),
+])
+def test_bash_completes_with_the_script(tmp_path, line, expected):
+    """The script in a real bash, as the shell calls it at a TAB (COMP_WORDS, COMP_CWORD)."""
+    (tmp_path / "completion.bash").write_text(script("bash"))
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "db.json").write_text("{}")
+    words = line.split(" ")
+    program = (f"source completion.bash; COMP_WORDS=({' '.join(repr(w) for w in words)}); "
+               f"COMP_CWORD={len(words) - 1}; COMP_LINE={line!r}; COMP_POINT=${{#COMP_LINE}}; _shtab_mneme; "
+               "printf '%s\\n' \"${COMPREPLY[@]}\"")
+    done = subprocess.run(["bash", "-c", program], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert sorted(done.stdout.split()) == sorted(expected), done.stderr
+
+
+def test_version():
+    proc = run_mneme("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("mneme ")
 
 
 @pytest.mark.parametrize("line, verb, expected", [
