@@ -4,14 +4,19 @@ Snapshot-like data is written to raw files as the recorder's spool holds
 them, then stored as chunks into a recording directory, side by side in one run:
 
 * each stage alone on one 4 MiB piece, one thread and all threads: reading
-  from the page cache, xxh3-128, SHA-256 (version 1 chunk names), BLAKE3
-  (version 2), the compression probe + raw frame, zstd levels 1 and 3, and
-  writing one chunk object (create, write, rename);
+  from the page cache (``preadv`` into a buffer, and a mapped piece's first
+  touch, as the agent reads), xxh3-128, SHA-256 (version 1 chunk names),
+  BLAKE3 (version 2), the compression probe + raw frame parts, zstd levels 1
+  and 3, and writing one raw chunk object (create, one ``writev``, rename);
 * ``put_many`` on a first snapshot (every byte new) with SHA-256 and with
   BLAKE3 chunk names, one thread (per-core cost: the thread's CPU time, in
   ns per byte per stage) and all threads; and a repeated snapshot (an
   iterative program's next instance: the same bytes but the float fields,
-  named from the index).
+  named from the index);
+* the Python each piece runs between its stages, with the GIL held: every
+  call that releases the GIL (hashes, compression, system calls) stubbed out,
+  one thread, the least of the runs; 4 MiB over that time is the most the
+  GIL lets any number of threads store.
 
 Two kinds of data: ``mix`` (quarters: float64 noise, a smooth float32 field,
 int32 indices, zeros: an iterative solver's memory) and ``stencil`` (the
@@ -31,6 +36,8 @@ disk's write-back).
 from __future__ import annotations
 
 import argparse
+import itertools
+import mmap
 import os
 import shutil
 import sys
@@ -39,9 +46,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
-import xxhash
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -49,10 +56,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from results_file import write_section  # noqa: E402
 
-from mneme.format.capture import ContentIndex, PipelineStats  # noqa: E402
+import mneme.format.chunks as chunks_module  # noqa: E402
+import mneme.format.frames as frames_module  # noqa: E402
+import mneme.store.local as local_module  # noqa: E402
+from mneme.format.capture import ContentIndex, PipelineStats, fingerprint  # noqa: E402
 from mneme.format.chunks import DEFAULT_CHUNK_SIZE, FileSlice, compress_chunk, default_workers, put_many  # noqa: E402
 from mneme.format.content_hash import chunk_digest  # noqa: E402
-from mneme.format.frames import stored_frame  # noqa: E402
+from mneme.format.frames import frame_parts, raw_frame_parts  # noqa: E402
 from mneme.store import LocalStore  # noqa: E402
 
 PIECE = DEFAULT_CHUNK_SIZE
@@ -110,27 +120,37 @@ def stage_rates(tmp: Path, threads: int, reps: int, repeats: int) -> list[tuple[
     source = tmp / "stage-read.bin"
     source.write_bytes(noise * 16)
     fd = os.open(source, os.O_RDONLY)
-    store = LocalStore(tmp / "stage-store", sync=False)
+    store = LocalStore(tmp / "stage-store", durability="none")
     counter = iter(range(10**9))
     local = threading.local()
 
     def read(_: bytes) -> None:
         if not hasattr(local, "buf"):
-            local.buf = bytearray(PIECE)  # reused, as put_many's readers do
+            local.buf = bytearray(PIECE)  # reused, as the agent's readers do where a file cannot be mapped
         os.preadv(fd, [local.buf], (next(counter) % 16) * PIECE)
 
+    def map_and_touch(_: bytes) -> None:
+        # A fresh mapping of one piece, its pages faulted in by xxh3 (the agent maps a stripe once, the
+        # fingerprint's read brings the pages in): the page cache read in place.
+        mapping = mmap.mmap(fd, PIECE, prot=mmap.PROT_READ, offset=(next(counter) % 16) * PIECE)
+        view = memoryview(mapping)
+        fingerprint(view)
+        view.release()
+        mapping.close()
+
     def write(b: bytes) -> None:
-        store.put(f"chunks/{next(counter) % 256:02x}/{next(counter):064x}", b)
+        store.put_parts(f"chunks/{next(counter) % 256:02x}/{next(counter):064x}", raw_frame_parts(b))
 
     stages = [
-        ("read (preadv, page cache)", read, noise),
-        ("xxh3-128 (index)", xxhash.xxh3_128_digest, noise),
+        ("read (preadv into a buffer, page cache)", read, noise),
+        ("read (mapped, first touch by xxh3)", map_and_touch, noise),
+        ("xxh3-128 (index)", fingerprint, noise),
         ("SHA-256 (version 1 names)", lambda b: chunk_digest(b, "sha256"), noise),
         ("BLAKE3 (version 2 names)", lambda b: chunk_digest(b, "blake3"), noise),
-        ("probe + raw frame (noise)", lambda b: stored_frame(b, 3), noise),
+        ("probe + raw frame parts (noise)", lambda b: frame_parts(b, 3), noise),
         ("zstd level 1 (smooth field)", lambda b: compress_chunk(b, 1), smooth),
         ("zstd level 3 (indices)", lambda b: compress_chunk(b, 3), indices),
-        ("write one chunk object", write, noise),
+        ("write one raw chunk object (writev)", write, noise),
     ]
 
     def rate(fn, sample: bytes, n_threads: int) -> float:
@@ -153,7 +173,7 @@ def store_file(root: Path, path: Path, workers: int, algorithm: str, index: Cont
     """Store ``path`` as chunks into ``root``; (wall seconds, stats)."""
     stats = PipelineStats()
     t0 = time.perf_counter()
-    put_many(LocalStore(root, sync=False), [FileSlice(path)], PIECE, index=index if index is not None else ContentIndex(),
+    put_many(LocalStore(root, durability="none"), [FileSlice(path)], PIECE, index=index if index is not None else ContentIndex(),
              stats=stats, workers=workers, algorithm=algorithm)
     return time.perf_counter() - t0, stats
 
@@ -183,6 +203,68 @@ def least_cost(root: Path, path: Path, algorithm: str, repeats: int) -> dict[str
         if best is None or sum(cost.values()) < sum(best.values()):
             best = cost
     assert best is not None
+    return best
+
+
+class _NoStat:
+    """``os.path`` without the ``stat`` of ``isfile`` (no object exists)."""
+
+    def __getattr__(self, name):
+        return getattr(os.path, name)
+
+    @staticmethod
+    def isfile(path) -> bool:
+        return False
+
+
+class _NoSyscalls:
+    """``os`` for mneme.store.local without the system calls of a write (they release the GIL)."""
+
+    path = _NoStat()
+
+    def __getattr__(self, name):
+        return getattr(os, name)
+
+    def open(self, *args, **kwargs) -> int:
+        return -1
+
+    def writev(self, fd, buffers) -> int:
+        return sum(memoryview(b).nbytes for b in buffers)
+
+    def close(self, fd) -> None:
+        pass
+
+    def replace(self, src, dst) -> None:
+        pass
+
+    def makedirs(self, *args, **kwargs) -> None:
+        pass
+
+
+def python_per_piece(repeats: int, pieces: int = 2000) -> float:
+    """Seconds of Python (GIL held) per 4 MiB piece of ``put_many`` into a local store, the least of ``repeats``.
+
+    Every call that releases the GIL is stubbed out: the chunk hash and the fingerprint (distinct made-up
+    digests), the probe's compression (incompressible: raw frames) and the file system calls. What is
+    left runs with the GIL held whatever the number of threads.
+    """
+    names = itertools.count()
+
+    class Incompressible:
+        def compress(self, data) -> bytes:
+            return bytes(len(data))
+
+    buffer = memoryview(bytearray(PIECE))
+    best = float("inf")
+    with mock.patch.object(chunks_module, "chunk_digest", lambda data, algorithm: f"{next(names):064x}"), \
+            mock.patch.object(chunks_module, "fingerprint", lambda data: next(names).to_bytes(16, "little")), \
+            mock.patch.object(frames_module, "_compressor", lambda level: Incompressible()), \
+            mock.patch.object(local_module, "os", _NoSyscalls()):
+        for _ in range(repeats):
+            store = LocalStore(tempfile.gettempdir(), durability="none")
+            t0 = time.thread_time()
+            put_many(store, [buffer] * pieces, PIECE, index=ContentIndex(), workers=1)
+            best = min(best, (time.thread_time() - t0) / pieces)
     return best
 
 
@@ -239,6 +321,11 @@ def main() -> int:
                      f"{nbytes / wall / 1e9:.2f} | {many.stored_bytes / many.bytes:.2f} | {nbytes / wall2 / 1e9:.2f} |")
             first.unlink()
             second.unlink()
+    python_s = python_per_piece(args.repeats)
+    emit()
+    emit(f"Python per {PIECE >> 20} MiB piece, GIL held (every call that releases it stubbed out; the least of "
+         f"{args.repeats} runs): {python_s * 1e6:.1f} us, {python_s / PIECE * 1e9:.4f} ns per byte: the GIL lets "
+         f"any number of threads store at most {PIECE / python_s / 1e9:.0f} GB/s.")
     if args.results:
         write_section(args.results, f"capture CPU, {os.cpu_count()} CPUs (bench/capture_cpu.py)", "\n".join(out),
                       heading="Recording cost: measured")

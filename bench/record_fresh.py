@@ -6,7 +6,7 @@ float32 grids), its sweeps calibrated to run ~1.5 s. Every byte its instance
 holds is new to the recording, so the whole capture pipeline runs on it: the
 GPU digests and the copy off the device (the application's stall), then the
 agent's read, hash, probe/compress and write of every piece, the snapshot
-files and the commit (``syncfs`` and the database). Variants, interleaved run
+files and the commit (the database; with ``--durable`` a ``syncfs`` first). Variants, interleaved run
 by run:
 
 * no recording;
@@ -25,7 +25,10 @@ the pipeline (new data / (stall + conversion)).
 
 Start-up of the command itself: `mneme record --help`, and the time from the
 command's start to the application's exec (a program that prints the time),
-beside `python -c pass` (the interpreter alone).
+beside `python -c pass` (the interpreter alone); wall time (median) and CPU
+time (least), the modules' bytecode cached as an installed mneme has it.
+`--compare-tree DIR` times another mneme source tree the same way,
+interleaved run by run (a before/after on a loaded machine).
 
 Targets: pipeline >= 10 GB/s on new data; `mneme record` within +1.0 s of the
 plain run; the command's start-up under 0.1 s.
@@ -34,6 +37,7 @@ plain run; the command's start-up under 0.1 s.
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -96,43 +100,73 @@ def fresh_rows(exe: Path, n: int, sweeps: int, repeats: int, lib: str | None, ti
     return rows
 
 
-def _timed(cmd: list[str], env: dict[str, str] | None = None) -> float:
+def _timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system of the child) of one run."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
-    return time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
-def startup_rows(lib: str | None, repeats: int) -> list[dict]:
-    """The command's own start-up: `--help`, command start -> application exec, and the interpreter alone."""
-    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    env = dict(os.environ, PYTHONPATH=path)
+def _tree_env(tree: Path, lib: str | None, cache: str) -> dict[str, str]:
+    """The environment that runs ``python -m mneme`` from ``tree``, with its bytecode cached (as installed)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")])),
+               PYTHONPYCACHEPREFIX=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # an installed mneme has its .pyc files: measure with them
     if lib:
         env["MNEME_RECORDER_LIB"] = lib
+    return env
+
+
+def startup_rows(lib: str | None, repeats: int, compare: Path | None = None) -> list[dict]:
+    """The command's own start-up: `--help`, command start -> application exec, and the interpreter alone.
+
+    Wall time is the median run, CPU time (the child's user + system) the least: on a shared machine other
+    processes' load lengthens the wall time and only adds to the CPU time. With ``compare`` (another mneme
+    tree), both trees are measured run by run, interleaved.
+    """
+    trees = [ROOT] + ([compare] if compare else [])
     mneme = [sys.executable, "-m", "mneme"]
-    _timed([*mneme, "record", "--help"], env)  # compile and cache the modules once
-    interpreter = statistics.median(_timed([sys.executable, "-c", "pass"], env) for _ in range(repeats))
-    help_s = statistics.median(_timed([*mneme, "record", "--help"], env) for _ in range(repeats))
-    to_exec, totals = [], []
+    runs: dict[tuple[int, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="mneme-bench-startup-") as tmp:
+        envs = [_tree_env(tree, lib, f"{tmp}/pycache") for tree in trees]
         stamp = Path(tmp) / "exec_time"
         app = [sys.executable, "-S", "-c", f"import time; open({str(stamp)!r}, 'w').write(repr(time.time()))"]
-        bare = []
+        for env in envs:
+            _timed([*mneme, "record", "--help"], env)  # compile and cache the modules once
+            _timed([*mneme, "record", "-rdb", str(Path(tmp) / "rdb"), "--", *app], env)
         for _ in range(repeats):
-            t0 = time.time()
+            bare = time.time()
             subprocess.run(app, check=True)
-            bare.append(float(stamp.read_text()) - t0)
-            t0 = time.time()
-            subprocess.run([*mneme, "record", "-rdb", str(Path(tmp) / "rdb"), "--", *app], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)  # exits 2: nothing recorded
-            totals.append(time.time() - t0)
-            to_exec.append(float(stamp.read_text()) - t0)
-    app_start = statistics.median(bare)
-    return [
-        {"what": "`python -c pass` (the interpreter alone)", "seconds": interpreter},
-        {"what": "`mneme record --help`", "seconds": help_s},
-        {"what": "`mneme record`: command start to the application's exec", "seconds": statistics.median(to_exec) - app_start},
-        {"what": "`mneme record` around a program without CUDA, start to exit", "seconds": statistics.median(totals) - app_start},
-    ]
+            app_start = float(stamp.read_text()) - bare
+            for k, env in enumerate(envs):
+                runs.setdefault((k, "pass"), []).append(_timed([sys.executable, "-c", "pass"], env))
+                runs.setdefault((k, "help"), []).append(_timed([*mneme, "record", "--help"], env))
+                t0 = time.time()
+                wall, cpu = _timed([*mneme, "record", "-rdb", str(Path(tmp) / "rdb"), "--", *app], env)  # exits 2
+                runs.setdefault((k, "exec"), []).append((float(stamp.read_text()) - t0 - app_start, cpu))
+                runs.setdefault((k, "total"), []).append((wall - app_start, cpu))
+    what = {
+        "pass": "`python -c pass` (the interpreter alone)",
+        "help": "`mneme record --help`",
+        "exec": "`mneme record`: command start to the application's exec",
+        "total": "`mneme record` around a program without CUDA, start to exit",
+    }
+    rows = []
+    for key, label in what.items():
+        row = {"what": label}
+        for k, tree in enumerate(trees):
+            walls, cpus = zip(*runs[(k, key)])
+            row[f"seconds{k}"] = statistics.median(walls)
+            row[f"cpu{k}"] = min(cpus) if key not in ("exec",) else float("nan")  # the exec run's CPU is its whole run
+        rows.append(row)
+    for row in rows:
+        row["seconds"] = row["seconds0"]
+    if compare:
+        rows.append({"what": f"trees: this one ({ROOT}), compared: {compare}"})
+    return rows
 
 
 def tables(fresh: list[dict], startup: list[dict]) -> str:
@@ -160,9 +194,26 @@ def tables(fresh: list[dict], startup: list[dict]) -> str:
                 f"**{r['pipeline_gb_s']:.1f}** | {r['pipeline_no_commit_gb_s']:.1f} | {r['after_exit_s']:.2f} |")
         lines.append("")
     if startup:
-        lines += ["Start-up of the command (median):", "", "| what | [s] |", "| --- | --- |"]
-        lines += [f"| {r['what']} | {r['seconds']:.3f} |" for r in startup]
+        compared = "seconds1" in startup[0]
+        lines += ["Start-up of the command (wall: the median run; CPU: the least, user + system; bytecode cached"
+                  + (", this tree and the compared one interleaved run by run" if compared else "") + "):", ""]
+        if compared:
+            lines += ["| what | [s] | CPU [s] | compared tree [s] | compared tree CPU [s] |", "| --- | --- | --- | --- | --- |"]
+        else:
+            lines += ["| what | [s] | CPU [s] |", "| --- | --- | --- |"]
+        for r in startup:
+            if "seconds0" not in r:
+                lines += ["", r["what"]]
+                continue
+            cells = [f"{r['seconds0']:.3f}", _cpu_cell(r["cpu0"])]
+            if compared:
+                cells += [f"{r['seconds1']:.3f}", _cpu_cell(r["cpu1"])]
+            lines.append(f"| {r['what']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _cpu_cell(seconds: float) -> str:
+    return "" if seconds != seconds else f"{seconds:.3f}"  # nan: not measured
 
 
 def main(args) -> int:
@@ -175,7 +226,7 @@ def main(args) -> int:
             exe = build(Path(tmp), ROOT / "bench" / "apps" / "stencil_app.cu", "stencil_app")
             sweeps = args.fresh_sweeps or iterations_for(exe, str(args.fresh_n), args.fresh_target_s, args.app_timeout)
             fresh = fresh_rows(exe, args.fresh_n, max(sweeps, 4), args.fresh_repeats, lib, args.app_timeout)
-    startup = startup_rows(lib, args.startup_repeats)
+    startup = startup_rows(lib, args.startup_repeats, Path(args.compare_tree) if args.compare_tree else None)
     text = tables(fresh, startup)
     print("\n" + text)
     if args.results:
@@ -192,6 +243,8 @@ def add_arguments(ap) -> None:
     group.add_argument("--fresh-target-s", type=float, default=1.5, help="run time the sweeps aim at (default 1.5 s)")
     group.add_argument("--fresh-repeats", type=int, default=3, help="runs per variant (default 3)")
     group.add_argument("--startup-repeats", type=int, default=7, help="runs of each start-up measurement (default 7)")
+    group.add_argument("--compare-tree", metavar="DIR",
+                       help="also time the start-up of the mneme source tree in DIR (e.g. `git archive main`), interleaved")
     group.add_argument("--results", help="also write the tables into this markdown file (e.g. bench/results/record_overhead.md)")
 
 

@@ -7,7 +7,7 @@ the CLI prints the message without a traceback (:func:`run_command`).
 from __future__ import annotations
 
 import errno
-from typing import Callable
+from collections.abc import Callable
 
 
 class MnemeError(Exception):

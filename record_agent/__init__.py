@@ -12,20 +12,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 __all__ = ["RecordOptions", "RecordSummary", "record"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     # Loaded when first used (PEP 562): `mneme record` imports its options and starts the application
     # before the conversion machinery (mneme.format, zstandard, BLAKE3) is loaded.
     if name == "RecordOptions":
         from record_agent.options import RecordOptions
 
         return RecordOptions
-    if name in ("RecordSummary", "record"):
-        from record_agent import session
+    if name == "RecordSummary":
+        from record_agent.feedback import RecordSummary
 
-        return getattr(session, name)
+        return RecordSummary
+    if name == "record":
+        from record_agent.session import record
+
+        return record
     raise AttributeError(f"module 'record_agent' has no attribute {name!r}")

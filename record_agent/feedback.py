@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +21,32 @@ from record_agent.spool import committed_entries
 
 if TYPE_CHECKING:
     from record_agent.convert import ConversionStats
-    from record_agent.session import RecordSummary
+
+@dataclass
+class RecordSummary:
+    """What a run did: the application's exit status and what was recorded where (``record_agent.session.record``)."""
+
+    exit_code: int
+    output: str = ""
+    rank: int | None = None
+    recorded: bool = True
+    instances: int = 0
+    databases: list[str] = field(default_factory=list)
+    kernels: list[str] = field(default_factory=list)
+    launches_seen: int | None = None
+    abandoned: int = 0  # launches whose recording was cut short by the application's end (spool .tmp leftovers)
+    deadline_abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, why): abandoned at a deadline
+    errors: list[str] = field(default_factory=list)
+    snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
+    copied_bytes: int = 0  # of which copied off the device (the rest was unchanged since an earlier snapshot)
+    stored_bytes: int = 0  # new chunk data written into the recording
+    stall_s: float = 0.0  # the application waited this long for its snapshots
+    spool_wait_s: float = 0.0  # ... and this long for the agent (spool full)
+    app_s: float = 0.0  # the application's run, start to exit
+    after_exit_s: float = 0.0  # conversion left when it exited
+    instance_bytes: list[int] = field(default_factory=list)  # per instance: prologue + epilogue device state
+    pool_allocators: list[str] = field(default_factory=list)  # pool allocators that made `auto` pick reachable
+
 
 #: Show a progress bar for what is left to convert after the application exits from this many bytes on.
 PROGRESS_MIN_BYTES = 256 << 20

@@ -2,12 +2,16 @@
 
 The recorder reads ``MNEME_*`` environment variables (record_agent/README.md);
 :meth:`RecordOptions.recorder_environment` is the only place that writes them.
+
+The settings are named tuples, not dataclasses: ``mneme record`` builds them
+before it starts the application, and ``dataclasses`` (with ``inspect``)
+would add its import to that start-up.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections import namedtuple
 
 from mneme.errors import ConfigurationError
 from mneme.recording.window import DEFAULT_VA_BASE
@@ -21,13 +25,10 @@ DEFAULT_DEADLINE_S = 5.0
 SNAPSHOT_SCOPES = ("auto", "all", "reachable")
 
 
-@dataclass(frozen=True)
-class InstanceSlice:
+class InstanceSlice(namedtuple("InstanceSlice", "start stop step", defaults=(0, None, 1))):
     """Launch indices ``start, start+step, ...`` below ``stop`` (None: no end) of each selected kernel."""
 
-    start: int = 0
-    stop: int | None = None
-    step: int = 1
+    __slots__ = ()
 
     def contains(self, index: int) -> bool:
         if index < self.start or (self.stop is not None and index >= self.stop):
@@ -38,8 +39,9 @@ class InstanceSlice:
         return f"{self.start}:{'' if self.stop is None else self.stop}:{self.step}"
 
 
-_SLICE = re.compile(r"^(\d*):(\d*)(?::(\d*))?$")
-_RANGE = re.compile(r"^(\d+)-(\d+)$")
+# Compiled when --instances is given (re caches them), not at import: `mneme record` imports this before the exec.
+_SLICE = r"^(\d*):(\d*)(?::(\d*))?$"
+_RANGE = r"^(\d+)-(\d+)$"
 
 
 def parse_instances(spec: str) -> tuple[InstanceSlice, ...]:
@@ -53,12 +55,12 @@ def parse_instances(spec: str) -> tuple[InstanceSlice, ...]:
             continue
         if item.isdigit():
             slices.append(InstanceSlice(int(item), int(item) + 1, 1))
-        elif m := _RANGE.match(item):
+        elif m := re.match(_RANGE, item):
             a, b = int(m.group(1)), int(m.group(2))
             if b < a:
                 raise ConfigurationError(f"--instances: range {item!r} ends before it starts; write it as {b}-{a}")
             slices.append(InstanceSlice(a, b + 1, 1))
-        elif m := _SLICE.match(item):
+        elif m := re.match(_SLICE, item):
             start = int(m.group(1) or 0)
             stop = int(m.group(2)) if m.group(2) else None
             step = int(m.group(3)) if m.group(3) else 1
@@ -90,32 +92,53 @@ def parse_ranks(spec: str) -> frozenset[int] | None:
     return frozenset(ranks)
 
 
-@dataclass(frozen=True)
-class RecordOptions:
-    """Everything that decides what one run records and where."""
+_OPTION_DEFAULTS = {
+    "vass_gib": DEFAULT_VASS_GIB,
+    "kernel_regexes": (),
+    "skip_recordings": 0,
+    "max_recordings": DEFAULT_MAX_RECORDINGS,
+    "instances": (),
+    "snapshot_scope": "auto",
+    "eager_loading": False,
+    "max_snapshot_bytes": 0,
+    "record_ranks": frozenset({0}),
+    "devices": (),
+    "record_duplicates": False,
+    "va_base": DEFAULT_VA_BASE,
+    "spool_max_bytes": DEFAULT_SPOOL_MAX_BYTES,
+    "deadline_s": DEFAULT_DEADLINE_S,
+    "durable": False,
+    "extra_env": None,
+}
 
-    command: tuple[str, ...]
-    record_db_dir: str
-    vass_gib: float = DEFAULT_VASS_GIB
-    kernel_regexes: tuple[str, ...] = ()
-    skip_recordings: int = 0
-    max_recordings: int = DEFAULT_MAX_RECORDINGS
-    instances: tuple[InstanceSlice, ...] = ()
-    snapshot_scope: str = "auto"
-    eager_loading: bool = False  # CUDA_MODULE_LOADING=EAGER for the application
-    max_snapshot_bytes: int = 0
-    record_ranks: frozenset[int] | None = frozenset({0})
-    devices: tuple[int, ...] = ()
-    record_duplicates: bool = False
-    va_base: int = DEFAULT_VA_BASE
-    spool_max_bytes: int = DEFAULT_SPOOL_MAX_BYTES
-    deadline_s: float = DEFAULT_DEADLINE_S
-    extra_env: dict[str, str] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
+class RecordOptions(namedtuple("RecordOptions", ("command", "record_db_dir", *_OPTION_DEFAULTS),
+                               defaults=tuple(_OPTION_DEFAULTS.values()))):
+    """Everything that decides what one run records and where (checked when made: ConfigurationError).
+
+    * ``command`` (tuple of str): the application and its arguments; ``record_db_dir``: a directory or
+      ``s3://bucket/prefix``.
+    * ``vass_gib``: the window per GPU; ``kernel_regexes``, ``skip_recordings``, ``max_recordings``,
+      ``instances`` (:class:`InstanceSlice` s), ``devices``, ``record_duplicates``: which launches;
+      ``record_ranks``: which MPI ranks (None: all).
+    * ``snapshot_scope`` (``auto``, ``all``, ``reachable``), ``max_snapshot_bytes`` (0: no limit),
+      ``eager_loading`` (``CUDA_MODULE_LOADING=EAGER`` for the application).
+    * ``va_base``, ``spool_max_bytes``, ``deadline_s``: the window's base, the spool's bound, the
+      recorder's deadline per wait.
+    * ``durable``: each database and what it names survive a machine crash (``syncfs`` before the commit).
+    * ``extra_env``: more ``MNEME_*`` variables for the recorder.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, *args, **kwargs):
+        self = super().__new__(cls, *args, **kwargs)
+        if self.extra_env is None:
+            self = self._replace(extra_env={})
         errors = self.validation_errors()
         if errors:
             raise ConfigurationError("; ".join(errors))
+        return self
 
     def validation_errors(self) -> list[str]:
         errors = []

@@ -6,7 +6,7 @@ each instance reads its rank here and records only when ``-rr`` selects it.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 #: Launcher variables, most specific first: Slurm, Open MPI, MPICH/Hydra (PMI), Flux, PMIx, MVAPICH, Cray PALS.
 RANK_VARIABLES = (

@@ -8,57 +8,42 @@ crash or a kill leaves valid databases for everything fully recorded.
 
 The application is started first: what the agent needs only to convert
 (``record_agent.convert``, ``mneme.format``, the store, zstandard, BLAKE3) is
-imported while the application starts, not before it.
+imported while the application starts, not before it. Before the exec the
+command imports only what it must (argparse, subprocess, the options): no
+dataclasses, typing, json, pathlib, shutil or tempfile
+(tests/record_agent/test_capture_pipeline.py checks it).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING
 
-from mneme._internal.native_libs import cupti_library, recorder_library
+from mneme._internal.native_libs import cupti_library_file as cupti_library
+from mneme._internal.native_libs import recorder_library_file as recorder_library
 from mneme._internal.signals import exit_status, forward_signals, restore_signals
 from mneme.errors import MnemeError, NotAvailableError
 from record_agent.options import RecordOptions
 from record_agent.ranks import detect_rank, rank_selected
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from record_agent.convert import SpoolConverter
+    from record_agent.feedback import RecordSummary
 
 POLL_INTERVAL_S = 0.05
 
 
-@dataclass
-class RecordSummary:
-    """What a run did: the application's exit status and what was recorded where."""
+def __getattr__(name: str):
+    # RecordSummary lives in record_agent.feedback (a dataclass: loaded after the application starts).
+    if name == "RecordSummary":
+        from record_agent.feedback import RecordSummary
 
-    exit_code: int
-    output: str = ""
-    rank: int | None = None
-    recorded: bool = True
-    instances: int = 0
-    databases: list[str] = field(default_factory=list)
-    kernels: list[str] = field(default_factory=list)
-    launches_seen: int | None = None
-    abandoned: int = 0  # launches whose recording was cut short by the application's end (spool .tmp leftovers)
-    deadline_abandoned: list[tuple[str, str]] = field(default_factory=list)  # (kernel, why): abandoned at a deadline
-    errors: list[str] = field(default_factory=list)
-    snapshot_bytes: int = 0  # device state copied off the GPU (prologues and epilogues)
-    copied_bytes: int = 0  # of which copied off the device (the rest was unchanged since an earlier snapshot)
-    stored_bytes: int = 0  # new chunk data written into the recording
-    stall_s: float = 0.0  # the application waited this long for its snapshots
-    spool_wait_s: float = 0.0  # ... and this long for the agent (spool full)
-    app_s: float = 0.0  # the application's run, start to exit
-    after_exit_s: float = 0.0  # conversion left when it exited
-    instance_bytes: list[int] = field(default_factory=list)  # per instance: prologue + epilogue device state
-    pool_allocators: list[str] = field(default_factory=list)  # pool allocators that made `auto` pick reachable
+        return RecordSummary
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def output_location(options: RecordOptions, rank: int | None) -> str:
@@ -98,6 +83,8 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     base_env = dict(os.environ if env is None else env)
     rank = detect_rank(base_env)
     if not rank_selected(rank, options.record_ranks):
+        from record_agent.feedback import RecordSummary
+
         return RecordSummary(_run_unrecorded(options.command), rank=rank, recorded=False)
 
     app_env = application_environment(options, "", rank, base_env)  # fails early if the recorder is missing
@@ -105,6 +92,9 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     staging = None
     uploader = None
     if options.is_s3:
+        import shutil
+        import tempfile
+
         staging = tempfile.mkdtemp(prefix="mneme-record-staging-")
         local_dir = staging
         try:
@@ -114,23 +104,30 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
             raise
     else:
         local_dir = destination
-        Path(local_dir).mkdir(parents=True, exist_ok=True)
-    spool_dir = tempfile.mkdtemp(prefix="mneme-spool-", dir=base_env.get("MNEME_SPOOL_PARENT") or None)
+        os.makedirs(local_dir, exist_ok=True)
+    spool_dir = _make_spool_dir(base_env.get("MNEME_SPOOL_PARENT"))
     app_env["MNEME_SPOOL_DIR"] = spool_dir
-    summary = RecordSummary(0, output=destination, rank=rank)
     started = time.monotonic()
     try:
         proc = subprocess.Popen(list(options.command), env=app_env)
     except FileNotFoundError as exc:
+        import shutil
+
         shutil.rmtree(spool_dir, ignore_errors=True)
         raise NotAvailableError(f"cannot start {options.command[0]!r}: {exc.strerror}; check the path after '--'") from exc
+    exit_seen = _watch_exit(proc)
 
     previous = forward_signals(proc)
     conversion_error: BaseException | None = None
     try:
         # Loaded while the application starts (its CUDA initialization alone takes longer).
-        from record_agent.feedback import STATS_ENV, ConversionProgress, pending_bytes, write_stats
+        import shutil
+        from pathlib import Path
+
+        from record_agent.feedback import STATS_ENV, ConversionProgress, RecordSummary, pending_bytes, write_stats
         from record_agent.spool import abandoned_entries, read_json
+
+        summary = RecordSummary(0, output=destination, rank=rank)
 
         converter = _converter(options, rank, spool_dir, local_dir, base_env, uploader)
         while proc.poll() is None:
@@ -145,7 +142,7 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
             except subprocess.TimeoutExpired:
                 pass
         summary.exit_code = exit_status(proc.returncode)
-        exited = time.monotonic()
+        exited = min(time.monotonic(), exit_seen())  # a conversion may have run on past the exit
         summary.app_s = exited - started
         if conversion_error is None:
             try:
@@ -198,10 +195,49 @@ def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=Non
     return summary
 
 
+def _make_spool_dir(parent: str | None) -> str:
+    """A fresh private spool directory (``tempfile.mkdtemp`` without importing tempfile before the exec)."""
+    if not parent:
+        parent = next((os.environ[v] for v in ("TMPDIR", "TEMP", "TMP") if os.environ.get(v)), "/tmp")
+    for _ in range(100):
+        path = os.path.join(parent, f"mneme-spool-{os.urandom(6).hex()}")
+        try:
+            os.mkdir(path, 0o700)
+            return os.path.abspath(path)
+        except FileExistsError:
+            continue
+        except OSError:
+            break
+    import tempfile  # an unusual temporary directory: let tempfile find one that works (or say why not)
+
+    return tempfile.mkdtemp(prefix="mneme-spool-", dir=parent if os.path.isdir(parent) else None)
+
+
+def _watch_exit(proc: subprocess.Popen):
+    """When the application exits, noted by a thread (``waitid`` with ``WNOWAIT``: ``proc`` still reaps it).
+
+    The agent notices the exit only between two conversions; the time it reports as the application's
+    run (``app_s``) is the exit itself. Returns a function giving that time (``time.monotonic()``; +inf
+    while it runs).
+    """
+    seen: list[float] = []
+
+    def wait() -> None:
+        try:
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        except OSError:  # reaped already (then the agent's own time stands), or no waitid here
+            return
+        seen.append(time.monotonic())
+
+    threading.Thread(target=wait, name="mneme-exit-watch", daemon=True).start()
+    return lambda: seen[0] if seen else float("inf")
+
+
 def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_dir: str, base_env: dict[str, str],
                uploader) -> "SpoolConverter":
     """The spool converter writing into ``local_dir`` (the destination, or the S3 upload's staging directory)."""
     import datetime
+    import shutil
     import socket
 
     import mneme
@@ -209,9 +245,7 @@ def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_d
     from mneme.store import LocalStore, open_store
     from record_agent.convert import SpoolConverter
 
-    # No fsync per chunk: a recording's GBs would go at the disk's speed (2 GB/s against the page cache's
-    # 15-40 on the H100 machine); renames keep every object atomic (docs/recording.md, Cost).
-    store = LocalStore(open_store(local_dir).root, sync=base_env.get("MNEME_RECORD_SYNC") == "1")  # type: ignore[attr-defined]
+    store = LocalStore(open_store(local_dir).root, durability=record_durability(options, base_env))  # type: ignore[attr-defined]
     recorder_info = RecorderInfo(
         mneme.__version__,
         socket.gethostname(),
@@ -230,10 +264,25 @@ def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_d
     )
 
 
+def record_durability(options: RecordOptions, env: dict[str, str]) -> str:
+    """What of the recording survives a machine crash (``LocalStore`` durability; docs/recording.md, Robustness).
+
+    By default nothing is fsync'ed: a recording's GBs would go at the disk's speed (2 GB/s against the page
+    cache's 15-40 on the H100 machine) and a ``syncfs`` per database waits for all of them (1.4 s for
+    2.3 GB on the H200 host). Renames keep every object whole, so a killed application or agent never
+    leaves a partial one. ``--durable``: one ``syncfs`` before each database is committed, and an fsync of
+    the database. ``MNEME_RECORD_SYNC=1``: an fsync per object.
+    """
+    if env.get("MNEME_RECORD_SYNC") == "1":
+        return "object"
+    return "commit" if options.durable else "none"
+
+
 def _stop_recorder(spool_dir: str) -> None:
     """Ask the recorder to record nothing more (it checks for this file before each recording)."""
     try:
-        Path(spool_dir, "stop").write_text("the record agent failed to write the recording\n")
+        with open(os.path.join(spool_dir, "stop"), "w") as f:
+            f.write("the record agent failed to write the recording\n")
     except OSError:
         pass
 

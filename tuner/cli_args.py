@@ -20,17 +20,7 @@ S = argparse.SUPPRESS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("Plots of a finished run: mneme tune report DIR; one view of a shared study: "
-                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME; "
-                     "two runs side by side: mneme tune compare A B; the trials as a table: "
-                     "mneme tune export DIR --csv [PATH]")
-    parser.add_argument("action", nargs="*", metavar="report DIR | compare A B | export DIR",
-                        help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning; "
-                        "several DIRs (or --optuna-storage) print their merged summary; 'compare A B' compares "
-                        "two runs; 'export DIR --csv' writes its trials as CSV")
-    parser.add_argument("--csv", nargs="?", const="", metavar="PATH", default=S,
-                        help="with 'export DIR': the trials as CSV with flat columns, to PATH (default "
-                        "DIR/trials.csv; '-': standard output)")
+    """The tuning run's flags (``mneme tune``'s subcommands on results directories are mneme.cli.tune's)."""
     parser.add_argument("--config", metavar="FILE.yml", default=S,
                         help="read settings from a YAML file; command-line flags override it")
 
@@ -87,8 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--objective", metavar="|".join(OBJECTIVES) + "|time,energy", default=S,
                    help="time (default): minimize the metric; speedup: maximize baseline / metric; energy: minimize "
                    "joules per launch (NVML's energy counter over an energy window of each verified configuration); "
-                   "edp: minimize energy x time; a list such as time,energy: NSGA-II's Pareto front of both "
+                   "edp: minimize energy x time; a hardware counter (dram_bytes, instructions, ... minimized; "
+                   "achieved_occupancy, l2_hit_rate, ... maximized; a raw CUPTI name, minimized), collected per trial "
+                   "as --metrics does; a list such as time,energy or time,dram_bytes: NSGA-II's Pareto front of both "
                    "(--sampler nsga2)")
+    g.add_argument("--metrics", action="append", metavar="NAME,...", default=S,
+                   help="hardware counters every trial records (trials.jsonl 'metrics'), profiled after its timed "
+                   "launches: curated names (mneme replay --list-metrics) or raw CUPTI metric names; repeatable")
     g.add_argument("--energy-window", type=float, metavar="SECONDS", default=S,
                    help="with --objective energy or edp: run each verified configuration's launches back to back at "
                    "least this long for its energy (default 0.1; longer while the counter has not stepped 3 times)")

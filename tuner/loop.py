@@ -35,7 +35,7 @@ from mneme.model.experiment import (
 )
 from tuner.errors import TuningError
 from tuner.interrupts import interrupts_held
-from tuner.objective import Objective, Outcome
+from tuner.objective import Objective, Outcome, is_counter
 from tuner.progress import Reporter, format_ns
 from tuner.results.directory import ResultsDirectory
 from tuner.space.search_space import Candidate
@@ -305,6 +305,7 @@ class TuningLoop:
             "objective_values": list(outcome.values) if outcome.values is not None else None,
             "pruned": pruned,
             "error": outcome.reason,
+            **_counters(result),
             "result": encoded.record if encoded else result.to_dict(),
             "elapsed_s": round(elapsed, 6),
             "timestamp": now_iso(),
@@ -324,9 +325,22 @@ class TuningLoop:
         if best is None:
             return "-"
         speed = f" (x{best['speedup']:.3f})" if best.get("speedup") else ""
-        energy = (f", {best['objective_values'][0]:.4g} J/launch" if self.objective.primary == "energy"
-                  else f", EDP {best['objective_values'][0]:.4g} J*s" if self.objective.primary == "edp" else "")
+        primary = self.objective.primary
+        energy = (f", {best['objective_values'][0]:.4g} J/launch" if primary == "energy"
+                  else f", EDP {best['objective_values'][0]:.4g} J*s" if primary == "edp"
+                  else f", {primary}={best['objective_values'][0]:.6g}" if is_counter(primary) else "")
         return f"{format_ns(best['metric'])}{speed}{energy}"
+
+
+def _counters(result: ExperimentResult) -> dict[str, Any]:
+    """A trial record's hardware counters (``mneme tune --metrics``): ``metrics`` and, when they could not be
+    collected, ``metrics_error``; nothing for a run that asked for none."""
+    out: dict[str, Any] = {}
+    if result.metrics:
+        out["metrics"] = dict(result.metrics)
+    if result.metrics_error:
+        out["metrics_error"] = result.metrics_error
+    return out
 
 
 def _encoded(future: cf.Future, candidate: Candidate) -> EncodedResult | None:

@@ -9,18 +9,23 @@ The objectives (``--objective``): ``time`` (the ``--metric`` of the measured
 launches, ns, minimized), ``speedup`` (baseline / metric, maximized),
 ``energy`` (joules per launch from the replay's energy window, minimized) and
 ``edp`` (energy-delay product: joules per launch x the metric in seconds,
-minimized); a comma-separated list of ``time``, ``energy`` and ``edp``
-(``time,energy``) is a multi-objective run (``--sampler nsga2``), whose
-``best.json`` holds the Pareto front. NSGA-II given one objective adds
-``--secondary-objective`` (registers or binary size) as before.
+minimized) and hardware counters (``dram_bytes``, ``achieved_occupancy``, any
+raw CUPTI metric: the value the replay's profiler collected, minimized or
+maximized as ``mneme.replay.metrics.objective_direction`` says); a
+comma-separated list of ``time``, ``energy``, ``edp`` and counters
+(``time,energy``, ``time,dram_bytes``) is a multi-objective run (``--sampler
+nsga2``), whose ``best.json`` holds the Pareto front. NSGA-II given one
+objective adds ``--secondary-objective`` (registers or binary size) as before.
 """
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
+from mneme.errors import ConfigurationError
 from mneme.model.experiment import (
     STATUS_FAILED_VERIFICATION,
     STATUS_INTERNAL_ERROR,
@@ -28,6 +33,7 @@ from mneme.model.experiment import (
     STATUSES,
     ExperimentResult,
 )
+from mneme.replay.metrics import CURATED, GROUPS, is_raw, objective_direction
 
 #: The objectives ``--objective`` names, alone.
 OBJECTIVES = ("time", "speedup", "energy", "edp")
@@ -63,6 +69,33 @@ def objective_names(objective: str) -> tuple[str, ...]:
     return tuple(part.strip().lower() for part in str(objective).split(",") if part.strip())
 
 
+def is_counter(name: str) -> bool:
+    """Whether an objective's name is a hardware counter's (a curated metric, a group, or a raw CUPTI name)."""
+    return name not in OBJECTIVES and name not in SECONDARY_OBJECTIVES and (
+        name in CURATED or name in GROUPS or is_raw(name))
+
+
+def counter_names(objective: str) -> tuple[str, ...]:
+    """The hardware counters ``--objective`` ranks by (``dram_bytes`` of ``time,dram_bytes``).
+
+    Args:
+        objective: the setting.
+
+    Returns:
+        Their names, in order (none for ``time``, ``speedup``, ``energy``, ``edp``).
+    """
+    return tuple(n for n in objective_names(objective) if is_counter(n))
+
+
+def _counter_error(objective: str, name: str) -> str:
+    """Why hardware counter ``name`` cannot be an objective ('' when it can)."""
+    try:
+        objective_direction(name)
+    except ConfigurationError as exc:
+        return f"--objective {objective!r}: {name}: {str(exc).removeprefix(f'--objective {name}: ')}"
+    return ""
+
+
 def objective_errors(objective: str) -> list[str]:
     """What is wrong with an ``--objective`` setting.
 
@@ -75,13 +108,19 @@ def objective_errors(objective: str) -> list[str]:
     names = objective_names(objective)
     if not names:
         return [f"--objective {objective!r}: name one of {', '.join(OBJECTIVES)} or a list such as time,energy"]
+    counters = [error for error in (_counter_error(objective, n) for n in names if is_counter(n)) if error]
+    if counters:
+        return counters
     if len(names) == 1:
-        return [] if names[0] in OBJECTIVES else [
-            f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}, or a list such as time,energy"]
-    wrong = [n for n in names if n not in MULTI_OBJECTIVES]
+        close = difflib.get_close_matches(names[0], [*OBJECTIVES, *CURATED], n=3)
+        return [] if names[0] in OBJECTIVES or is_counter(names[0]) else [
+            f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}, a hardware counter (dram_bytes, "
+            "achieved_occupancy, ...: mneme replay --list-metrics), or a list such as time,energy"
+            + (f"; close names: {', '.join(close)}" if close else "")]
+    wrong = [n for n in names if n not in MULTI_OBJECTIVES and not is_counter(n)]
     if wrong:
         return [f"--objective {objective!r}: a list of objectives combines {', '.join(MULTI_OBJECTIVES)} "
-                f"(all minimized), not {', '.join(wrong)}"]
+                f"(all minimized) and hardware counters, not {', '.join(wrong)}"]
     if len(set(names)) != len(names):
         return [f"--objective {objective!r} names an objective twice"]
     return []
@@ -100,7 +139,8 @@ def needs_energy(objective: str) -> bool:
 
 
 def directions_of(names: Sequence[str]) -> tuple[str, ...]:
-    """Optuna's directions of the objectives ``names``: ``speedup`` is maximized, the rest minimized.
+    """Optuna's directions of the objectives ``names``: ``speedup`` is maximized, a hardware counter as its
+    metric is better (``achieved_occupancy`` up, ``dram_bytes`` down), the rest minimized.
 
     Args:
         names: objective names.
@@ -108,7 +148,8 @@ def directions_of(names: Sequence[str]) -> tuple[str, ...]:
     Returns:
         ``minimize`` / ``maximize`` each.
     """
-    return tuple("maximize" if n == "speedup" else "minimize" for n in names)
+    return tuple("maximize" if n == "speedup" else objective_direction(n) if is_counter(n) else "minimize"
+                 for n in names)
 
 
 def energy_missing_reason(result: ExperimentResult) -> str:
@@ -197,6 +238,8 @@ class Objective:
         return [self._metric_name(n) for n in self.names]
 
     def _metric_name(self, name: str) -> str:
+        if is_counter(name):
+            return name
         return {"time": f"{self.metric}_time_ns", "speedup": f"speedup_vs_baseline_{self.metric}",
                 "energy": "energy_j_per_launch", "edp": f"edp_j_s_{self.metric}", "registers": "registers",
                 "binary-size": "binary_size_bytes"}[name]
@@ -234,11 +277,13 @@ class Objective:
             value = _objective_value(name, result, metric, speedup)
             if value is None:
                 why = (f"the replay did not measure energy: {energy_missing_reason(result)}" if name in ENERGY_OBJECTIVES
-                       else f"the replay did not report {name} for the secondary objective")
+                       else f"the replay did not collect the hardware counter {name}: "
+                       f"{result.metrics_error or 'the replay server did not profile (one that predates it)'}"
+                       if is_counter(name) else f"the replay did not report {name} for the secondary objective")
                 return Outcome(STATUS_INTERNAL_ERROR, metric, speedup, None, why)
             values.append(value)
-        if self.names[0] in ENERGY_OBJECTIVES:  # one energy window per replay: nothing per launch to prune on
-            return Outcome(status, metric, speedup, tuple(values), "", ())
+        if self.names[0] in ENERGY_OBJECTIVES or is_counter(self.names[0]):
+            return Outcome(status, metric, speedup, tuple(values), "", ())  # one value per replay: no pruning
         # the metric after each measured launch (the last is ``metric``, not computed again)
         running = tuple(metric_value(times[: i + 1], self.metric) for i in range(len(times) - 1)) + (metric,)
         if self.names[0] == "speedup" and self.baseline_metric:
@@ -256,6 +301,9 @@ def _objective_value(name: str, result: ExperimentResult, metric: float, speedup
         if not result.energy_j > 0:
             return None
         return result.energy_j if name == "energy" else result.energy_j * metric * 1e-9
+    if is_counter(name):
+        value = result.metrics.get(name)
+        return None if value is None else float(value)
     value = result.reg_usage if name == "registers" else result.obj_size
     return None if value is None or value < 0 else float(value)
 
@@ -268,9 +316,13 @@ def rank_value(record: dict, primary: str = "time") -> float:
         primary: the first objective's name.
 
     Returns:
-        The metric for ``time`` and ``speedup``, else the first objective value (``energy``, ``edp``).
+        The metric for ``time`` and ``speedup``, else the first objective value (``energy``, ``edp``, a hardware
+        counter; negated for a counter that is better higher); ``inf`` for a record without it.
     """
-    if primary in ENERGY_OBJECTIVES:
+    if primary in ENERGY_OBJECTIVES or is_counter(primary):
         values = record.get("objective_values") or []
-        return float(values[0]) if values and values[0] is not None else float("inf")
+        if not values or values[0] is None:
+            return float("inf")
+        return -float(values[0]) if is_counter(primary) and objective_direction(primary) == "maximize" \
+            else float(values[0])
     return record["metric"]

@@ -31,12 +31,15 @@ from typing import Any, Mapping
 from mneme.errors import ConfigurationError
 from mneme.model.measurement import DEFAULT_ENERGY_WINDOW_S, MeasurementSettings
 from mneme.model.verification import DEFAULT_RUNS, VerificationSettings
+from mneme.replay.metrics import parse_metric_names
 from mneme.replay.tolerance import TOLERANCE_MODES, ToleranceOverrides, tolerance_flags, verification_from_flags
 from replay_server.client.connection import LOCK_CLOCKS, ConnectionSettings
 from tuner.objective import (
     ENERGY_OBJECTIVES,
     SECONDARY_OBJECTIVES,
     Objective,
+    counter_names,
+    is_counter,
     needs_energy,
     objective_errors,
     objective_names,
@@ -94,7 +97,10 @@ class TuneOptions:
     iterations: int = 5
     workers: int = 1
     metric: str = "mean"
-    objective: str = "time"  # time, speedup, energy, edp, or a list of time/energy/edp (NSGA-II)
+    objective: str = "time"  # time, speedup, energy, edp, a hardware counter, or a list of time/energy/edp/counters
+    # Hardware counters every trial records (--metrics NAME,...: mneme.replay.metrics), collected after its timed
+    # launches; counters --objective ranks by are collected whether or not they are listed.
+    metrics: list[str] | None = None
     energy_window: float = DEFAULT_ENERGY_WINDOW_S  # seconds of back-to-back launches per energy measurement
     fail_fast: bool = False
     # How the replay servers are reached (CONNECTION_KEYS): --servers (None: local servers), --token-file,
@@ -147,6 +153,12 @@ class TuneOptions:
     @property
     def directions(self) -> tuple[str, ...]:
         return self.objectives.directions
+
+    @property
+    def counters(self) -> tuple[str, ...]:
+        """The hardware counters every replay collects: ``--metrics``, then those ``--objective`` ranks by."""
+        names = parse_metric_names(self.metrics)
+        return names + tuple(n for n in counter_names(self.objective) if n not in names)
 
     @property
     def measurement(self) -> MeasurementSettings:
@@ -363,6 +375,8 @@ def _normalize(key: str, value: Any) -> Any:
                "fixed_passes", "study_name", "optuna_storage", "dump_config", "servers_from", "token_file",
                "tls_ca", "tls_server_name", "server_engine", "lock_clocks"):
         return str(value)
+    if key == "metrics":  # "dram_bytes,l2_hit_rate", or a list of such texts
+        return list(parse_metric_names([value] if isinstance(value, str) else value))
     if key == "objective":  # "time,energy", or a YAML list of them
         return ",".join(objective_names(",".join(value) if isinstance(value, (list, tuple)) else str(value)))
     if key in ("trials", "seed", "warmup", "iterations", "workers", "fixed_codegen_opt",
@@ -472,7 +486,7 @@ def _check_objectives(o: TuneOptions, explicit: set[str]) -> None:
         if "secondary_objective" in explicit:
             raise ConfigurationError(f"--secondary-objective adds a second objective to one --objective; "
                                      f"--objective {o.objective} names its objectives already: drop one of them")
-    if names and names[0] in ENERGY_OBJECTIVES and o.pruner != "none":
+    if names and (names[0] in ENERGY_OBJECTIVES or is_counter(names[0])) and o.pruner != "none":
         raise ConfigurationError(f"--pruner prunes on the time after each launch; --objective {names[0]} is measured "
                                  "once per configuration, after its launches: drop --pruner")
     try:

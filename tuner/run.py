@@ -23,7 +23,7 @@ from mneme.model.experiment import (
 from tuner.errors import ServersUnreachableError, TuningError
 from tuner.interrupts import sigterm_as_interrupt
 from tuner.loop import Executor, LoopState, TuningLoop, now_iso
-from tuner.objective import effective_status, energy_missing_reason, metric_value
+from tuner.objective import counter_names, effective_status, energy_missing_reason, metric_value
 from tuner.options import TuneOptions
 from tuner.preflight import check_servers
 from tuner.progress import Reporter, format_ns, make_reporter
@@ -76,6 +76,7 @@ def default_executor(options: TuneOptions, results_dir: Path,
         connection=connection,
         record_key=getattr(local_servers, "record_key", None),  # kept servers: the database's key in their store
         measurement=options.measurement,
+        **({"metrics": options.counters} if options.counters else {}),
     )
     if options.servers_from:
         follow(executor, options.servers_from)
@@ -223,6 +224,12 @@ class TuneRun:
         self.log = logging.getLogger(f"mneme.tune.{id(self)}")
         self.log.propagate = False
         self._prestarted: PrestartedServers | None = None
+        #: What the run wrote last: the results directory, summary.json's and best.json's documents, the
+        #: tuned-kernels export (:meth:`json_summary`).
+        self.results_path: Path | None = None
+        self.summary: dict[str, Any] | None = None
+        self.best: dict[str, Any] | None = None
+        self.exported: Path | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -264,6 +271,22 @@ class TuneRun:
         finally:
             if self._prestarted is not None:
                 self._prestarted.discard()
+
+    def json_summary(self) -> dict[str, Any] | None:
+        """What ``mneme tune --json`` prints: the run's summary as one object.
+
+        Returns:
+            ``results_dir``; summary.json's keys (``trials``, ``verified``, ``failed``, ``by_status``,
+            ``stopped``, ``best_speedup``, ...); ``best`` (best.json's best configuration, or null) and, for
+            NSGA-II, ``pareto_front``; ``tuned_kernels``, the export written (or null). None when the run
+            wrote no summary (``--print-space``, ``--dry-run``, an error before the results directory was ready).
+        """
+        if self.results_path is None or self.summary is None:
+            return None
+        best = self.best or {}
+        return {"results_dir": str(self.results_path), **self.summary, "best": best.get("best"),
+                **({"pareto_front": best["pareto_front"]} if "pareto_front" in best else {}),
+                "tuned_kernels": str(self.exported) if self.exported is not None else None}
 
     def _preflight(self) -> None:
         """Before any server starts: the results directory can be written and holds what the run expects,
@@ -346,12 +369,14 @@ class TuneRun:
             if strategy is not None:
                 strategy.close()  # a shared study's running trials are released for other processes
             results.close()
-            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2",
-                                                          objective=o.objectives))
-            results.write_json("summary.json", summary_document(
+            self.results_path = results.path
+            self.best = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives)
+            results.write_json("best.json", self.best)
+            self.summary = summary_document(
                 state.records, baseline, state=state, options=o.to_dict(),
                 elapsed_s=time.monotonic() - started, space_size=description.get("size"),
-                coverage=space_coverage(space, state.records, state.banned_blocks), objective=o.objectives))
+                coverage=space_coverage(space, state.records, state.banned_blocks), objective=o.objectives)
+            results.write_json("summary.json", self.summary)
             self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
             self.log.removeHandler(handler)
             handler.close()
@@ -388,6 +413,7 @@ class TuneRun:
                          + (f", {result.energy_j:.4g} J per launch at {result.power_w:.4g} W" if result.energy_j > 0
                             else ""))
         self._check_measurement(result, reporter)
+        self._check_counters(result, reporter)
         self._judge_with(executor, doc["tolerance"], reporter)
         return doc
 
@@ -406,6 +432,24 @@ class TuneRun:
         elif result.throttled:
             reporter.message("note: the baseline was measured while the GPU throttled "
                              f"({', '.join(conditions.get('throttle_reasons') or [])}); see baseline.json's conditions")
+
+    def _check_counters(self, result: ExperimentResult, reporter: Reporter) -> None:
+        """The baseline's hardware counters (``--metrics``, a counter ``--objective``): shown; a counter the
+        objective ranks by that could not be collected (a host that refuses the profiler) stops the run with
+        the reason (exit status 2: never ranked on nothing)."""
+        o = self.options
+        if not o.counters:
+            return
+        if result.metrics:
+            reporter.message("baseline counters: " + ", ".join(f"{k}={v:.6g}" for k, v in result.metrics.items()))
+        missing = [n for n in counter_names(o.objective) if n not in result.metrics]
+        if missing:
+            raise NotAvailableError(
+                f"--objective {o.objective} needs the hardware counter {missing[0]}, and the baseline's replay "
+                f"collected none: {result.metrics_error or 'the replay servers did not profile'}; record it with "
+                "--metrics and tune for time instead (--objective time)")
+        if result.metrics_error:
+            reporter.message(f"note: hardware counters: {result.metrics_error}")
 
     def _judge_with(self, executor: Executor, tolerance: dict[str, Any], reporter: Reporter) -> None:
         """Under ``--tolerance auto``: every trial is judged with the bounds derived once on the baseline
@@ -467,6 +511,7 @@ class TuneRun:
         export = o.proteus_path(results.path)
         if export is not None:
             write_export(export, identity, best, o.to_dict())
+            self.exported = export
             self.log.info("wrote the tuned-kernels export %s", export)
         return 1 if state.stopped == "fail-fast" else 0
 

@@ -3,7 +3,9 @@
 The executor's times depend on the configuration (so samplers have something
 to find) and some configurations fail the ways real ones do: a block shape
 that cannot launch, a pipeline/codegen pair that does not compile, a fast
-configuration that computes the wrong answer, a faulting one.
+configuration that computes the wrong answer, a faulting one. Hardware
+counters asked for come from :func:`model_counters`, whose DRAM traffic is
+least at 512 threads per block (the time is least at 128).
 """
 
 from __future__ import annotations
@@ -36,6 +38,15 @@ def model_time(config: ExperimentConfiguration) -> int:
     return int(80_000 * shape * PASS_FACTOR.get(config.passes, 1.0) * codegen)
 
 
+def model_counters(config: ExperimentConfiguration, names) -> dict[str, float]:
+    """Synthetic hardware counters: DRAM bytes least at 512 threads per block, occupancy best at 256; any other
+    name counts its own letters."""
+    threads = config.block.count
+    known = {"dram_bytes": 3 * 4 * 10_240_000 * (1.0 + 0.1 * abs(math.log2(threads / 512.0))),
+             "achieved_occupancy": 90.0 - 10.0 * abs(math.log2(threads / 256.0))}
+    return {name: known.get(name, float(len(name))) for name in names}
+
+
 class FakeExecutor:
     """Deterministic stand-in for AsyncReplayExecutor (tests only)."""
 
@@ -43,7 +54,8 @@ class FakeExecutor:
     UNVERIFIED_X = 320          # fast but wrong: must never be the best
     CRASH_X = 192               # illegal address
 
-    def __init__(self, iterations=5, warmup=2, workers=2, interrupt_after=None, raise_on=None, delay=0.0):
+    def __init__(self, iterations=5, warmup=2, workers=2, interrupt_after=None, raise_on=None, delay=0.0,
+                 metrics=(), metrics_error=None):
         self.iterations = iterations
         self.warmup = warmup
         self.pool = cf.ThreadPoolExecutor(max_workers=workers)
@@ -53,6 +65,8 @@ class FakeExecutor:
         self.shut = False
         self.evaluated = 0
         self.delay = delay
+        self.metrics = tuple(metrics)  # hardware counters every replay reports (model_counters)
+        self.metrics_error = metrics_error or (lambda config: "")  # config -> why its counters could not be had
         self._lock = threading.Lock()
 
     def _run(self, config: ExperimentConfiguration) -> ExperimentResult:
@@ -71,11 +85,13 @@ class FakeExecutor:
         verified = x != self.UNVERIFIED_X
         if not verified:
             times = [1000] * len(times)
+        why = self.metrics_error(config) if self.metrics else ""
         return ExperimentResult(
             exec_time=times, verified=verified, executed=True, warmup=self.warmup,
             status="verified" if verified else "failed_verification",
             error="" if verified else "3 bytes differ from the epilogue",
             reg_usage=16 + 2 * config.codegen_opt, obj_size=4000 + config.block.x, gpu_id=0,
+            metrics={} if why else model_counters(config, self.metrics), metrics_error=why,
         )
 
     def submit(self, config):

@@ -14,7 +14,6 @@ environment lookup per point when off.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -30,6 +29,8 @@ def mark(role: str, point: str, **facts: object) -> None:
     path = os.environ.get(ENV)
     if not path:
         return
+    import json  # only when tracing: `mneme record` starts the application without it
+
     line = json.dumps({"t": time.time(), "pid": os.getpid(), "role": role, "point": point, **facts}) + "\n"
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -43,6 +44,8 @@ def mark(role: str, point: str, **facts: object) -> None:
 
 def read(path: str | os.PathLike[str]) -> list[dict]:
     """The points of a trace file, in time order."""
+    import json
+
     with open(path) as f:
         points = [json.loads(line) for line in f if line.strip()]
     return sorted(points, key=lambda p: p["t"])

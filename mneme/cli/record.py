@@ -2,7 +2,7 @@
 
     mneme record -rdb DIR [-vass GIB] [--kernel REGEX ...] [-sr N] [-mr N] [--instances SPEC]
                  [--snapshot-scope auto|all|reachable] [--max-snapshot-bytes N] [-rr all|0,2,...]
-                 [--device N] [--eager-loading] [--deadline SECONDS] -- ./app args...
+                 [--device N] [--eager-loading] [--deadline SECONDS] [--durable] -- ./app args...
 
 The application runs unchanged (its output and exit status are its own); the
 record agent (``record_agent``) does the work.
@@ -68,6 +68,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="longest the recorder makes the application wait, per wait (a snapshot's adds 1 s per GB); "
                              "past it the instance is abandoned, written unsupported, and the application goes on "
                              "(default 5)")
+    parser.add_argument("--durable", action="store_true",
+                        help="make every database and the chunks it names survive a machine crash (power loss, kernel "
+                             "panic): one syncfs of the file system before each database is committed, which waits for "
+                             "the disk; without it a killed application or agent still never leaves a partial object")
     add_application_argument(parser)
 
 
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
         spool_max_bytes=args.spool_max_bytes,
         deadline_s=args.deadline,
         eager_loading=args.eager_loading,
+        durable=args.durable,
     )
     summary = record(options)
     if summary.errors and summary.exit_code == 0:

@@ -34,8 +34,9 @@ _DIMS = (("grid", "gid", "grid-dim"), ("block", "bid", "block-dim"))
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-rdb", "--record-db", required=True, metavar="DB.json",
-                        help="recording database (<static-hash>.json, a directory holding one, or an s3:// URL)")
+    parser.add_argument("-rdb", "--record-db", metavar="DB.json",
+                        help="recording database (<static-hash>.json, a directory holding one, or an s3:// URL); "
+                        "required unless --list-metrics")
     parser.add_argument("-rid", "--record-id", metavar="ID",
                         help="dynamic instance id (may be omitted when the database holds one instance)")
     parser.add_argument("passes", nargs="?", default=None,
@@ -72,6 +73,16 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "joules per launch and mean power (energy_j, power_w; NVML's energy counter)")
     parser.add_argument("--energy-window", type=float, default=DEFAULT_ENERGY_WINDOW_S, metavar="S",
                         help=f"the energy window's length at least (default {DEFAULT_ENERGY_WINDOW_S:g} s)")
+    parser.add_argument("--metrics", action="append", default=[], metavar="NAME,...",
+                        help="hardware counters of one launch, profiled after the timed launches (CUPTI's range "
+                        "profiler, one launch per pass, memory reset and L2 flushed before each): curated names "
+                        "(dram_bytes, achieved_occupancy, sm_throughput, l2_hit_rate, warp_stalls, ...: "
+                        "--list-metrics) or raw CUPTI metric names (dram__bytes.sum); in the result's 'metrics'")
+    parser.add_argument("--list-metrics", action="store_true",
+                        help="print the curated metric names and their raw CUPTI metrics, and exit")
+    parser.add_argument("--chip", metavar="NAME",
+                        help="with --list-metrics: resolve the names for this chip (GH100, GA100, ...) instead of "
+                        "the GPU's")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the key-value blocks")
 
 
@@ -195,11 +206,18 @@ def measurement_notes(result: Any, energy: bool) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.list_metrics:
+        print(list_metrics(args.chip, args.device))
+        return 0
     from mneme.recording.execution import RecordedExecution
     from mneme.replay.compile import CompileOptions
     from mneme.replay.engine import require_driver
+    from mneme.replay.metrics import parse_metric_names
     from mneme.replay.tolerance import verification_from_flags
 
+    if not args.record_db:
+        raise ConfigurationError("-rdb/--record-db is required: the recording database (<static-hash>.json)")
+    metrics = parse_metric_names(args.metrics)
     recording = RecordedExecution.from_json(args.record_db)
     instance = recording.select(args.record_id)
     instance.require_supported()  # the recorder's reasons (exit status 2), not a CUDA fault
@@ -211,7 +229,9 @@ def run(args: argparse.Namespace) -> int:
         measurement = MeasurementSettings(energy=args.energy, energy_window_s=args.energy_window)
     except ConfigurationError as exc:
         raise ConfigurationError(f"--energy-window: {exc}") from None
-    require_driver()  # no GPU: a clear error (exit 2) before any work
+    native = require_driver()  # no GPU: a clear error (exit 2) before any work
+    if metrics:
+        check_metrics(native, metrics, args.device)  # an unknown name or a profiler that cannot run: exit 2 now
 
     from mneme.replay import Replayer
     from mneme.replay.proof import decide_resets
@@ -232,7 +252,12 @@ def run(args: argparse.Namespace) -> int:
         reset_decision=decision,
         measurement=measurement,
     ) as replayer:
-        result = replayer.run(config, iterations=args.iterations, warmup=args.warmup)
+        result = replayer.run(config, iterations=args.iterations, warmup=args.warmup, metrics=metrics)
+        if replayer.last_profile:
+            profile = replayer.last_profile
+            missing = f"; not on the {profile['chip']}: {', '.join(profile['missing'])}" if profile["missing"] else ""
+            print(f"mneme replay: metrics: {profile['passes']} profiler pass(es) on the {profile['chip']}{missing}",
+                  file=sys.stderr)
         if replayer.derived is not None:
             print(f"mneme replay: tolerance auto: {replayer.derived.describe()}; {replayer.derived_stored}",
                   file=sys.stderr)
@@ -243,13 +268,73 @@ def run(args: argparse.Namespace) -> int:
     for note in measurement_notes(result, args.energy):
         print(f"mneme replay: note: {note}", file=sys.stderr)
     print(format_output(config.to_dict(), result.to_dict(), args.json))
+    if result.metrics_error:
+        print(f"mneme replay: error: metrics: {result.metrics_error}", file=sys.stderr)
     sys.stdout.flush()
     if lost:
         # The CUDA context is dead or still busy with a kernel that never ends: leave without
         # the interpreter's clean-up, which could wait for that kernel.
         sys.stderr.flush()
         os._exit(1)
+    if result.metrics_error and result.executed:
+        return 2  # the counters asked for could not be collected
     return 0 if result.verified else 1
+
+
+def check_metrics(native: Any, metrics: tuple[str, ...], device: int) -> None:
+    """Resolve ``metrics`` on the device's chip before any replay: an unknown name (with close names) or a
+    host where the profiler cannot run is an error now (exit status 2), not after the replay."""
+    from mneme.errors import NotAvailableError
+    from mneme.replay.metrics import explain, resolve
+
+    reason = native.profiler_unavailable_reason()
+    if reason:
+        raise NotAvailableError(f"--metrics: hardware counters are not available here: {reason}")
+    try:
+        chip = native.profiler_chip_name(device)
+    except native.ProfilerError as exc:
+        raise NotAvailableError(f"--metrics: {explain(exc)}") from None
+    resolve(metrics, chip, native)
+
+
+def list_metrics(chip: str | None, device: int = 0) -> str:
+    """``--list-metrics``: the curated names, their units and raw CUPTI metrics; resolved for ``chip`` (or
+    the GPU's, when one is here) when CUPTI's host side can."""
+    from mneme.replay.metrics import CURATED, GROUPS, resolve
+
+    native = _profiler_engine()
+    if chip is None and native is not None:
+        try:
+            from mneme.replay.engine import driver_available
+
+            chip = native.profiler_chip_name(device) if driver_available() else None
+        except Exception:  # noqa: BLE001 - no GPU or no profiler: the generic list
+            chip = None
+    lines = [f"{'name':<26} {'unit':<24} raw CUPTI metric{' on the ' + chip if chip else ' (first the chip has)'}"]
+    for metric in CURATED.values():
+        raw = " | ".join(metric.raw)
+        if chip and native is not None:
+            try:
+                raw = resolve([metric.name], chip, native).raw[0]
+            except Exception as exc:  # noqa: BLE001 - a metric this chip lacks
+                raw = f"(none on the {chip})" if "has none" in str(exc) else f"({exc})"
+        lines.append(f"{metric.name:<26} {metric.unit:<24} {raw}")
+    for group, members in GROUPS.items():
+        lines.append(f"{group:<26} {'(group)':<24} {', '.join(members)}")
+    lines.append("Any raw CUPTI metric name the GPU supports is accepted too (e.g. lts__t_sectors_op_read.sum).")
+    return "\n".join(lines)
+
+
+def _profiler_engine() -> Any:
+    """The engine module when its profiler loads here (None otherwise)."""
+    try:
+        from mneme.replay.engine import load_engine
+
+        native = load_engine()
+    except Exception:  # noqa: BLE001 - the engine is not built
+        return None
+    return native if hasattr(native, "profiler_unavailable_reason") and not native.profiler_unavailable_reason() \
+        else None
 
 
 COMMANDS = [Command("replay", "replay one recorded kernel instance and verify it", configure, run)]

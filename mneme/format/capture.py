@@ -26,8 +26,12 @@ import xxhash
 
 
 def fingerprint(data: bytes | bytearray | memoryview) -> bytes:
-    """The xxh3-128 digest of ``data`` (16 bytes)."""
-    return xxhash.xxh3_128_digest(data)
+    """The xxh3-128 digest of ``data`` (16 bytes).
+
+    Through the hasher object: its update releases the GIL, where ``xxh3_128_digest`` of python-xxhash
+    3.x holds it for the whole hash (equal digests).
+    """
+    return xxhash.xxh3_128(data).digest()
 
 
 class ContentIndex:

@@ -8,8 +8,9 @@ that the epilogue shares with its prologue, or one instance with another, is
 stored once, and every read is verified against the name.
 
 Hashing and compression run on a thread pool: BLAKE3, hashlib, xxhash,
-zstandard and file reads release the GIL on large buffers, so pieces are
-processed in parallel on every core. A writer's
+zstandard and file reads and writes release the GIL on large buffers, and
+no piece is copied in Python (files are mapped, raw frames written from
+views of them), so pieces are processed in parallel on every core. A writer's
 :class:`~mneme.format.capture.ContentIndex` recognizes bytes it has stored
 before without hashing them again, and pieces zstd would not shrink enough
 to pay for its time are stored as raw frames (:mod:`mneme.format.frames`).
@@ -18,6 +19,7 @@ to pay for its time are stored as raw frames (:mod:`mneme.format.frames`).
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import threading
 import time
@@ -29,7 +31,7 @@ import zstandard
 from mneme.errors import ArtifactError
 from mneme.format.capture import ContentIndex, PipelineStats, fingerprint
 from mneme.format.content_hash import DEFAULT_CHUNK_HASH, SHA256, check_algorithm, chunk_digest, digest_matches
-from mneme.format.frames import compressed_frame, raw_frame_size, stored_frame
+from mneme.format.frames import compressed_frame, frame_parts
 from mneme.format.layout import chunk_name
 from mneme.store.base import Store
 
@@ -89,15 +91,6 @@ def _read_buffer(size: int) -> bytearray:
     return buf
 
 
-def _frame_buffer(size: int) -> bytearray:
-    """This thread's buffer for raw frames (reused: a fresh 4 MiB object per piece costs page faults)."""
-    need = raw_frame_size(size)
-    buf = getattr(_local, "frame_buffer", None)
-    if buf is None or len(buf) < need:
-        buf = _local.frame_buffer = bytearray(need)
-    return buf
-
-
 def _check_chunk_size(chunk_size: int) -> None:
     if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or not 1 <= chunk_size <= MAX_CHUNK_SIZE:
         raise ValueError(f"chunk_size {chunk_size!r} must be an integer in 1..{MAX_CHUNK_SIZE}")
@@ -132,14 +125,16 @@ def put_many(
 ) -> list[list[ChunkRef]]:
     """Store several sources as chunks, all pieces through one thread pool; refs per source, in order.
 
-    Each piece is read inside its worker (file slices with ``os.preadv`` into
-    the thread's buffer), so at most ``workers`` pieces are in memory at a
-    time. A piece whose fingerprint ``index`` knows is named without hashing
-    it again; within one call a digest is claimed by the first piece that has
-    it; an existing object is never written again; a piece that zstd would
-    not shrink enough is stored as a raw frame (:mod:`mneme.format.frames`),
-    built in a buffer each thread reuses: ``store.put`` gets a view of it and
-    writes or copies it before returning, as every store does.
+    A file slice is mapped and each piece is a view of it (``os.preadv`` into
+    a buffer each thread reuses where a file cannot be mapped): nothing is
+    copied in Python. A piece whose fingerprint ``index`` knows is named
+    without hashing it again; within one call a digest is claimed by the
+    first piece that has it; an existing object is never written again; a
+    piece that zstd would not shrink enough is stored as a raw frame
+    (:mod:`mneme.format.frames`) handed to ``store.put_parts`` as headers and
+    views of the piece, which a local store writes with one ``writev``.
+    Every stage of a piece runs without the GIL but the Python between
+    them, so the pool's threads scale with the cores.
 
     Args:
         store: where the chunks go.
@@ -165,39 +160,44 @@ def put_many(
             pieces += [(source_index, read, start, length) for start, length in _piece_bounds(size, chunk_size)]
         claimed: set[str] = set()
         lock = threading.Lock()
+        costs: list[dict[str, float]] = []  # one per piece; added up once all are stored (no lock per piece)
+        clock = time.perf_counter
 
         def one(piece: tuple[int, Callable[[int, int], bytes | memoryview], int, int]) -> ChunkRef:
+            # Every stage but the Python between them runs without the GIL: a view of the mapped file (no
+            # copy), xxh3 and the chunk hash, the probe, and one writev of the frame (store.put_parts).
             _, read, start, length = piece
-            t0 = time.perf_counter()
+            t0 = clock()
             data = read(start, length)
             if len(data) != length:
                 raise ArtifactError(f"short read: expected {length} bytes at offset {start}, got {len(data)}")
-            t1 = time.perf_counter()
+            t1 = clock()
             fp = fingerprint(data) if index is not None else b""
             digest = index.lookup(fp, length) if index is not None else None
-            t2 = time.perf_counter()
+            t2 = clock()
             stage = {"pieces": 1, "bytes": length, "read_s": t1 - t0, "fingerprint_s": t2 - t1}
             if digest is None:
                 digest = chunk_digest(data, algorithm)
                 if index is not None:
                     index.add(fp, length, digest)
-                stage.update(hashed_bytes=length, hash_s=time.perf_counter() - t2)
+                stage["hashed_bytes"], stage["hash_s"] = length, clock() - t2
             else:
-                stage.update(known_bytes=length)
+                stage["known_bytes"] = length
             ref = ChunkRef(digest, length, algorithm)
             with lock:
-                fresh = ref.digest not in claimed
-                claimed.add(ref.digest)
+                fresh = digest not in claimed
+                claimed.add(digest)
             if fresh and not store.exists(ref.name):
-                t3 = time.perf_counter()
-                frame, compressed = stored_frame(data, level, _frame_buffer(length))
-                t4 = time.perf_counter()
-                store.put(ref.name, frame)
-                stage.update({"compressed_bytes" if compressed else "raw_bytes": length, "stored_bytes": len(frame),
-                              "compress_s": t4 - t3, "write_s": time.perf_counter() - t4})
+                t3 = clock()
+                parts, compressed = frame_parts(data, level)
+                t4 = clock()
+                store.put_parts(ref.name, parts)
+                stage["compressed_bytes" if compressed else "raw_bytes"] = length
+                stage["stored_bytes"] = sum(len(p) for p in parts)
+                stage["compress_s"], stage["write_s"] = t4 - t3, clock() - t4
             else:
-                stage.update(present_bytes=length)
-            stats.add(**stage)
+                stage["present_bytes"] = length
+            costs.append(stage)
             return ref
 
         threads = min(workers or default_workers(), len(pieces))
@@ -206,7 +206,11 @@ def put_many(
         else:
             with ThreadPoolExecutor(max_workers=threads) as pool:
                 refs = list(pool.map(one, pieces))
-    stats.add(wall_s=time.perf_counter() - started, workers=max(threads, 1))
+    total: dict[str, float] = {}
+    for stage in costs:
+        for key, value in stage.items():
+            total[key] = total.get(key, 0) + value
+    stats.add(**total, wall_s=time.perf_counter() - started, workers=max(threads, 1))
     grouped: list[list[ChunkRef]] = [[] for _ in sources]
     for (source_index, _, _, _), ref in zip(pieces, refs):
         grouped[source_index].append(ref)
@@ -214,7 +218,15 @@ def put_many(
 
 
 def _reader(source: ChunkSource, files: contextlib.ExitStack) -> tuple[Callable[[int, int], bytes | memoryview], int]:
-    """A ``read(start, length)`` function over ``source`` and its size."""
+    """A ``read(start, length)`` function over ``source`` and its size.
+
+    A file slice is mapped (``mmap``, read-only, shared by the pool's threads): a piece is a view of the
+    page cache, never copied into a buffer, and its pages come in as the fingerprint reads them. The
+    file must not shrink while it is stored (the spool's stripe files never change once committed).
+    Where a file cannot be mapped (or ``MNEME_AGENT_MMAP=0``), pieces are read with ``os.preadv`` into a
+    buffer each thread reuses: the same CPU per byte on the development machine, one more copy through
+    memory.
+    """
     if not isinstance(source, FileSlice):
         view = memoryview(source).cast("B")
         return (lambda s, n: view[s : s + n]), len(view)
@@ -230,6 +242,9 @@ def _reader(source: ChunkSource, files: contextlib.ExitStack) -> tuple[Callable[
         raise ArtifactError(
             f"region file {source.path} has {file_size} bytes; cannot read {size} bytes at offset {offset}"
         )
+    mapped = _map(fd, offset, size, files) if os.environ.get("MNEME_AGENT_MMAP", "1") != "0" else None
+    if mapped is not None:
+        return (lambda s, n: mapped[s : s + n]), size
 
     def read(start: int, length: int) -> memoryview:
         view = memoryview(_read_buffer(length))[:length]
@@ -242,6 +257,28 @@ def _reader(source: ChunkSource, files: contextlib.ExitStack) -> tuple[Callable[
         return view[:got]
 
     return read, size
+
+
+def _map(fd: int, offset: int, size: int, files: contextlib.ExitStack) -> memoryview | None:
+    """``size`` bytes of the open file from ``offset``, mapped read-only; None where it cannot be mapped."""
+    if size == 0:
+        return None
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    try:
+        mapping = mmap.mmap(fd, offset - start + size, prot=mmap.PROT_READ, offset=start)
+    except (OSError, ValueError):  # a file system without mmap, a special file
+        return None
+    view = memoryview(mapping)[offset - start : offset - start + size]
+
+    def unmap() -> None:
+        view.release()
+        try:
+            mapping.close()
+        except BufferError:  # a piece's view is still held (an exception's traceback): unmapped when it goes
+            pass
+
+    files.callback(unmap)
+    return view
 
 
 def put_chunks(

@@ -5,18 +5,21 @@ shrinks by a few percent at ~0.7 GB/s per core (level 3), a third of the
 SHA-256 rate and a twentieth of the copy rate. A short probe (three 32 KiB
 samples at level 1) decides: a piece whose samples do not shrink below
 ``RAW_RATIO`` is stored as a zstd frame of *raw blocks* (RFC 8878, section
-3.1.1.2: block type 0), built here by copying, which every zstd decoder reads
-like any other frame (content size declared, so readers check it first).
-Between the two, data that shrinks only somewhat (smooth floating-point
-fields: 0.88 of their size at level 1, 0.78 at level 3, but 1 GB/s against
-0.2 GB/s per core) is compressed at level ``FAST_LEVEL``; the requested level
-is kept for data that compresses well (integers, zeros, repeated values),
-which zstd handles at several GB/s at any level.
+3.1.1.2: block type 0), which every zstd decoder reads like any other frame
+(content size declared, so readers check it first); a writer gets it as
+parts (:func:`frame_parts`: the headers and views of the piece, written with
+one ``writev``), never copied into a buffer. Between the two, data that
+shrinks only somewhat (smooth floating-point fields: 0.88 of their size at
+level 1, 0.78 at level 3, but 1 GB/s against 0.2 GB/s per core) is
+compressed at level ``FAST_LEVEL``; the requested level is kept for data
+that compresses well (integers, zeros, repeated values), which zstd handles
+at several GB/s at any level.
 Nothing in the format changes: a chunk is still one zstd frame of its bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import threading
 
@@ -68,27 +71,44 @@ def raw_frame_size(size: int) -> int:
     return len(_frame_header(size)) + 3 * max(1, -(-size // MAX_BLOCK)) + size
 
 
+@functools.lru_cache(maxsize=64)
+def _raw_headers(size: int) -> tuple[bytes, tuple[bytes, ...]]:
+    """The frame header and the 3-byte block headers of the raw frame of ``size`` bytes (the same for every piece)."""
+    blocks = [struct.pack("<I", 1)[:3]] if size == 0 else []  # one empty last raw block
+    for start in range(0, size, MAX_BLOCK):
+        length = min(MAX_BLOCK, size - start)
+        last = start + length == size
+        blocks.append(struct.pack("<I", (length << 3) | int(last))[:3])  # block type 0 (raw) in bits 1-2
+    return _frame_header(size), tuple(blocks)
+
+
+def raw_frame_parts(data: bytes | bytearray | memoryview) -> list[bytes | memoryview]:
+    """The raw frame of ``data`` as the buffers to write one after the other: headers, and views of ``data``.
+
+    Nothing is copied: a store writes the parts with one ``writev`` (``Store.put_parts``), so the kernel
+    copies each block straight from ``data`` (a piece of the mapped spool file) into the chunk file.
+    """
+    view = memoryview(data).cast("B")
+    header, blocks = _raw_headers(len(view))
+    parts: list[bytes | memoryview] = [header]
+    for k, block in enumerate(blocks):
+        parts.append(block)
+        if len(view):
+            parts.append(view[k * MAX_BLOCK : (k + 1) * MAX_BLOCK])
+    return parts
+
+
 def raw_frame(data: bytes | bytearray | memoryview, out: bytearray | None = None) -> bytes | memoryview:
-    """A zstd frame holding ``data`` uncompressed (raw blocks of at most 128 KiB).
+    """A zstd frame holding ``data`` uncompressed (raw blocks of at most 128 KiB), in one buffer.
 
     Args:
         data: the piece.
-        out: a buffer of at least :func:`raw_frame_size` bytes to build the frame in (reused by a
-            writer's thread: no fresh pages per piece); None: a new ``bytes``.
+        out: a buffer of at least :func:`raw_frame_size` bytes to build the frame in; None: a new ``bytes``.
 
     Returns:
         The frame: ``bytes``, or a view of ``out``, valid until ``out`` is reused.
     """
-    view = memoryview(data).cast("B")
-    size = len(view)
-    parts = [_frame_header(size)]
-    if size == 0:
-        parts.append(struct.pack("<I", 1)[:3])  # one empty last raw block
-    for start in range(0, size, MAX_BLOCK):
-        length = min(MAX_BLOCK, size - start)
-        last = start + length == size
-        parts.append(struct.pack("<I", (length << 3) | int(last))[:3])  # block type 0 (raw) in bits 1-2
-        parts.append(view[start : start + length])
+    parts = raw_frame_parts(data)
     if out is None:
         return b"".join(parts)
     target = memoryview(out)
@@ -114,10 +134,23 @@ def probe_ratio(data: bytes | bytearray | memoryview) -> float:
     return sum(len(probe.compress(s)) for s in samples) / total
 
 
+def frame_parts(data: bytes | bytearray | memoryview, level: int) -> tuple[list[bytes | memoryview], bool]:
+    """The frame to store for ``data``, as buffers to write in order, and whether it was compressed.
+
+    Raw (the probe says zstd would keep more than ``RAW_RATIO``): :func:`raw_frame_parts`, views of
+    ``data`` without a copy. Else one compressed frame (``level``, or ``FAST_LEVEL`` for data that
+    shrinks only somewhat).
+    """
+    ratio = probe_ratio(data)
+    if ratio >= RAW_RATIO:
+        return raw_frame_parts(data), False
+    return [compressed_frame(data, level if ratio < WELL_COMPRESSIBLE_RATIO else min(level, FAST_LEVEL))], True
+
+
 def stored_frame(
     data: bytes | bytearray | memoryview, level: int, out: bytearray | None = None
 ) -> tuple[bytes | memoryview, bool]:
-    """The frame to store for ``data`` and whether it was compressed (False: raw blocks, built in ``out`` if given)."""
+    """The frame to store for ``data`` in one buffer and whether it was compressed (False: raw blocks, built in ``out`` if given)."""
     ratio = probe_ratio(data)
     if ratio >= RAW_RATIO:
         return raw_frame(data, out), False

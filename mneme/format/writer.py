@@ -209,7 +209,9 @@ class RecordingWriter:
         the merge is redone, up to ``COMMIT_ATTEMPTS`` times.
         """
         db.validate()
-        self.store.make_durable()  # every chunk and snapshot the database names is on disk before it is
+        # A store that makes objects durable in batches (LocalStore "commit": `mneme record --durable`): every
+        # chunk and snapshot the database names is on disk before it is, and then the database itself.
+        self.store.make_durable()
         for _ in range(COMMIT_ATTEMPTS):
             merged = db
             if self.store.exists(db.name):
@@ -217,6 +219,7 @@ class RecordingWriter:
             save_database(self.store, merged)
             stored = load_database(self.store, db.name)
             if all(stored.instances.get(k) == v for k, v in db.instances.items()):
+                self.store.make_durable(db.name)
                 return stored
         raise ArtifactError(
             f"{db.name} in {self.store.url}: other writers kept replacing the database; "

@@ -362,6 +362,12 @@ class ExperimentResult:
     #: it ``throttled`` and the ``throttle_reasons``; ``energy``: the energy window (or why it measured
     #: nothing); ``unavailable``: why NVML could not say. Empty when nothing was read.
     conditions: dict[str, Any] = field(default_factory=dict)
+    #: Hardware counters of one launch of the configuration, profiled after the timed launches (asked for
+    #: by name: ``mneme replay --metrics``, ``Replayer.run(metrics=...)``; ``mneme.replay.metrics``): name
+    #: -> value. Empty when none were asked for or they could not be collected (``metrics_error``).
+    metrics: dict[str, float] = field(default_factory=dict)
+    #: Why the counters asked for could not be collected ('' when they were, or none were asked for).
+    metrics_error: str = ""
 
     @property
     def exact(self) -> bool:
@@ -399,6 +405,8 @@ class ExperimentResult:
             kwargs["mismatches"] = [dict(m) for m in kwargs["mismatches"]]
         if "nondeterminism" in kwargs:
             kwargs["nondeterminism"] = [dict(m) for m in kwargs["nondeterminism"]]
+        if "metrics" in kwargs:
+            kwargs["metrics"] = {str(k): float(v) for k, v in dict(kwargs["metrics"]).items()}
         if "verified_within" in kwargs:
             kwargs["verified_within"] = {str(k): dict(v) for k, v in dict(kwargs["verified_within"]).items()}
         if "conditions" in kwargs:

@@ -16,14 +16,17 @@ from __future__ import annotations
 import datetime as _dt
 import time
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from mneme._internal.startup_trace import mark
-from mneme.errors import ConfigurationError
+from mneme.errors import ConfigurationError, MnemeError
 from mneme.model.experiment import (
+    STATUS_FAILED_VERIFICATION,
     STATUS_INTERNAL_ERROR,
     STATUS_INVALID_CONFIG,
     STATUS_RUNTIME_ERROR,
+    STATUS_VERIFIED,
     ExperimentConfiguration,
     ExperimentResult,
 )
@@ -36,6 +39,7 @@ from mneme.replay.engine import device_arch
 from mneme.replay.launch import Launcher, LaunchSettings, LoadedCode, RunFailure, measurements
 from mneme.replay.launch_attrs import LaunchPlan, plan_for
 from mneme.replay.measurement import Measurer
+from mneme.replay.metrics import CounterProfiler, parse_metric_names
 from mneme.replay.nondeterminism import DerivedTolerance
 from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
@@ -149,6 +153,8 @@ class Replayer:
             launches without them).
         overrides: the policies that win over the recorded annotations (from ``verification``).
         last_timing: the last replay's timing (:meth:`mneme.replay.launch.Launcher.timing`).
+        last_profile: the last hardware counters' chip, raw metric by name, profiler passes and the group
+            members the chip lacks (:meth:`collect_metrics`).
     """
 
     def __init__(
@@ -230,6 +236,8 @@ class Replayer:
         self.overrides = judged_overrides(verification)
         self.measurement = measurement or MeasurementSettings()
         self.last_timing: dict[str, Any] = {}
+        self.last_profile: dict[str, Any] = {}  # the last counters' chip, raw names and passes
+        self._profiler: CounterProfiler | None = None
         self._state: DeviceState | None = None
         self._launcher: Launcher | None = None
         self.ctx = eng.open_context(self.device)
@@ -242,7 +250,8 @@ class Replayer:
         relocate, relocate_reason = heap_relocation(verification.relocate, recording.address_space.mode)
         try:
             self._state = DeviceState(
-                self.ctx, recording.store, prologue, epilogue, relocate=relocate, relocate_reason=relocate_reason
+                self.ctx, recording.store, prologue, epilogue, relocate=relocate, relocate_reason=relocate_reason,
+                textures=getattr(self.instance, "textures", ()),  # recreated, their new handles written
             )
         except Exception:
             self.close()
@@ -402,6 +411,7 @@ class Replayer:
         iterations: int = 3,
         warmup: int = 2,
         compiled: CompiledCode | None = None,
+        metrics: Sequence[str] = (),
     ) -> ExperimentResult:
         """Replay ``warmup + iterations`` launches under ``config``; verify; report. Never raises.
 
@@ -410,13 +420,21 @@ class Replayer:
             iterations: timed launches (at least 1).
             warmup: launches before them (at least 0), reported first in ``exec_time``.
             compiled: ``config``'s code compiled elsewhere (a server's compile pool); None compiles here.
+            metrics: hardware counters to collect after the timed launches (curated or raw CUPTI names,
+                :mod:`mneme.replay.metrics`): ``result.metrics``, or ``result.metrics_error`` saying why not.
 
         Returns:
             The result; a failed one (``status``, ``error``) for a configuration that cannot run.
         """
         base = self._base(warmup)
         try:
-            return self._run(config, int(iterations), int(warmup), compiled, base)
+            result = self._run(config, int(iterations), int(warmup), compiled, base)
+            if metrics:
+                try:
+                    result.metrics, result.metrics_error = self.collect_metrics(config, metrics, result, compiled)
+                except Exception as exc:  # a bug of ours: the replay's own result stands
+                    result.metrics_error = f"internal error collecting hardware counters: {type(exc).__name__}: {exc}"
+            return result
         except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
             return self._internal_error(exc, base)
 
@@ -491,10 +509,12 @@ class Replayer:
 
     def _batchable(self) -> bool:
         """Whether configurations can share an engine call: the engine has one, launches are timed with
-        events without an L2 scrub, no recorded pointer needs rewriting per module, and no energy window
-        follows each replay (it must have the GPU to itself, not share it with the next group)."""
+        events without an L2 scrub, no recorded pointer needs rewriting per module, no CUDA array needs
+        filling (its full reset is no device copy of the engine call), and no energy window follows each
+        replay (it must have the GPU to itself, not share it with the next group)."""
         return (hasattr(self.ctx, "start_batch") and self.timing == "events" and not self.l2_scrub
-                and not self.measurement.energy and self._state is not None and not self._state.has_pointer_sites)
+                and not self.measurement.energy and self._state is not None and not self._state.has_pointer_sites
+                and not self._state.has_arrays)
 
     def _batch_failed(self, exc: Exception, count: int) -> None:
         """An engine call shared by ``count`` configurations raised ``exc``: BatchLost when it destroyed the
@@ -529,6 +549,51 @@ class Replayer:
             end_time=_now(),
             **base,
         )
+
+    def collect_metrics(
+        self, config: ExperimentConfiguration, metrics: Sequence[str], result: ExperimentResult | None = None,
+        compiled: CompiledCode | None = None,
+    ) -> tuple[dict[str, float], str]:  # fmt: skip
+        """Hardware counters of one launch of ``config``, profiled on its own (after, never during, timed
+        launches: profiling perturbs timing): one launch per profiler pass, the memory reset from the
+        recorded prologue and the L2 flushed before each pass (:meth:`Launcher.profile`).
+
+        Args:
+            config: the configuration.
+            metrics: curated or raw CUPTI metric names (:func:`mneme.replay.metrics.parse_metric_names`).
+            result: the configuration's replay, when made: counters are collected only when it ran to a
+                verdict (verified or not).
+            compiled: ``config``'s code compiled elsewhere; None compiles (or finds it loaded) here.
+
+        Returns:
+            (``{name: value}``, '') or ({}, why they could not be collected: an unknown metric, a host where
+            the profiler cannot run, a replay that did not run).
+        """
+        if result is not None and result.status not in (STATUS_VERIFIED, STATUS_FAILED_VERIFICATION):
+            return {}, f"not collected: the replay ended with status {result.status}"
+        if not self.healthy:
+            return {}, "not collected: this replayer's CUDA context is lost"
+        try:
+            names = parse_metric_names(metrics)
+            loaded = self._launcher.prepare(config, compiled)
+            self._launcher.check_launch(loaded, config, self.launch_plan)
+            profiler = self._counter_profiler()
+            values = profiler.collect(names, lambda metric_config: self._launcher.profile(
+                loaded, config, self.launch_plan, metric_config))
+        except (MnemeError, RunFailure) as exc:
+            return {}, str(exc)
+        except Exception as exc:
+            if eng.cuda_error_code(exc) is None:
+                raise
+            self._launcher.driver_failure(exc)  # a fault that destroys the context makes the replayer unhealthy
+            return {}, f"hardware counters: the profiled launch failed: {exc}"
+        self.last_profile = dict(profiler.last)
+        return values, ""
+
+    def _counter_profiler(self) -> CounterProfiler:
+        if self._profiler is None:
+            self._profiler = CounterProfiler(self.ctx, eng.load_engine())
+        return self._profiler
 
     def close(self) -> None:
         """Release device memory and modules; the Replayer cannot run afterwards."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from mneme._internal.names import (  # the one rule for object names, re-exported here
     MAX_COMPONENT_LENGTH,
@@ -95,8 +95,15 @@ class Store(abc.ABC):
         """Store the contents of a local file as object ``name`` (backends may stream)."""
         self.put(name, Path(path).read_bytes())
 
-    def make_durable(self) -> None:
-        """Make every object written so far survive an OS crash (backends whose puts are not durable each)."""
+    def put_parts(self, name: str, parts: Sequence[bytes | bytearray | memoryview]) -> None:
+        """Store the concatenation of ``parts`` as object ``name`` (a local store writes them without joining)."""
+        self.put(name, b"".join(parts))
+
+    def make_durable(self, name: str | None = None) -> None:
+        """Make every object written so far (``name``: that object) survive an OS crash.
+
+        For backends whose puts are not durable each (a local store with ``"commit"`` durability); a no-op elsewhere.
+        """
 
     def not_found(self, name: str) -> ArtifactError:
         """The error for a missing object: names it and the store, and says what to check."""

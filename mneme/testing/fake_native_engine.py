@@ -3,13 +3,22 @@
 Modelled: contexts, the address space (reservations at exact bases, refused
 like the driver's when the range is taken: by another reservation, by a
 simulated host mapping, or by a real mapping of this process in
-/proc/self/maps), device buffers as byte arrays. Loading a module fails
+/proc/self/maps), device buffers as byte arrays, CUDA arrays (their contents
+as bytes, filled from and copied into buffers) and texture and surface
+objects (their descriptors kept, handles from 0x1001 up: never the small
+numbers an application's objects have, so a replay must rewrite them). Loading a module fails
 (CUDA_ERROR_INVALID_IMAGE), so a run ends with a ``compile_error`` result that
 still carries the placement's fields, unless the address space has a
 :class:`FakeKernel` (``AddressSpace.kernel``): then modules load, and their
 function's ``run`` returns what the native one does (times, per checked launch
 the statistics of every check) without touching memory; the kernel says which
 checks differ from the epilogue, and records every run's arguments.
+
+The profiler (hardware counters) is modelled too: a chip (``AddressSpace.chip``)
+whose metrics are :data:`FAKE_METRICS`, configurations, and ``profile``, which
+returns the kernel's ``counters`` (raw name -> value) and records each call;
+``AddressSpace.profiler_reason`` makes the profiler unavailable and
+``FakeKernel.profile_errors`` makes the next profile calls fail as CUPTI does.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 from mneme.replay.address_map import mappings_in, read_maps
+from mneme.replay.metrics import CURATED
 
 GRANULARITY = 2 << 20
 CUDA_ERROR_INVALID_VALUE = 1
@@ -53,9 +63,15 @@ class AddressSpace:
     fail_map_at: int | None = None  # an absolute address whose mapping fails (out of memory)
     allocations_left: int | None = None  # buffers ctx.alloc gives before it runs out of memory
     kernel: "FakeKernel | None" = None  # what loaded modules launch; None: loading a module fails
+    chip: str = "GH100"  # CUPTI's name of the fake GPU's chip
+    profiler_reason: str = ""  # why the profiler cannot be loaded ('' when it can)
     copied_since_run: bool = True  # device copies (resets) made since the last run
     batches: list = field(default_factory=list)  # the size of every ``Context.run_batch`` call
+    arrays: dict = field(default_factory=dict)  # handle -> FakeArray, live ones
+    objects: dict = field(default_factory=dict)  # handle -> FakeObject, live ones
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
+    _next_array: itertools.count = field(default_factory=lambda: itertools.count(0x5A0000, 0x100))
+    _next_object: itertools.count = field(default_factory=lambda: itertools.count(0x1001))
 
     def taken(self, start: int, end: int) -> bool:
         if any(s < end and start < e for s, e in self.host_mappings):
@@ -109,6 +125,34 @@ class FakeBuffer:
 
     def free(self) -> None:
         self.data = bytearray()
+
+
+@dataclass
+class FakeArray:
+    """A CUDA array: its descriptor and its contents (packed rows)."""
+
+    handle: int
+    shape: tuple  # (width, height, depth, format, channels, flags)
+    data: bytearray
+    space: "AddressSpace"
+
+    def free(self) -> None:
+        self.space.arrays.pop(self.handle, None)
+
+
+@dataclass
+class FakeObject:
+    """A texture or surface object: the descriptors it was created with."""
+
+    handle: int
+    surface: bool
+    resource: dict
+    texture: dict | None
+    view: dict | None
+    space: "AddressSpace"
+
+    def free(self) -> None:
+        self.space.objects.pop(self.handle, None)
 
 
 class FakeContext:
@@ -173,6 +217,42 @@ class FakeContext:
         """The native ``Context.run_batch``: ``start_batch``, then ``wait``."""
         return self.start_batch(items, gate_max_ns).wait(timeout_s)
 
+    def create_array(self, width: int, height: int, depth: int, format: int, channels: int, flags: int = 0) -> FakeArray:
+        from mneme.format.textures import ArrayShape
+
+        size = ArrayShape(width, height, depth, format, channels, flags).size
+        array = FakeArray(next(self.space._next_array), (width, height, depth, format, channels, flags),
+                          bytearray(size), self.space)  # fmt: skip
+        self.space.arrays[array.handle] = array
+        return array
+
+    def _array(self, handle: int, width_bytes: int, height: int, depth: int) -> FakeArray:
+        array = self.space.arrays.get(handle)
+        if array is None or width_bytes * height * depth != len(array.data):
+            raise _error("cuMemcpy3D", CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE")
+        return array
+
+    def copy_to_array(self, array: int, src: int, width_bytes: int, height: int, depth: int) -> None:
+        target = self._array(array, width_bytes, height, depth)
+        target.data[:] = self.download(src, len(target.data))
+        self.space.copied_since_run = True  # a reset, like copy()
+
+    def copy_from_array(self, dst: int, array: int, width_bytes: int, height: int, depth: int) -> None:
+        self.upload(dst, bytes(self._array(array, width_bytes, height, depth).data))
+
+    def texture_object(self, resource: dict, texture: dict, view: dict | None = None) -> FakeObject:
+        return self._object(False, resource, texture, view)
+
+    def surface_object(self, resource: dict) -> FakeObject:
+        return self._object(True, resource, None, None)
+
+    def _object(self, surface: bool, resource: dict, texture: dict | None, view: dict | None) -> FakeObject:
+        if resource.get("type") == "array" and resource.get("array") not in self.space.arrays:
+            raise _error("cuTexObjectCreate", CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE")
+        obj = FakeObject(next(self.space._next_object), surface, dict(resource), texture, view, self.space)
+        self.space.objects[obj.handle] = obj
+        return obj
+
     def load_module(self, image: bytes, options: dict | None = None):
         if self.space.kernel is None:
             raise _error("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE")
@@ -197,6 +277,9 @@ class FakeRun:
     cupti: bool
     attributes: list
     param_offsets: list
+    array_resets: list = field(default_factory=list)
+    array_readbacks: list = field(default_factory=list)
+    args: bytes = b""
     from_recorded: bool = True  # the memory was reset (copies) since the previous run
 
 
@@ -219,6 +302,9 @@ class FakeKernel:
     runs: list = field(default_factory=list)
     time_ns: int = 1000
     load_seconds: float = 0.001
+    counters: dict = field(default_factory=dict)  # raw metric -> what the profiler reports (absent: 0.0)
+    profile_errors: list = field(default_factory=list)  # raised by the next profile calls, one each
+    profiles: list = field(default_factory=list)  # every profile call's arguments (FakeProfile)
 
 
 def cuda_error(call: str, code: int, name: str) -> CudaError:
@@ -279,11 +365,13 @@ class FakeFunction:
         return []
 
     def run(self, grid, block, shared_mem, args, launches, resets=(), checks=(), check_launches=(),
-            queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=()):
+            queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=(),
+            array_resets=(), array_readbacks=()):
         kernel = self.module.kernel
         run = FakeRun(self.module.image, tuple(grid), tuple(block), int(shared_mem), int(launches), list(resets),
                       list(checks), list(check_launches), int(queue_ahead_ns), int(l2_scrub_bytes),
-                      float(timeout_s), bool(cupti), list(attributes), list(param_offsets))  # fmt: skip
+                      float(timeout_s), bool(cupti), list(attributes), list(param_offsets), list(array_resets),
+                      list(array_readbacks), bytes(args))  # fmt: skip
         space = self.module._space
         run.from_recorded = space.copied_since_run
         space.copied_since_run = False
@@ -298,6 +386,75 @@ class FakeFunction:
         return {"times_ns": times, "checked_launches": checked, "checks": per_launch,
                 "wall_ns": kernel.time_ns * run.launches + 5000, "gpu_span_ns": kernel.time_ns * run.launches,
                 "event_times_ns": list(times)}  # fmt: skip
+
+
+#: The raw metrics the fake chip has: the first raw metric of every curated one, and a few more.
+FAKE_METRICS = frozenset([m.raw[0] for m in CURATED.values() if "imc_miss" not in m.raw[0]] +
+                         ["lts__t_sectors_op_read.sum", "lts__t_sectors_op_write.sum", "dram__sectors_read.sum"])
+CUPTI_ERROR_INVALID_METRIC_NAME = 17
+CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
+
+
+class ProfilerError(RuntimeError):
+    """As the engine raises it: (message, CUptiResult, its name, the call)."""
+
+
+def profiler_error(call: str, code: int, name: str) -> ProfilerError:
+    """A ProfilerError as the native engine raises it (``FakeKernel.profile_errors``)."""
+    return ProfilerError(f"{call} failed: {name} ({code})", code, name, call)
+
+
+@dataclass
+class FakeProfile:
+    """One call of the fake ``profile``: its arguments."""
+
+    config: "FakeMetricConfig"
+    grid: tuple
+    block: tuple
+    shared_mem: int
+    args: bytes
+    resets: list
+    l2_flush_bytes: int
+    timeout_s: float
+    attributes: list
+    param_offsets: list
+
+
+class FakeMetricConfig:
+    """``mneme._engine.MetricConfig``: metrics on a chip, one pass per three of them."""
+
+    def __init__(self, chip: str, metrics: list, counter_availability: bytes = b""):
+        for name in metrics:
+            _metric_properties(chip, name)
+        self.chip, self.metrics, self.counter_availability = chip, list(metrics), counter_availability
+        self.passes = -(-len(self.metrics) // 3)
+
+
+def _metric_properties(chip: str, name: str) -> dict:
+    if name not in FAKE_METRICS:
+        raise profiler_error(f"cuptiProfilerHostGetMetricProperties({name})", CUPTI_ERROR_INVALID_METRIC_NAME,
+                             "CUPTI_ERROR_INVALID_METRIC_NAME")
+    return {"description": name, "hw_unit": name.split("__")[0], "dim_unit": "", "type": 0}
+
+
+def _base_metrics(chip: str, type_: int) -> list:
+    return sorted({m.split(".")[0] for m in FAKE_METRICS}) if type_ == 0 else []
+
+
+def _sub_metrics(chip: str, base: str, type_: int) -> list:
+    return sorted({m[len(base):] for m in FAKE_METRICS if m.startswith(base + ".")})
+
+
+def _profile(function: "FakeFunction", config: FakeMetricConfig, grid, block, shared_mem, args, resets=(),
+             l2_flush_bytes=0, timeout_s=0.0, attributes=(), param_offsets=()) -> dict:
+    kernel = function.module.kernel
+    kernel.profiles.append(FakeProfile(config, tuple(grid), tuple(block), int(shared_mem), bytes(args), list(resets),
+                                       int(l2_flush_bytes), float(timeout_s), list(attributes), list(param_offsets)))
+    error = kernel.profile_errors.pop(0) if kernel.profile_errors else None
+    if error is not None:
+        raise error
+    return {"values": [float(kernel.counters.get(m, 0.0)) for m in config.metrics], "passes": config.passes,
+            "ranges_dropped": 0}
 
 
 def _check_result(check: tuple, n: int) -> tuple[tuple, tuple]:
@@ -322,4 +479,15 @@ def native_module(space: AddressSpace) -> SimpleNamespace:
         driver_unavailable_reason=lambda: "",
         cupti_unavailable_reason=lambda: "no CUPTI in the fake engine",
         abandon_cleanup=lambda: None,
+        ProfilerError=ProfilerError,
+        MetricConfig=FakeMetricConfig,
+        profiler_unavailable_reason=lambda: space.profiler_reason,
+        profiler_chip_name=lambda device: space.chip,
+        profiler_device_support=lambda device: {"overall": 3, "architecture": 3, "sli": 3, "vgpu": 3,
+                                                "confidential_compute": 3, "cmp": 3, "wsl": 3},
+        profiler_counter_availability=lambda ctx: b"fake-availability",
+        profiler_metric_properties=_metric_properties,
+        profiler_base_metrics=_base_metrics,
+        profiler_sub_metrics=_sub_metrics,
+        profile=_profile,
     )

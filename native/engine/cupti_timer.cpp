@@ -110,6 +110,11 @@ void check_cupti(CUptiResult r, const char* call) {
 
 std::string cupti_unavailable_reason() { return cupti().reason; }
 
+void* cupti_library() {
+    static void* handle = open_library();  // the same handle load() got: dlopen() counts references
+    return handle;
+}
+
 void cupti_begin() {
     Cupti& c = cupti();
     if (!c.reason.empty()) throw std::runtime_error("CUPTI timing is not available: " + c.reason);

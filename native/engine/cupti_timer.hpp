@@ -23,4 +23,9 @@ void cupti_begin();
 // `stream` of `context` since the last cupti_begin, in launch order; stops collecting.
 std::vector<std::pair<uint64_t, uint64_t>> cupti_collect(CUcontext context, CUstream stream, const std::string& kernel);
 
+// The dlopen() handle of libcupti as the loader above finds it (MNEME_CUPTI_LIB, the toolkit's
+// folders); nullptr when it is not found. Other CUPTI users of the engine (profiler.cpp) resolve
+// their entry points from it.
+void* cupti_library();
+
 }  // namespace mneme

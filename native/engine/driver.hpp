@@ -83,7 +83,15 @@ public:
     X(cuMemHostGetDevicePointer)             \
     X(cuMemFreeHost)                         \
     X(cuMemcpyDtoHAsync)                     \
-    X(cuEventSynchronize)
+    X(cuEventSynchronize)                    \
+    X(cuArray3DCreate)                       \
+    X(cuArrayDestroy)                        \
+    X(cuMemcpy3D)                            \
+    X(cuMemcpy3DAsync)                       \
+    X(cuTexObjectCreate)                     \
+    X(cuTexObjectDestroy)                    \
+    X(cuSurfObjectCreate)                    \
+    X(cuSurfObjectDestroy)
 
 struct Driver {
 #define MNEME_DECLARE(name) decltype(&::name) name = nullptr;

@@ -53,6 +53,7 @@ from mneme.model.experiment import (
 )
 from mneme.model.measurement import MeasurementSettings
 from mneme.model.verification import VerificationSettings
+from mneme.replay.metrics import parse_metric_names
 from replay_server.client.channels import (
     RETRYABLE,
     WENT_AWAY,
@@ -130,6 +131,8 @@ class AsyncReplayExecutor:
             retries, transport, local servers' options; default local servers).
         local_servers: servers already started with ``LocalServers.start``, which the executor
             adopts and stops (instead of starting its own).
+        metrics: hardware counters every replay collects after its timed launches (curated or raw
+            CUPTI names, ``mneme.replay.metrics``): each result's ``metrics``, or its ``metrics_error``.
 
     Raises:
         ConfigurationError: a bad argument or setting (before any server is contacted).
@@ -153,6 +156,7 @@ class AsyncReplayExecutor:
         connection: ConnectionSettings | None = None,
         local_servers: LocalServers | None = None,
         measurement: MeasurementSettings | None = None,
+        metrics: Sequence[str] = (),
     ) -> None:
         if iterations < 1:
             raise ConfigurationError(f"iterations={iterations}: at least one measured launch is needed")
@@ -181,6 +185,7 @@ class AsyncReplayExecutor:
         if measurement is not None and not isinstance(measurement, MeasurementSettings):
             raise ConfigurationError(f"measurement={measurement!r}: give a MeasurementSettings")
         self.measurement = measurement or MeasurementSettings()
+        self.metrics = parse_metric_names(metrics)
         self.set_verification(verification or VerificationSettings())
         self._ahead = _code_variants(compile_ahead)
         store, key = split_database(self.record_db)
@@ -459,6 +464,7 @@ class AsyncReplayExecutor:
             iterations=self.iterations,
             warmup=self.warmup,
             timeout_seconds=self.timeout_seconds,
+            metrics=self.metrics,
         )
         if self._unary:
             self._channels.replay(task, server, request)

@@ -228,7 +228,7 @@ _SCALAR_RESULT_FIELDS = (
     "preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "verified", "executed", "failed",
     "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error",
     "status", "warmup", "shared_mem_usage", "compile_cached", "relocated", "relocation_reason",
-    "reset_each_launch", "reset_reason",
+    "reset_each_launch", "reset_reason", "metrics_error",
 )
 
 
@@ -251,6 +251,8 @@ def result_to_proto(result: ExperimentResult) -> replay_pb2.Result:
         msg.power_w = result.power_w
     if result.conditions:
         msg.conditions.CopyFrom(conditions_to_proto(result.conditions))
+    if result.metrics:
+        msg.metrics.update(result.metrics)
     return msg
 
 
@@ -268,7 +270,7 @@ def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
                             conditions=conditions_from_proto(msg.conditions) if msg.HasField("conditions") else {},
                             energy_j=msg.energy_j if msg.HasField("energy_j") else -1.0,
                             power_w=msg.power_w if msg.HasField("power_w") else -1.0,
-                            **fields)
+                            metrics=dict(msg.metrics) if msg.metrics else {}, **fields)
 
 
 def _whole(value: Any) -> Any:

@@ -88,7 +88,14 @@ class Configuration(_message.Message):
     def __init__(self, grid: _Optional[_Union[Dim3, _Mapping]] = ..., block: _Optional[_Union[Dim3, _Mapping]] = ..., shared_mem: _Optional[int] = ..., specialize: _Optional[bool] = ..., set_launch_bounds: _Optional[bool] = ..., max_threads: _Optional[int] = ..., min_blocks_per_sm: _Optional[int] = ..., specialize_dims: _Optional[bool] = ..., passes: _Optional[str] = ..., codegen_opt: _Optional[int] = ..., codegen_method: _Optional[str] = ..., prune: _Optional[bool] = ..., internalize: _Optional[bool] = ...) -> None: ...
 
 class Result(_message.Message):
-    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason", "energy_j", "power_w", "conditions")
+    __slots__ = ("preprocess_ir_time", "opt_time", "codegen_time", "obj_size", "exec_time", "verified", "executed", "failed", "start_time", "end_time", "gpu_id", "const_mem_usage", "local_mem_usage", "reg_usage", "error", "status", "warmup", "shared_mem_usage", "compile_cached", "mismatches", "relocated", "verified_within", "nondeterminism", "relocation_reason", "reset_each_launch", "reset_reason", "metrics", "metrics_error", "energy_j", "power_w", "conditions")
+    class MetricsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
     PREPROCESS_IR_TIME_FIELD_NUMBER: _ClassVar[int]
     OPT_TIME_FIELD_NUMBER: _ClassVar[int]
     CODEGEN_TIME_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +122,8 @@ class Result(_message.Message):
     RELOCATION_REASON_FIELD_NUMBER: _ClassVar[int]
     RESET_EACH_LAUNCH_FIELD_NUMBER: _ClassVar[int]
     RESET_REASON_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_ERROR_FIELD_NUMBER: _ClassVar[int]
     ENERGY_J_FIELD_NUMBER: _ClassVar[int]
     POWER_W_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
@@ -144,10 +153,12 @@ class Result(_message.Message):
     relocation_reason: str
     reset_each_launch: bool
     reset_reason: str
+    metrics: _containers.ScalarMap[str, float]
+    metrics_error: str
     energy_j: float
     power_w: float
     conditions: Conditions
-    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ..., energy_j: _Optional[float] = ..., power_w: _Optional[float] = ..., conditions: _Optional[_Union[Conditions, _Mapping]] = ...) -> None: ...
+    def __init__(self, preprocess_ir_time: _Optional[float] = ..., opt_time: _Optional[float] = ..., codegen_time: _Optional[float] = ..., obj_size: _Optional[int] = ..., exec_time: _Optional[_Iterable[int]] = ..., verified: _Optional[bool] = ..., executed: _Optional[bool] = ..., failed: _Optional[bool] = ..., start_time: _Optional[str] = ..., end_time: _Optional[str] = ..., gpu_id: _Optional[int] = ..., const_mem_usage: _Optional[int] = ..., local_mem_usage: _Optional[int] = ..., reg_usage: _Optional[int] = ..., error: _Optional[str] = ..., status: _Optional[str] = ..., warmup: _Optional[int] = ..., shared_mem_usage: _Optional[int] = ..., compile_cached: _Optional[bool] = ..., mismatches: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocated: _Optional[bool] = ..., verified_within: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., nondeterminism: _Optional[_Iterable[_Union[_struct_pb2.Struct, _Mapping]]] = ..., relocation_reason: _Optional[str] = ..., reset_each_launch: _Optional[bool] = ..., reset_reason: _Optional[str] = ..., metrics: _Optional[_Mapping[str, float]] = ..., metrics_error: _Optional[str] = ..., energy_j: _Optional[float] = ..., power_w: _Optional[float] = ..., conditions: _Optional[_Union[Conditions, _Mapping]] = ...) -> None: ...
 
 class Conditions(_message.Message):
     __slots__ = ("before", "after", "throttled", "throttle_reasons", "unavailable", "energy")
@@ -198,20 +209,22 @@ class EnergyWindow(_message.Message):
     def __init__(self, window_seconds: _Optional[float] = ..., launches: _Optional[float] = ..., counter_steps: _Optional[int] = ..., batches: _Optional[int] = ..., launches_run: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ReplayRequest(_message.Message):
-    __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds")
+    __slots__ = ("request_id", "instance", "config", "iterations", "warmup", "timeout_seconds", "metrics")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     CONFIG_FIELD_NUMBER: _ClassVar[int]
     ITERATIONS_FIELD_NUMBER: _ClassVar[int]
     WARMUP_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     instance: InstanceRef
     config: Configuration
     iterations: int
     warmup: int
     timeout_seconds: float
-    def __init__(self, request_id: _Optional[str] = ..., instance: _Optional[_Union[InstanceRef, _Mapping]] = ..., config: _Optional[_Union[Configuration, _Mapping]] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., timeout_seconds: _Optional[float] = ...) -> None: ...
+    metrics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[str] = ..., instance: _Optional[_Union[InstanceRef, _Mapping]] = ..., config: _Optional[_Union[Configuration, _Mapping]] = ..., iterations: _Optional[int] = ..., warmup: _Optional[int] = ..., timeout_seconds: _Optional[float] = ..., metrics: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReplayBatch(_message.Message):
     __slots__ = ("requests", "hold_responses_seconds")

@@ -65,11 +65,13 @@ class CudaPreparedInstance:
         return self._replayer.kernel_ns
 
     def run(
-        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None,
+        metrics: tuple[str, ...] = (),
     ) -> ExperimentResult:
+        extra = {"metrics": metrics} if metrics else {}
         if compiled is not None and self._accepts_compiled:
-            return self._replayer.run(config, iterations=iterations, warmup=warmup, compiled=compiled)
-        return self._replayer.run(config, iterations=iterations, warmup=warmup)
+            return self._replayer.run(config, iterations=iterations, warmup=warmup, compiled=compiled, **extra)
+        return self._replayer.run(config, iterations=iterations, warmup=warmup, **extra)
 
     def start_many(self, requests: list[tuple]) -> Any:
         """Enqueue several configurations in one engine call (``Replayer.start_many``): the returned batch's

@@ -83,9 +83,12 @@ class PreparedInstance(Protocol):
         ...
 
     def run(
-        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: Any = None,
+        metrics: tuple[str, ...] = (),
     ) -> ExperimentResult:
-        """Never raises for a bad configuration: failures come back as failed results."""
+        """Never raises for a bad configuration: failures come back as failed results. ``metrics``: hardware
+        counters to collect after the timed launches (``result.metrics``, else ``result.metrics_error``); an
+        engine whose ``run`` takes no ``metrics`` is answered with a ``metrics_error`` saying it does not profile."""
         ...
 
     def fallback(self) -> ResetDecision | None:

@@ -49,6 +49,7 @@ class Job:
     warmup: int = 2
     timeout: float = 30.0
     derived_watchdog: bool = False  # no timeout asked for: the pool derives one from the kernel's time (cap: timeout)
+    metrics: tuple[str, ...] = ()  # hardware counters to collect after the timed launches (ReplayRequest.metrics)
     watchdog: float = 0.0  # the watchdog its replay ran under (set when it begins)
     compiled: "Future[Any] | None" = None
     future: "Future[JobOutcome]" = field(default_factory=Future)
@@ -110,7 +111,8 @@ class JobQueue:
 
     def get_many(self, timeout: float, ready: Callable[[Job], bool] | None, limit: int) -> list[Job]:
         """``get``, and with the job it takes up to ``limit - 1`` more of the next ``LOOKAHEAD`` queued jobs
-        that are ready and replay the same instance, for one worker message (none with a ``solo`` job).
+        that are ready and replay the same instance, for one worker message (none with a ``solo`` job, nor
+        with hardware counters to collect: those are profiled alone, after their own timed launches).
 
         Args:
             timeout: seconds to wait for the first job.
@@ -124,15 +126,15 @@ class JobQueue:
         if first is None:
             return []
         jobs = [first]
-        if limit <= 1 or first.solo or first.kind != "run":
+        if limit <= 1 or first.solo or first.metrics or first.kind != "run":
             return jobs
         with self._cond:
             taken = []
             for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
                 if len(jobs) >= limit:
                     break
-                if (job.kind == "run" and not job.solo and not job.cancelled and job.instance == first.instance
-                        and (ready is None or ready(job))):
+                if (job.kind == "run" and not job.solo and not job.metrics and not job.cancelled
+                        and job.instance == first.instance and (ready is None or ready(job))):
                     jobs.append(job)
                     taken.append(i)
             for i in reversed(taken):

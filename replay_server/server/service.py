@@ -27,6 +27,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
     ExperimentResult,
 )
+from mneme.replay.metrics import parse_metric_names
 from mneme.store.keys import is_local_store, local_revision, store_has
 from replay_server.protocol import replay_pb2, replay_pb2_grpc
 from replay_server.protocol.convert import (
@@ -139,6 +140,10 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
             config = config_from_proto(request.config)
         except MnemeError as exc:
             raise RequestError("INVALID_ARGUMENT", f"unreadable configuration: {exc}") from exc
+        try:
+            counters = parse_metric_names(request.metrics) if request.metrics else ()
+        except MnemeError as exc:
+            raise RequestError("INVALID_ARGUMENT", str(exc)) from exc
         invalid = _why_invalid(config)
         if invalid:
             self.metrics.count_result(STATUS_INVALID_CONFIG, True, False)
@@ -148,6 +153,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         job = Job(
             "run", instance, config, iterations=request.iterations, warmup=request.warmup,
             timeout=request.timeout_seconds or self.watchdog, derived_watchdog=not request.timeout_seconds,
+            metrics=counters,
         )
         return self.pool.submit(job)  # its compile starts now, ahead of the GPU
 
@@ -316,7 +322,7 @@ class ReplayService(replay_pb2_grpc.ReplayServiceServicer):
         return compiling
 
     def GetServerInfo(self, request, context):
-        capabilities = ["replay", "stream", "batch-stream", "prepare", "watchdog", "fault-isolation"]
+        capabilities = ["replay", "stream", "batch-stream", "prepare", "watchdog", "fault-isolation", "metrics"]
         cache = self.compile_cache
         if cache is not None:
             capabilities.append("compile-pool")

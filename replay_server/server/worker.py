@@ -4,14 +4,15 @@ Started with the 'spawn' context (a fresh interpreter: no inherited CUDA state
 or locks). It pins its GPU, proves the device with the engine's self-test, then
 serves messages from the supervisor over a pipe, one at a time:
 
-  supervisor -> worker: ("runs", instance, decision, [(job_id, config, iterations, warmup, compiled), ...])
+  supervisor -> worker: ("runs", instance, decision, [(job_id, config, iterations, warmup, compiled, metrics), ...])
                                    config: the configuration's fields as a tuple (``pack_config``)
                                    several configurations of one instance, replayed together
                                    (``PreparedInstance.run_many`` where the engine has it: one engine
-                                   call) and answered together
+                                   call) and answered together (a job with metrics comes alone)
                         ("prepare", job_id, instance, decision) | ("stop",)
                                    decision: the instance's reset policy as an earlier worker's proof
                                    decided it (a ResetDecision; None: the worker proves it itself)
+                                   metrics: hardware counters to collect after the timed launches
   worker -> supervisor: ("ready", info) | ("failed", reason)            once, at start
                         ("begin", job_id)          the replay starts (watchdog from here)
                         ("results", [(job_id, result_bytes, summary), ...], held_bytes, retiring, kernel_ns)
@@ -39,6 +40,7 @@ then the worker exits so that the supervisor starts a fresh one.
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
 import sys
@@ -222,7 +224,8 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
             if retiring:
                 _retire()
             continue
-        if getattr(prepared, "start_many", None) is None:  # one by one, now: "begin" arms the watchdog first
+        if getattr(prepared, "start_many", None) is None or any(job[5] for job in jobs):
+            # one by one, now ("begin" arms the watchdog first); hardware counters: profiled after its own launches
             if pending is not None:
                 answer(*pending)
                 pending = None
@@ -272,7 +275,7 @@ def _requests(jobs: list) -> list[tuple]:
     """(configuration, iterations, warmup, compiled) of each job; a configuration that does not parse is
     its exception (its replay reports it)."""
     requests = []
-    for _, fields, iterations, warmup, compiled in jobs:
+    for _, fields, iterations, warmup, compiled, _metrics in jobs:
         try:
             requests.append((unpack_config(fields), iterations, warmup, compiled))
         except Exception as exc:  # a configuration the supervisor let through: its own failed result
@@ -295,12 +298,13 @@ def _start_many(prepared: Any, jobs: list) -> Any:
 
 
 def _run_many(prepared: Any, jobs: list) -> list[ExperimentResult]:
-    """The results of ``jobs`` ((job_id, config fields, iterations, warmup, compiled) each): one engine call
+    """The results of ``jobs`` ((job_id, config fields, iterations, warmup, compiled, metrics) each): one engine call
     where the instance replays several at once (``run_many``), else one by one, stopping at a result
     that lost the context."""
     requests = _requests(jobs)
     many = getattr(prepared, "run_many", None)
-    if many is not None and len(requests) > 1 and not any(isinstance(r[0], Exception) for r in requests):
+    if (many is not None and len(requests) > 1 and not any(isinstance(r[0], Exception) for r in requests)
+            and not any(job[5] for job in jobs)):
         try:
             return many(requests)
         except Exception as exc:
@@ -308,8 +312,8 @@ def _run_many(prepared: Any, jobs: list) -> list[ExperimentResult]:
                 raise _Lost(str(exc)) from None
             return [_engine_raised(exc, r[2]) for r in requests]
     results = []
-    for config, iterations, warmup, compiled in requests:
-        results.append(_run(prepared, config, iterations, warmup, compiled))
+    for (config, iterations, warmup, compiled), job in zip(requests, jobs):
+        results.append(_run(prepared, config, iterations, warmup, compiled, job[5]))
         if not prepared.healthy:
             break
     return results
@@ -331,11 +335,18 @@ def _retire() -> None:
     os._exit(EXIT_CONTEXT_LOST)  # the context is gone: no cleanup can succeed
 
 
-def _run(prepared: Any, config: Any, iterations: int, warmup: int, compiled: Any) -> ExperimentResult:
+def _run(prepared: Any, config: Any, iterations: int, warmup: int, compiled: Any,
+         metrics: tuple[str, ...] = ()) -> ExperimentResult:
     try:
         if isinstance(config, Exception):
             raise config
-        return prepared.run(config, iterations, warmup, compiled)
+        if not metrics:
+            return prepared.run(config, iterations, warmup, compiled)
+        if "metrics" not in inspect.signature(prepared.run).parameters:
+            result = prepared.run(config, iterations, warmup, compiled)
+            result.metrics_error = "hardware counters cannot be collected: this server's engine does not profile"
+            return result
+        return prepared.run(config, iterations, warmup, compiled, metrics=metrics)
     except Exception as exc:  # the engine promises not to raise; if it does, say so, keep serving
         return _engine_raised(exc, warmup)
 

@@ -241,7 +241,7 @@ class WorkerSlot:
                     compiled = job.compiled.result(timeout=self.pool.settings.prepare_timeout)
                 except Exception:  # a compile error: the worker compiles and reports it in the result
                     compiled = None
-            runs.append((job.id, pack_config(job.config), job.iterations, job.warmup, compiled))
+            runs.append((job.id, pack_config(job.config), job.iterations, job.warmup, compiled, job.metrics))
         self.conn.send(("runs", first.instance, decision, runs))
 
     def _arm_prepare_deadline(self) -> None:
@@ -455,8 +455,8 @@ class WorkerPool:
         and at most the server's ``--watchdog`` (a configuration that hangs costs seconds, not the whole
         watchdog); the server's ``--watchdog`` while the kernel's time is not known."""
         kernel_ns = self.kernel_ns.get(job.instance)
-        if not job.derived_watchdog or not kernel_ns or job.kind != "run":
-            return job.timeout
+        if not job.derived_watchdog or not kernel_ns or job.kind != "run" or job.metrics:
+            return job.timeout  # (hardware counters: passes of resets and launches the kernel's time does not bound)
         launches = job.iterations + job.warmup
         derived = WATCHDOG_FACTOR * kernel_ns * launches / 1e9 + WATCHDOG_SLACK_S
         return min(job.timeout, max(MIN_WATCHDOG_S, derived))

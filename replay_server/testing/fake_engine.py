@@ -22,6 +22,9 @@ Opening the record id "taken-addresses" finds its recorded heap addresses taken:
 report ``relocated`` with the reason, and with ``relocate=False`` opening it fails as the real
 engine's does (RelocationRefusedError).
 Opening an instance (restoring it on a worker) appends "<record_id> <pid>" to opens.log.
+Hardware counters asked for (``metrics``) come back as :func:`fake_metric_value` of each name and the
+configuration; the record id "no-counters" answers them with a ``metrics_error``, as a host that
+restricts profiling to administrators does.
 Every replay also takes ``replay_seconds`` (a stand-in for the GPU's work) and
 every compile ``compile_seconds``. Every replay appends "<passes> <block.x> <pid>"
 to ``log_dir``/runs.log and every compile "<passes> <pid>" to compiles.log, so
@@ -46,6 +49,14 @@ from mneme.model.verification import ResetDecision
 
 FAKE_POWER_W = 250.0
 TAKEN_REASON = "reserving 0x200000000000-0x200000200000 (2 MiB) failed: simulated"
+NO_COUNTERS_ERROR = ("hardware counters cannot be collected: the NVIDIA driver lets only administrators read GPU "
+                     "performance counters (CUPTI_ERROR_INSUFFICIENT_PRIVILEGES) (simulated)")
+
+
+def fake_metric_value(name: str, config) -> float:
+    """What the test engine reports for a hardware counter: 1000 x the block's x extent, plus the name's
+    length (different metrics, different values; a larger block, a larger value)."""
+    return float(1000 * config.block.x + len(name))
 
 
 @dataclass
@@ -82,7 +93,7 @@ class FakePrepared:
             log.write(f"{self.record_id} {os.getpid()}\n")
         return ""
 
-    def run(self, config, iterations, warmup, compiled=None):
+    def run(self, config, iterations, warmup, compiled=None, metrics=()):
         if self._proof_loses_the_context():  # the first run proves, as a worker not prepared first does
             self.healthy = False
             return ExperimentResult.failure("timeout", "the recorded baseline, launched to prove the kernel "
@@ -107,12 +118,21 @@ class FakePrepared:
         relocated = self.record_id == "taken-addresses"
         resets = self.reset_decision is not None and self.reset_decision.each_launch
         energy = {"energy_j": FAKE_POWER_W * config.block.x * 1e-9, "power_w": FAKE_POWER_W} if self.energy else {}
+        counters, counters_error = self._metrics(config, metrics)
         return ExperimentResult(
             exec_time=[config.block.x] * n, verified=True, executed=True, status="verified", warmup=warmup,
             gpu_id=0, obj_size=len(compiled) if compiled else -1,
             relocated=relocated, relocation_reason=TAKEN_REASON if relocated else "",
-            reset_each_launch=resets, reset_reason=self.reset_decision.reason if resets else "", **energy,
+            reset_each_launch=resets, reset_reason=self.reset_decision.reason if resets else "",
+            metrics=counters, metrics_error=counters_error, **energy,
         )
+
+    def _metrics(self, config, metrics):
+        if not metrics:
+            return {}, ""
+        if self.record_id == "no-counters":
+            return {}, NO_COUNTERS_ERROR
+        return {name: fake_metric_value(name, config) for name in metrics}, ""
 
     def close(self):
         pass

@@ -116,3 +116,13 @@ def test_the_native_recorder_defaults_to_the_same_window_bases():
     assert default and int(default.group(1), 16) == DEFAULT_VA_BASE
     assert fallbacks and tuple(int(re.sub(r"ull$", "", v.strip()), 16) for v in fallbacks.group(1).split(",")) == FALLBACK_VA_BASES
     assert DEFAULT_VA_BASE not in FALLBACK_VA_BASES
+
+
+def test_durability_is_off_unless_asked_for():
+    from record_agent.session import record_durability
+
+    assert not build_parser().parse_args(["record", "-rdb", "o", "--", "x"]).durable
+    assert build_parser().parse_args(["record", "-rdb", "o", "--durable", "--", "x"]).durable
+    plain, durable = RecordOptions(command=("x",), record_db_dir="o"), RecordOptions(command=("x",), record_db_dir="o", durable=True)
+    assert record_durability(plain, {}) == "none" and record_durability(durable, {}) == "commit"
+    assert record_durability(plain, {"MNEME_RECORD_SYNC": "1"}) == "object"  # an fsync per object, as before

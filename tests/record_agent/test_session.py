@@ -133,3 +133,40 @@ def test_summary_says_how_much_was_captured_and_the_stall_and_stats_file_has_eve
     assert first["bytes"] == stats["entries"][0]["snapshot_bytes"]
     # The second launch repeats the inputs of the first: named from the index, not hashed again.
     assert second["known_bytes"] > 0 and second["hashed_bytes"] < second["bytes"]
+
+
+def test_recording_fsyncs_nothing_by_default_and_syncs_before_each_database_with_durable(tmp_path, monkeypatch):
+    """Default: whole objects through renames, nothing waits for the disk. --durable: a syncfs before each
+    database is committed and an fsync of it (docs/recording.md, Robustness)."""
+    import mneme.store.local as local
+
+    calls = []
+    monkeypatch.setattr(local, "_sync_file_system", lambda d: calls.append("syncfs"))
+    monkeypatch.setattr(local.os, "fsync", lambda fd: calls.append("fsync"))
+    app = fake_app(tmp_path, "write_module(spool)\nwrite_entry(spool, 0)\nwrite_entry(spool, 1, k=1)\n")
+    assert session.record(options(tmp_path, app), env=env_without_ranks()).instances == 2
+    assert calls == []
+    durable = RecordOptions(command=app, record_db_dir=str(tmp_path / "durable"), durable=True)
+    assert session.record(durable, env=env_without_ranks()).instances == 2
+    assert calls.count("syncfs") == 2 and "fsync" in calls  # one per committed database, then the database itself
+
+
+def test_the_application_run_is_timed_to_its_exit_not_to_when_a_conversion_noticed_it(tmp_path, monkeypatch):
+    """A conversion running when the application exits does not lengthen the application's reported run."""
+    import time
+
+    from record_agent.convert import SpoolConverter
+
+    real = SpoolConverter.convert_ready
+
+    def slow(self, progress=None):
+        done = real(self, progress)
+        if done:
+            time.sleep(3.0)  # a long conversion: the application exits meanwhile
+        return done
+
+    monkeypatch.setattr(SpoolConverter, "convert_ready", slow)
+    app = fake_app(tmp_path, "write_module(spool)\nwrite_entry(spool, 0)\n")
+    summary = session.record(options(tmp_path, app), env=env_without_ranks())
+    assert summary.instances == 1
+    assert summary.app_s < 2.5 and summary.app_s + summary.after_exit_s >= 3.0

@@ -95,6 +95,7 @@ def _summary_of(record: dict[str, Any], baseline_metric: float | None) -> dict[s
         "exec_time": result.get("exec_time"),
         **measured,
         "throttled": bool((result.get("conditions") or {}).get("throttled")),
+        **({"metrics": record["metrics"]} if record.get("metrics") else {}),
     }
 
 

@@ -25,9 +25,9 @@ class CountingStore(LocalStore):
         super().__init__(root)
         self.puts = []
 
-    def put(self, name, data):
+    def put_parts(self, name, parts):  # LocalStore.put goes through it too
         self.puts.append(name)
-        super().put(name, data)
+        super().put_parts(name, parts)
 
 
 @pytest.fixture
@@ -79,6 +79,25 @@ def test_from_file_matches_in_memory(store, tmp_path):
         put_chunks_from_file(store, path, offset=10, size=len(data))
     with pytest.raises(ArtifactError, match="cannot read region file"):
         put_chunks_from_file(store, tmp_path / "missing.bin")
+
+
+def test_file_slices_are_mapped_at_any_offset_and_read_where_they_cannot_be(store, tmp_path, monkeypatch):
+    """Pieces of a file slice are views of the mapped file (any offset, not only page-aligned ones); where
+    mmap fails they are read with preadv; both store the same chunks as the bytes in memory."""
+    import mneme.format.chunks as chunks
+
+    data = os.urandom(3 * 8192 + 100)
+    path = tmp_path / "stripe.bin"
+    path.write_bytes(os.urandom(70_001) + data)
+    expected = put_chunks(store, data, chunk_size=8192)
+    assert put_chunks_from_file(store, path, offset=70_001, size=len(data), chunk_size=8192, workers=2) == expected
+
+    def no_mmap(*args, **kwargs):
+        raise OSError("no mmap here")
+
+    monkeypatch.setattr(chunks.mmap, "mmap", no_mmap)
+    assert put_chunks_from_file(store, path, offset=70_001, size=len(data), chunk_size=8192, workers=2) == expected
+    assert read_chunks(store, expected) == data
 
 
 def test_missing_chunk_is_named(store):

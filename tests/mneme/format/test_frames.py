@@ -9,7 +9,7 @@ import zstandard
 
 from mneme.format.capture import ContentIndex, PipelineStats
 from mneme.format.chunks import put_many, read_chunks
-from mneme.format.frames import MAX_BLOCK, raw_frame, stored_frame
+from mneme.format.frames import MAX_BLOCK, frame_parts, raw_frame, raw_frame_parts, stored_frame
 from mneme.store import LocalStore
 
 
@@ -21,6 +21,19 @@ def test_raw_frame_is_a_zstd_frame_of_the_bytes(size):
     assert zstandard.ZstdDecompressor().decompress(frame, max_output_size=max(size, 1)) == data
     # Streaming readers (no declared-size shortcut) read it too.
     assert zstandard.ZstdDecompressor().stream_reader(frame).read() == data
+    # Written as parts: the same bytes, the piece's blocks views of it (nothing copied).
+    parts = raw_frame_parts(data)
+    assert b"".join(parts) == frame
+    assert all(p.obj is data for p in parts if isinstance(p, memoryview)) and sum(map(len, parts)) == len(frame)
+
+
+def test_frame_parts_decide_as_stored_frame():
+    smooth_doubles = np.sin(np.arange(1 << 19) * 1e-3).tobytes()
+    indices = (np.arange(1 << 20, dtype=np.int32) // 27).tobytes()
+    for data in (os.urandom(1 << 20), smooth_doubles, indices, bytes(1 << 20)):
+        parts, compressed = frame_parts(data, 3)
+        frame, compressed_too = stored_frame(data, 3)
+        assert compressed == compressed_too and b"".join(parts) == bytes(frame)
 
 
 def test_probe_compresses_what_shrinks_and_stores_the_rest_raw():
