@@ -478,6 +478,21 @@ def test_the_next_batch_is_enqueued_while_one_runs(vecadd):
     assert replayer.run(replayer.baseline()).status == "verified"  # and a single replay after them
 
 
+def test_a_batch_dropped_without_waiting_spoils_nothing_after_it(vecadd):
+    """A batch nobody waits for (dropped while the GPU runs it) gives its buffers and events back once the GPU
+    is done with it, seen without waiting where it is dropped: the batches after it take them and verify."""
+    _, _, replayer = vecadd
+    n = 1 << 20
+    configs = [replayer.baseline().replace(block={"x": b, "y": 1, "z": 1}, grid={"x": n // b, "y": 1, "z": 1})
+               for b in (128, 256, 512, 1024)]
+    for _ in range(3):
+        dropped = replayer.start_many([(c, 100, 2, None) for c in configs[:2]])
+        del dropped  # the engine's batch goes with it, unwaited
+        kept = replayer.start_many([(c, 20, 2, None) for c in configs[2:]])
+        assert [r.status for r in kept.results()] == ["verified"] * 2
+    assert [r.status for r in replayer.run_many([(c, 5, 2, None) for c in configs])] == ["verified"] * 4
+
+
 def test_a_batch_of_recompiled_variants_verifies(vecadd):
     _, _, replayer = vecadd
     configs = [replayer.baseline().replace(codegen_opt=opt) for opt in (0, 1, 2, 3, 4)]
