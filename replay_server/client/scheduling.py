@@ -46,9 +46,7 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     less 4). ``stream``: one call carries them all, and no thread limit holds,
     so the queue is deeper, six per worker and eight to spare: answers reach
     the client in bursts, and with two waiting per worker the workers sat idle
-    ~15% of a sweep in the per-request traces. (On the reference's space the
-    deeper queue measured within the run-to-run noise, with less client CPU
-    per result: docs/serving.md.)
+    part of a sweep in the per-request traces.
 
     Args:
         workers: the server's worker processes (``ServerInfo.workers``).
