@@ -519,7 +519,18 @@ def find_databases(store: Store) -> list[str]:
 
 
 def load_database(store: Store, name: str) -> RecordingDatabase:
-    """Read and validate database ``name`` (``<static>.json``) from ``store``."""
+    """Read and validate database ``name`` (``<static>.json``) from ``store``.
+
+    Args:
+        store: the store.
+        name: the database's object name.
+
+    Returns:
+        The ``RecordingDatabase``.
+
+    Raises:
+        ArtifactError: missing, not JSON, or not a valid database.
+    """
     what = f"{name} in {store.url}"
     db = parse_database_bytes(store.get(name), what)
     basename = name.rpartition("/")[2]
@@ -529,7 +540,16 @@ def load_database(store: Store, name: str) -> RecordingDatabase:
 
 
 def save_database(store: Store, db: RecordingDatabase, name: str | None = None) -> str:
-    """Validate and write the database (pretty JSON), atomically; return its object name."""
+    """Validate and write the database (pretty JSON), atomically; return its object name.
+
+    Args:
+        store: the store.
+        db: the database.
+        name: its object name (default: ``<static>.json``).
+
+    Returns:
+        The object name.
+    """
     db.validate()
     target = name or db.name
     store.put(target, db.to_json().encode("utf-8"))
@@ -541,6 +561,16 @@ def merge_databases(existing: RecordingDatabase, new: RecordingDatabase) -> Reco
 
     Both must describe the same kernel with the same code; otherwise the
     directory would mix recordings of different builds.
+
+    Args:
+        existing: the database already stored.
+        new: the database of this recording.
+
+    Returns:
+        A new database with both instances.
+
+    Raises:
+        ArtifactError: they describe different kernels or code.
     """
     if existing.static_hash != new.static_hash:
         raise ArtifactError(f"cannot merge databases of kernels {existing.static_hash} and {new.static_hash}")

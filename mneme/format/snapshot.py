@@ -293,7 +293,15 @@ def _check_layout(r: JsonReader, regions: Sequence[Region]) -> None:
 
 
 def write_snapshot(store: Store, snapshot: Snapshot) -> tuple[str, str, int]:
-    """Store the snapshot file (its chunks must be stored already); return (name, sha256, size)."""
+    """Store the snapshot file (its chunks must be stored already); return (name, sha256, size).
+
+    Args:
+        store: the store.
+        snapshot: the snapshot, its chunks already stored.
+
+    Returns:
+        ``(name, sha256, size)`` of the file written.
+    """
     data = encode_snapshot(snapshot)
     store.put(snapshot.name, data)
     return snapshot.name, hashlib.sha256(data).hexdigest(), len(data)
@@ -306,7 +314,20 @@ def read_snapshot(
     sha256: str | None = None,
     size: int | None = None,
 ) -> Snapshot:
-    """Read and validate snapshot ``name``; with ``sha256``/``size`` (from the database) check the file too."""
+    """Read and validate snapshot ``name``; with ``sha256``/``size`` (from the database) check the file too.
+
+    Args:
+        store: the store.
+        name: the snapshot file's object name.
+        sha256: the file's SHA-256 the database names.
+        size: its size the database names.
+
+    Returns:
+        The ``Snapshot`` (header; region bytes are read on demand).
+
+    Raises:
+        ArtifactError: missing, damaged, or not what the database names.
+    """
     what = f"snapshot {name} in {store.url}"
     data = store.get(name)
     if size is not None and len(data) != size:

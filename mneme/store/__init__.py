@@ -35,7 +35,18 @@ __all__ = [
 ]
 
 def open_store(url: str | os.PathLike[str]) -> Store:
-    """The store at ``url``: a directory path, a ``file://`` URL, or ``s3://bucket/prefix``."""
+    """The store at ``url``: a directory path, a ``file://`` URL, or ``s3://bucket/prefix``.
+
+    Args:
+        url: a directory path, ``file://`` URL or ``s3://bucket/prefix``.
+
+    Returns:
+        A ``LocalStore`` or an ``S3Store``.
+
+    Raises:
+        ArtifactError: an empty location, or a URL of another scheme.
+        NotAvailableError: an ``s3://`` URL where the S3 backend (minio) is not installed.
+    """
     text = os.fspath(url)
     if not isinstance(text, str) or not text:
         raise ArtifactError("a store location is a directory path or an s3://bucket/prefix URL; got nothing")
