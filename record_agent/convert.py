@@ -36,7 +36,7 @@ from mneme.format import (
     write_snapshot,
 )
 from mneme.format.capture import PipelineStats
-from mneme.format.chunks import ChunkRef, FileSlice
+from mneme.format.chunks import ChunkRef, FileSlice, read_chunks
 from mneme.format.database import LaunchAttribute, attributes_key
 from mneme.format.layout import PHASES
 from mneme.format.schema import JsonReader
@@ -52,6 +52,7 @@ from record_agent.spool import (
     read_module,
 )
 from record_agent.support import unsupported_reasons
+from record_agent.textures import TexturePlan, plan_textures, region_bytes
 
 POINTER_SIZE = 8
 
@@ -353,7 +354,8 @@ class SpoolConverter:
                         )
                     chunks += refs
                     stats.add(unchanged_bytes=p.size)
-                regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks), policies[r.base]))
+                regions.append(Region(r.base, r.size, r.kind, region_name(r.kind, r.name, r.base), tuple(chunks),
+                                      policies[r.base], r.array))
             name, sha, size = write_snapshot(writer.store, build_snapshot(static, dyn, phase, regions, writer.chunk_size))
             out[phase] = ObjectRef(name, sha, size)
         stats.add(snapshot_s=time.perf_counter() - started)
@@ -396,16 +398,19 @@ class SpoolConverter:
             db.static_hash, entry.grid, entry.block, entry.shared_mem, entry.args, occurrence, attributes_key(attributes)
         )
         stats = PipelineStats()
+        textures = TexturePlan()
         if entry.abandoned:
             refs = self._empty_snapshots(writer, db.static_hash, dyn)
             unsupported = (abandoned_reason(entry),)
         else:
-            refs = self._write_snapshots(writer, entry, db.static_hash, dyn, policies, stats)
-            unsupported = unsupported_reasons(entry, code.ptx, attributes)
+            textures = self._textures(entry, code.ptx, writer)
+            warnings += textures.warnings
+            refs = self._write_snapshots(writer, textures.stored(entry), db.static_hash, dyn, policies, stats)
+            unsupported = unsupported_reasons(entry, attributes, textures.unsupported)
         instance = InstanceRecord(
             dyn, Dim3(*entry.grid), Dim3(*entry.block), entry.shared_mem, entry.args,
             refs["prologue"], refs["epilogue"], tuple(sorted(pointers)), entry.launch_index, occurrence,
-            None, tuple(dict.fromkeys(warnings)), attributes, unsupported,
+            None, tuple(dict.fromkeys(warnings)), attributes, unsupported, textures.records if not unsupported else (),
         )  # fmt: skip
         # Snapshots and chunks are stored: now the database (merged with what is there).
         committing = time.perf_counter()
@@ -424,6 +429,17 @@ class SpoolConverter:
         if self._on_commit:
             self._on_commit()
         return db.name
+
+    def _textures(self, entry: SpoolEntry, ptx: str | None, writer: RecordingWriter) -> TexturePlan:
+        """The entry's texture and surface objects the launch reaches (``record_agent.textures``); a piece of
+        captured memory the recorder left out is read from the chunks of the earlier piece with its digest."""
+        seen = self._digest_chunks.get(entry.device, {})
+
+        def earlier(digest: str, size: int) -> bytes | None:
+            refs = seen.get((digest, size))
+            return None if refs is None else read_chunks(writer.store, refs)
+
+        return plan_textures(entry, ptx, lambda region: region_bytes(entry, region, "prologue", earlier))
 
     def convert_ready(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Convert every committed entry now in the spool; returns how many."""

@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from mneme.errors import ArtifactError
+from mneme.format.schema import JsonReader
+from mneme.format.textures import ArrayShape
 
-ENTRY_FORMAT = "mneme-spool-entry/3"
-#: Formats this agent reads: /2 has no per-phase digests (every piece copied).
-ENTRY_FORMATS = ("mneme-spool-entry/2", ENTRY_FORMAT)
+ENTRY_FORMAT = "mneme-spool-entry/4"
+#: Formats this agent reads: /2 has no per-phase digests (every piece copied); /2 and /3 list the texture and
+#: surface objects alive at the launch by handle only (no ``objects``, no CUDA arrays): they are not captured.
+ENTRY_FORMATS = ("mneme-spool-entry/2", "mneme-spool-entry/3", ENTRY_FORMAT)
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,7 @@ class SpoolRegion:
     pieces: tuple[SpoolPiece, ...]
     policy: dict[str, Any] | None = None
     phases: dict[str, PhaseDigests] = field(default_factory=dict, compare=False)
+    array: ArrayShape | None = None  # kind "array": a CUDA array's shape (its base is the array's handle)
 
     def digest(self, phase: str, k: int) -> str:
         p = self.phases.get(phase)
@@ -86,6 +90,26 @@ class ForeignReference:
 
     region: int
     target: int
+
+
+@dataclass(frozen=True)
+class SpoolObject:
+    """A texture or surface object alive at the launch, with its descriptors as the recorder read them.
+
+    ``resource``, ``texture`` and ``view`` are the JSON of ``mneme.format.textures`` (Resource, TextureDesc,
+    ViewDesc); ``unsupported`` says why the recorder could not capture the object ('' when it could).
+    """
+
+    kind: str  # "texture" | "surface"
+    handle: int
+    resource: dict[str, Any] | None = None
+    texture: dict[str, Any] | None = None
+    view: dict[str, Any] | None = None
+    unsupported: str = ""
+
+
+#: Why an object of an entry written by a recorder that does not capture them is not captured.
+OLD_RECORDER_OBJECTS = "the recorder that wrote this spool entry does not capture texture and surface objects"
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,7 @@ class SpoolEntry:
     foreign_references: tuple[ForeignReference, ...] = ()
     texture_objects: tuple[int, ...] = ()
     surface_objects: tuple[int, ...] = ()
+    objects: tuple[SpoolObject, ...] = ()  # the texture and surface objects alive at the launch, described
     #: Why the recorder abandoned this launch (a wait past its deadline); "" for a captured one. An abandoned
     #: entry has no snapshot files (``stripes`` 0, no regions): the agent writes it ``supported: false``.
     abandoned: str = ""
@@ -164,6 +189,32 @@ def _phase_digests(value: Any, pieces: int, what: str) -> PhaseDigests:
     return PhaseDigests(digests, skipped)
 
 
+def _array_shape(region: dict[str, Any], what: str) -> ArrayShape | None:
+    if region["kind"] != "array":
+        return None
+    where = f"region {int(region['base']):#x}"
+    shape = ArrayShape.parse(JsonReader(what), region.get("array"), f"{where}.array")
+    if shape.size != int(region["size"]):
+        raise ArtifactError(f"{what}: {where}: the array's shape holds {shape.size} bytes, the region {region['size']}")
+    return shape
+
+
+def _objects(data: dict[str, Any]) -> tuple[SpoolObject, ...]:
+    """The entry's texture and surface objects; an entry without ``objects`` lists their handles only."""
+    if data.get("objects") is None:
+        return tuple(SpoolObject(kind, int(h), unsupported=OLD_RECORDER_OBJECTS)
+                     for kind, key in (("texture", "texture_objects"), ("surface", "surface_objects"))
+                     for h in data.get(key, ()))  # fmt: skip
+    out = []
+    for o in data["objects"]:
+        kind = str(o["kind"])
+        if kind not in ("texture", "surface"):
+            raise ValueError(f"an object of kind {kind!r}")
+        out.append(SpoolObject(kind, int(o["handle"]), o.get("resource"), o.get("texture"), o.get("view"),
+                               str(o.get("unsupported", ""))))  # fmt: skip
+    return tuple(out)
+
+
 def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
     """Parse ``path/launch.json`` and check the snapshot files hold every region it lists."""
     path = Path(path)
@@ -181,6 +232,7 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
                 tuple(SpoolPiece(int(k), int(o), int(n)) for k, o, n in r["pieces"]), r.get("policy"),
                 {phase: _phase_digests(r[phase], len(r["pieces"]), f"{what}: region {int(r['base']):#x} {phase}")
                  for phase in ("prologue", "epilogue") if phase in r},
+                _array_shape(r, what),
             )
             for r in data["regions"]
         )  # fmt: skip
@@ -223,6 +275,7 @@ def read_entry(path: str | os.PathLike[str]) -> SpoolEntry:
             ),
             texture_objects=tuple(int(h) for h in data.get("texture_objects", ())),
             surface_objects=tuple(int(h) for h in data.get("surface_objects", ())),
+            objects=_objects(data),
             abandoned=str(data.get("abandoned", "")),
             raw=data,
         )

@@ -17,12 +17,14 @@ WINDOW = 0x7F0000000000
 KERNEL = vecadd_code.KERNEL_NAME
 
 
-def write_module(spool: Path, module_id: int = 7, *, with_ptx_source: bool = True, kernels=(KERNEL,), globals_=()) -> None:
+def write_module(spool: Path, module_id: int = 7, *, with_ptx_source: bool = True, kernels=(KERNEL,), globals_=(),
+                 ptx: str = vecadd_code.PTX) -> None:
+    """A module the recorder kept: the vector add's cubin, and ``ptx`` as the source its load call passed."""
     mods = spool / "modules"
     mods.mkdir(parents=True, exist_ok=True)
     cubin = vecadd_code.CUBIN
     (mods / f"{module_id}.cubin").write_bytes(cubin)
-    src = vecadd_code.PTX.encode() if with_ptx_source else b""
+    src = ptx.encode() if with_ptx_source else b""
     if src:
         (mods / f"{module_id}.src").write_bytes(src)
     (mods / f"{module_id}.json").write_text(json.dumps({
@@ -67,11 +69,15 @@ def write_entry(
     stripes = 2
     pro, epi = [b""] * stripes, [b""] * stripes  # regions alternate between the stripe files, like the recorder's chunks
     regions = []
-    contents = [(base, "heap", "", before, after) for base, before, after in zip(bases, (a, b, c0), (a, b, c1))]
-    contents += [(base, kind, name, before, after) for kind, name, base, before, after in extra_regions]
-    for i, (base, kind, name, before, after) in enumerate(contents):
+    contents = [(base, "heap", "", before, after, None) for base, before, after in zip(bases, (a, b, c0), (a, b, c1))]
+    for region in extra_regions:  # (kind, name, base, before, after[, array shape])
+        kind, name, base, before, after, *array = region
+        contents.append((base, kind, name, before, after, array[0] if array else None))
+    for i, (base, kind, name, before, after, array) in enumerate(contents):
         k = i % stripes
         r = {"kind": kind, "name": name, "base": base, "size": len(before), "pieces": [[k, len(pro[k]), len(before)]]}
+        if array is not None:  # a CUDA array's contents: its shape (record_agent/README.md)
+            r["array"] = array
         if base == bases[2] and policy:
             r["policy"] = policy
         if digests is not None:  # a stand-in for the GPU digest: any content hash will do for the agent
@@ -87,7 +93,7 @@ def write_entry(
         epi[k] += after
     args = struct.pack("<QQQi", *bases, n)
     entry = {
-        "format": "mneme-spool-entry/3", "stripes": stripes, "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
+        "format": "mneme-spool-entry/4", "stripes": stripes, "seq": seq, "pid": 1, "rank": "", "kernel": KERNEL,
         "demangled": vecadd_code.DEMANGLED, "api": "cuLaunchKernel", "launch_index": launch_index,
         "identity": "0", "device": device, "device_name": "NVIDIA H100 80GB HBM3", "arch": "sm_90",
         "grid": [(n + 255) // 256, 1, 1], "block": [256, 1, 1], "shared_mem": 0, "module_id": module_id,
@@ -127,3 +133,37 @@ def write_abandoned_entry(spool: Path, seq: int, reason: str, **kw) -> Path:
     final = spool / "entries" / f"{seq:08d}"
     tmp.rename(final)
     return final
+
+
+# -- texture and surface objects (launch.json "objects", array regions) ------------------------------------------
+
+FLOAT = 0x20  # CU_AD_FORMAT_FLOAT
+
+
+def texture_desc(*, filter_mode: int = 0, normalized: bool = False, address_mode: int = 1) -> dict:
+    """A texture descriptor as the recorder writes it (mneme.format.textures.TextureDesc)."""
+    return {"address_mode": [address_mode] * 3, "filter_mode": filter_mode, "flags": 0x2 if normalized else 0x1,
+            "max_anisotropy": 0, "mipmap_filter_mode": 0, "mipmap_level_bias": 0.0, "min_mipmap_level_clamp": 0.0,
+            "max_mipmap_level_clamp": 0.0, "border_color": [0.0, 0.0, 0.0, 0.0]}  # fmt: skip
+
+
+def linear_texture(handle: int, address: int, size: int, **desc) -> dict:
+    """A texture object over ``size`` bytes of linear memory (floats) at ``address``."""
+    return {"kind": "texture", "handle": handle, "texture": texture_desc(**desc), "view": None,
+            "resource": {"type": "linear", "address": address, "format": FLOAT, "channels": 1, "size": size}}
+
+
+def array_texture(handle: int, array: int, **desc) -> dict:
+    """A texture object over the CUDA array ``array`` (a handle)."""
+    return {"kind": "texture", "handle": handle, "texture": texture_desc(**desc), "view": None,
+            "resource": {"type": "array", "array": array}}
+
+
+def surface_object(handle: int, array: int) -> dict:
+    """A surface object over the CUDA array ``array``."""
+    return {"kind": "surface", "handle": handle, "resource": {"type": "array", "array": array}}
+
+
+def array_shape(width: int, height: int = 0, *, flags: int = 0) -> dict:
+    """A float CUDA array's shape as launch.json and snapshots give it."""
+    return {"width": width, "height": height, "depth": 0, "format": FLOAT, "channels": 1, "flags": flags}

@@ -20,17 +20,7 @@ S = argparse.SUPPRESS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.epilog = ("Plots of a finished run: mneme tune report DIR; one view of a shared study: "
-                     "mneme tune report DIR DIR ... or mneme tune report --optuna-storage URL --study-name NAME; "
-                     "two runs side by side: mneme tune compare A B; the trials as a table: "
-                     "mneme tune export DIR --csv [PATH]")
-    parser.add_argument("action", nargs="*", metavar="report DIR | compare A B | export DIR",
-                        help="'report DIR' writes plots of the run in DIR (PNG and HTML) instead of tuning; "
-                        "several DIRs (or --optuna-storage) print their merged summary; 'compare A B' compares "
-                        "two runs; 'export DIR --csv' writes its trials as CSV")
-    parser.add_argument("--csv", nargs="?", const="", metavar="PATH", default=S,
-                        help="with 'export DIR': the trials as CSV with flat columns, to PATH (default "
-                        "DIR/trials.csv; '-': standard output)")
+    """The tuning run's flags (``mneme tune``'s subcommands on results directories are mneme.cli.tune's)."""
     parser.add_argument("--config", metavar="FILE.yml", default=S,
                         help="read settings from a YAML file; command-line flags override it")
 

@@ -224,6 +224,12 @@ class TuneRun:
         self.log = logging.getLogger(f"mneme.tune.{id(self)}")
         self.log.propagate = False
         self._prestarted: PrestartedServers | None = None
+        #: What the run wrote last: the results directory, summary.json's and best.json's documents, the
+        #: tuned-kernels export (:meth:`json_summary`).
+        self.results_path: Path | None = None
+        self.summary: dict[str, Any] | None = None
+        self.best: dict[str, Any] | None = None
+        self.exported: Path | None = None
 
     # -- entry ---------------------------------------------------------------------------
     def run(self) -> int:
@@ -265,6 +271,22 @@ class TuneRun:
         finally:
             if self._prestarted is not None:
                 self._prestarted.discard()
+
+    def json_summary(self) -> dict[str, Any] | None:
+        """What ``mneme tune --json`` prints: the run's summary as one object.
+
+        Returns:
+            ``results_dir``; summary.json's keys (``trials``, ``verified``, ``failed``, ``by_status``,
+            ``stopped``, ``best_speedup``, ...); ``best`` (best.json's best configuration, or null) and, for
+            NSGA-II, ``pareto_front``; ``tuned_kernels``, the export written (or null). None when the run
+            wrote no summary (``--print-space``, ``--dry-run``, an error before the results directory was ready).
+        """
+        if self.results_path is None or self.summary is None:
+            return None
+        best = self.best or {}
+        return {"results_dir": str(self.results_path), **self.summary, "best": best.get("best"),
+                **({"pareto_front": best["pareto_front"]} if "pareto_front" in best else {}),
+                "tuned_kernels": str(self.exported) if self.exported is not None else None}
 
     def _preflight(self) -> None:
         """Before any server starts: the results directory can be written and holds what the run expects,
@@ -347,12 +369,14 @@ class TuneRun:
             if strategy is not None:
                 strategy.close()  # a shared study's running trials are released for other processes
             results.close()
-            results.write_json("best.json", best_document(state.records, baseline, o.sampler == "nsga2",
-                                                          objective=o.objectives))
-            results.write_json("summary.json", summary_document(
+            self.results_path = results.path
+            self.best = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives)
+            results.write_json("best.json", self.best)
+            self.summary = summary_document(
                 state.records, baseline, state=state, options=o.to_dict(),
                 elapsed_s=time.monotonic() - started, space_size=description.get("size"),
-                coverage=space_coverage(space, state.records, state.banned_blocks), objective=o.objectives))
+                coverage=space_coverage(space, state.records, state.banned_blocks), objective=o.objectives)
+            results.write_json("summary.json", self.summary)
             self.log.info("stopped: %s; %d trials", state.stopped, len(state.records))
             self.log.removeHandler(handler)
             handler.close()
@@ -487,6 +511,7 @@ class TuneRun:
         export = o.proteus_path(results.path)
         if export is not None:
             write_export(export, identity, best, o.to_dict())
+            self.exported = export
             self.log.info("wrote the tuned-kernels export %s", export)
         return 1 if state.stopped == "fail-fast" else 0
 

@@ -4,17 +4,17 @@ Every location is a directory or an ``s3://bucket/prefix`` URL (settings of
 S3 in docs/store.md). The work is done by :mod:`mneme.store.transfer`,
 :mod:`mneme.store.check`, :mod:`mneme.store.cleanup` and
 :mod:`mneme.store.summary`; this module only parses arguments and prints
-reports. Exit status: 0 done, 2 bad input or an unusable store (one line on
-stderr); ``check`` exits 1 when it found damage.
+reports (``--json``: the report as one JSON object on standard output). Exit
+status: 0 done, 2 bad input or an unusable store (one line on stderr);
+``check`` exits 1 when it found damage.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 
-from mneme.cli.command import Command
+from mneme.cli.command import Command, add_json_argument, print_json
 
 LOCATION_HELP = "a recording directory or s3://bucket/prefix"
 
@@ -34,6 +34,7 @@ def _transfer_arguments(parser: argparse.ArgumentParser, *, recordings: bool = T
                              "with the source's verified copy; implies --resume")
     _workers_arguments(parser, "parallel object transfers")
     _retries_argument(parser)
+    add_json_argument(parser, "the report (recordings committed and already there, chunks, files, bytes)")
 
 
 def _workers_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -78,6 +79,14 @@ def _check_workers(args: argparse.Namespace) -> None:
         raise ConfigurationError(f"--workers must be at least 1, got {args.workers}")
 
 
+def _print_report(report, as_json: bool) -> None:
+    """A store command's report: its summary line, or (``--json``) its data."""
+    if as_json:
+        print_json(report.to_json())
+    else:
+        print(report.summary())
+
+
 def _run_transfer(args: argparse.Namespace) -> int:
     from mneme.store.transfer import transfer
 
@@ -89,7 +98,7 @@ def _run_transfer(args: argparse.Namespace) -> int:
         from mneme.errors import ArtifactError
 
         raise ArtifactError(f"no recording database (<static-hash>.json) in {report.source}; check the path")
-    print(report.summary())
+    _print_report(report, args.json)
     return 0
 
 
@@ -105,15 +114,18 @@ def _run_move(args: argparse.Namespace) -> int:
     report, cleaned = move(args.source, args.destination, recordings=args.recordings or None, grace_s=_grace(args),
                            resume=args.resume, repair=args.repair, workers=args.workers, progress=args.progress,
                            retry=_retry(args))
-    print(report.summary())
-    print(cleaned.summary())
+    if args.json:
+        print_json({"transfer": report.to_json(), "clean": cleaned.to_json()})
+    else:
+        print(report.summary())
+        print(cleaned.summary())
     return 0
 
 
 def _configure_ls(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("location", metavar="URL", help=LOCATION_HELP)
     parser.add_argument("-l", "--long", action="store_true", help="also list every instance (launch shape)")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_json_argument(parser)
     _retries_argument(parser)
 
 
@@ -137,7 +149,7 @@ def _run_ls(args: argparse.Namespace) -> int:
         data["dedupe_ratio"] = summary.dedupe_ratio
         for rec, item in zip(summary.recordings, data["recordings"]):
             item["dedupe_ratio"] = rec.dedupe_ratio
-        print(json.dumps(data, indent=2))
+        print_json(data)
         return 0
     table = Table(title=f"recordings in {summary.url}", title_justify="left")
     columns = ("recording", "kernel", "instances", "memory", "largest instance", "stored", "dedupe")
@@ -176,7 +188,7 @@ def _configure_check(parser: argparse.ArgumentParser) -> None:
                         help="also read every chunk and code file and check it against its hash (else: every "
                              "database and snapshot manifest is read and verified, every other object must exist "
                              "with its size)")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_json_argument(parser, "the report (ok, the damaged objects)")
     _workers_arguments(parser, "parallel reads")
     _retries_argument(parser)
 
@@ -191,7 +203,7 @@ def _run_check(args: argparse.Namespace) -> int:
     if not report.recordings:
         raise ArtifactError(f"no recording database (<static-hash>.json) in {report.store}; check the path")
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print_json(report.to_json())
     else:
         for line in report.lines():
             print(line)
@@ -207,12 +219,13 @@ def _configure_gc(parser: argparse.ArgumentParser) -> None:
     _grace_argument(parser)
     parser.add_argument("--dry-run", action="store_true", help="only report what would be removed")
     _retries_argument(parser)
+    add_json_argument(parser, "the report (what was removed, or would be)")
 
 
 def _run_gc(args: argparse.Namespace) -> int:
     from mneme.store.cleanup import gc
 
-    print(gc(args.location, grace_s=_grace(args), dry_run=args.dry_run, retry=_retry(args)).summary())
+    _print_report(gc(args.location, grace_s=_grace(args), dry_run=args.dry_run, retry=_retry(args)), args.json)
     return 0
 
 
@@ -225,6 +238,7 @@ def _configure_clean(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-chunks", action="store_true", help="leave unreferenced chunks to a later `mneme gc`")
     parser.add_argument("--dry-run", action="store_true", help="only report what would be removed")
     _retries_argument(parser)
+    add_json_argument(parser, "the report (what was removed, or would be)")
 
 
 def _run_clean(args: argparse.Namespace) -> int:
@@ -235,7 +249,7 @@ def _run_clean(args: argparse.Namespace) -> int:
         raise ConfigurationError("name the recordings to delete (static hashes, see `mneme ls`) or pass --all")
     report = clean(args.location, args.recordings or None, grace_s=_grace(args),
                    collect_chunks=not args.keep_chunks, dry_run=args.dry_run, retry=_retry(args))
-    print(report.summary())
+    _print_report(report, args.json)
     return 0
 
 

@@ -7,6 +7,7 @@ Submodules, each with one job:
 * ``chunks``: content-addressed, compressed, verified chunk storage
 * ``policy``: per-region verification policy
 * ``snapshot``: the ``.mneme`` snapshot files
+* ``textures``: texture and surface objects and the CUDA arrays behind them
 * ``objects``: SHA-256-checked references to whole files
 * ``database``: the ``<static>.json`` recording database
 * ``writer``: the producer side (commit order: chunks, snapshots and code, database)

@@ -22,6 +22,7 @@ from mneme.format.hashing import dynamic_hash
 from mneme.format.layout import database_name, is_hash_id
 from mneme.format.objects import ObjectRef
 from mneme.format.schema import JsonReader
+from mneme.format.textures import TextureObject, parse_textures
 from mneme.model.experiment import MAX_BLOCK_DIM, MAX_GRID_DIM, Dim3
 from mneme.store.base import Store
 
@@ -208,6 +209,9 @@ class InstanceRecord:
     # snapshot, state it cannot restore); empty for a launch that replays. Replay and
     # tuning refuse an instance with reasons rather than run it into a CUDA fault.
     unsupported: tuple[str, ...] = ()
+    # The texture and surface objects the launch reaches (mneme.format.textures): the replay recreates them
+    # and writes their new handles where these say the kernel finds them.
+    textures: tuple[TextureObject, ...] = ()
 
     @property
     def supported(self) -> bool:
@@ -233,6 +237,8 @@ class InstanceRecord:
         if self.unsupported:  # likewise: written only for a launch that cannot be replayed
             out["supported"] = False
             out["unsupported"] = list(self.unsupported)
+        if self.textures:  # likewise: only for a launch that reaches texture or surface objects
+            out["textures"] = [t.to_dict() for t in self.textures]
         return out
 
 
@@ -441,7 +447,7 @@ def _parse_instance(
             "grid", "block", "shared_mem", "args", "pointer_args", "prologue", "epilogue",
             "launch_index", "occurrence", "app_kernel_time_ns", "warnings",
         ),
-        optional=("launch_attributes", "supported", "unsupported"),
+        optional=("launch_attributes", "supported", "unsupported", "textures"),
     )  # fmt: skip
     grid = _parse_dim3(r, d["grid"], f"{where}.grid", MAX_GRID_DIM)
     block = _parse_dim3(r, d["block"], f"{where}.block", MAX_BLOCK_DIM)
@@ -476,6 +482,7 @@ def _parse_instance(
     unsupported = tuple(
         r.str(w, f"{where}.unsupported[{i}]") for i, w in enumerate(r.list(d.get("unsupported", []), f"{where}.unsupported"))
     )
+    textures = parse_textures(r, d.get("textures", []), f"{where}.textures", len(args))
     supported = d.get("supported", True)
     if not isinstance(supported, bool) or supported != (not unsupported):
         raise r.error(f"{where}.supported", "must be false exactly when the instance lists reasons in 'unsupported'")
@@ -489,7 +496,7 @@ def _parse_instance(
         )
     return InstanceRecord(
         key, grid, block, shared_mem, args, prologue, epilogue,
-        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings, attributes, unsupported,
+        tuple(pointer_args), launch_index, occurrence, kernel_time, warnings, attributes, unsupported, textures,
     )  # fmt: skip
 
 

@@ -13,7 +13,10 @@ The header describes the regions: base address, size, kind, name, chunk list
 and optional verification policy (docs/format.md has the schema). The version
 says which hash names the chunks (:mod:`mneme.format.content_hash`): a
 snapshot is written in the version of its chunks' hash, so one written with
-SHA-256 chunks is byte for byte what version 1 wrote.
+SHA-256 chunks is byte for byte what version 1 wrote. A region of
+kind ``array`` holds a CUDA array's contents; its base is the array's handle in
+the recorded process and its ``array`` field the array's shape
+(:class:`mneme.format.textures.ArrayShape`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from mneme.format.content_hash import DEFAULT_CHUNK_HASH, SNAPSHOT_VERSIONS
 from mneme.format.layout import PHASES, is_hash_id, is_sha256_hex, snapshot_name
 from mneme.format.policy import VerifyPolicy
 from mneme.format.schema import JsonReader
+from mneme.format.textures import ArrayShape
 from mneme.store.base import Store
 
 MAGIC = b"MNEMESNP"
@@ -37,7 +41,7 @@ MAGIC = b"MNEMESNP"
 SNAPSHOT_VERSION = 2
 _HASH_OF_VERSION = {version: algorithm for algorithm, version in SNAPSHOT_VERSIONS.items()}
 _DISPLAY = {"sha256": "SHA-256", "blake3": "BLAKE3"}
-REGION_KINDS = ("heap", "global", "parameter")
+REGION_KINDS = ("heap", "global", "parameter", "array")
 #: Kinds whose regions are device address ranges that must not overlap.
 ADDRESS_KINDS = ("heap", "global")
 _PREAMBLE = struct.Struct("<8sII")
@@ -57,6 +61,8 @@ class Region:
     name: str = ""
     chunks: tuple[ChunkRef, ...] = ()
     policy: VerifyPolicy | None = None
+    #: A CUDA array's shape (kind ``array`` only; its base is then the array's recorded handle).
+    array: ArrayShape | None = None
     #: The snapshot file this region was read from (for error messages only; not stored).
     origin: str = field(default="", compare=False, repr=False)
 
@@ -86,7 +92,7 @@ class Region:
         return f"{region} of {self.origin}" if self.origin else region
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "base": self.base,
             "size": self.size,
             "kind": self.kind,
@@ -94,6 +100,9 @@ class Region:
             "chunks": [[c.digest, c.length] for c in self.chunks],
             "policy": None if self.policy is None else self.policy.to_dict(),
         }
+        if self.array is not None:  # only then: snapshots without arrays keep their bytes
+            out["array"] = self.array.to_dict()
+        return out
 
 
 @dataclass(frozen=True)
@@ -240,7 +249,7 @@ def parse_header(header: Any, what: str, version: int = SNAPSHOT_VERSION) -> Sna
 
 
 def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int, algorithm: str) -> Region:
-    d = r.obj(value, where, required=("base", "size", "kind", "name", "chunks"), optional=("policy",))
+    d = r.obj(value, where, required=("base", "size", "kind", "name", "chunks"), optional=("policy", "array"))
     base = r.int(d["base"], f"{where}.base", 0, _U64 - 1)
     size = r.int(d["size"], f"{where}.size", 0, _U64 - 1)
     if base + size > _U64:
@@ -272,7 +281,14 @@ def _parse_region(r: JsonReader, value: Any, where: str, chunk_size: int, algori
                 f"{where}.policy",
                 f"region size {size} is not a multiple of the {policy.dtype} element size {policy.element_size}",
             )
-    return Region(base, size, kind, name, tuple(chunks), policy)
+    array = None
+    if kind == "array" or "array" in d:
+        if kind != "array" or "array" not in d:
+            raise r.error(where, "a region of kind 'array' has an 'array' shape, and only such a region")
+        array = ArrayShape.parse(r, d["array"], f"{where}.array")
+        if array.size != size:
+            raise r.error(where, f"the array's shape holds {array.size} bytes, the region {size}")
+    return Region(base, size, kind, name, tuple(chunks), policy, array)
 
 
 def _check_layout(r: JsonReader, regions: Sequence[Region]) -> None:
@@ -287,6 +303,9 @@ def _check_layout(r: JsonReader, regions: Sequence[Region]) -> None:
     for (b0, e0, i0), (b1, _, i1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise r.error("regions", f"regions[{i0}] ({b0:#x}..{e0:#x}) and regions[{i1}] (from {b1:#x}) overlap")
+    arrays = [reg.base for reg in regions if reg.kind == "array"]
+    if len(set(arrays)) != len(arrays):
+        raise r.error("regions", "two array regions have the same base (an array's recorded handle)")
 
 
 # -- store access ---------------------------------------------------------------

@@ -93,6 +93,11 @@ class KernelInstance:
         return self.record.warnings
 
     @property
+    def textures(self) -> tuple:
+        """The texture and surface objects the launch reaches (``mneme.format.textures.TextureObject``)."""
+        return self.record.textures
+
+    @property
     def supported(self) -> bool:
         """False when the recorder knew it could not capture this launch faithfully (see ``unsupported``)."""
         return self.record.supported

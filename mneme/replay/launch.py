@@ -32,6 +32,7 @@ from mneme.replay import engine as eng
 from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for
 from mneme.replay.launch_attrs import LaunchPlan
 from mneme.replay.state import DeviceState
+from mneme.replay.textures import split_resets
 
 #: Dynamic shared memory above this needs the kernel's opt-in attribute.
 DEFAULT_DYNAMIC_SHARED_LIMIT = 48 * 1024
@@ -180,7 +181,7 @@ class Launcher:
                 raise ArtifactError(f"global {r.name} has {size} bytes in the module, the recording {r.size}")
             homes[r.recorded_base] = address
         rmap = self.state.relocation_map(homes)
-        args = rmap.patch_args(self.instance.arguments, self._pointer_offsets())
+        args = self.state.patch_handles(rmap.patch_args(self.instance.arguments, self._pointer_offsets()))
         loaded = LoadedCode(
             code, module, function, function.attributes(), homes, args, param_offsets(function, len(args)),
             module.load_seconds,
@@ -298,7 +299,7 @@ class Launcher:
             config: the launch shape.
             launches: how many launches.
             plan: the recorded launch attributes.
-            resets: (dst, src, size) copies before each launch.
+            resets: (dst, src, size) copies before each launch (``textures.ArrayCopy``: a CUDA array filled).
             checks: the engine's comparisons (``tolerance.engine_check``).
             check_launches: the launches after which they are made.
             timed: a configuration's replay: queued ahead, the L2 scrubbed after resets, timed with
@@ -318,13 +319,16 @@ class Launcher:
         state.apply_map(state.relocation_map(homes))
         if from_recorded:
             state.full_reset(homes)
+        linear_resets, array_resets = split_resets(resets)
+        readbacks = state.array_readbacks()  # the CUDA arrays, copied where the checks read them
+        arrays = {"array_resets": array_resets, "array_readbacks": readbacks} if readbacks else {}
         return loaded.function.run(
             config.grid.as_tuple(),
             config.block.as_tuple(),
             config.shared_mem,
             loaded.args,
             launches,
-            resets=resets,
+            resets=linear_resets,
             checks=checks,
             check_launches=check_launches,
             queue_ahead_ns=queue_ahead_ns(launches) if timed and settings.queue_ahead else 0,
@@ -333,6 +337,7 @@ class Launcher:
             cupti=timed and settings.timing == "cupti",
             attributes=list(plan.attributes),
             param_offsets=loaded.param_offsets,
+            **arrays,
         )
 
     def profile(self, loaded: LoadedCode, config: ExperimentConfiguration, plan: LaunchPlan, metric_config: Any) -> dict:
@@ -504,4 +509,4 @@ def queue_ahead_ns(launches: int) -> int:
 
 
 def _bytes(resets: list) -> int:
-    return sum(size for _, _, size in resets)
+    return sum(r[2] for r in resets)  # (dst, src, size), or a textures.ArrayCopy: its size is third too

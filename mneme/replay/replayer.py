@@ -159,7 +159,8 @@ class Replayer:
         relocate, relocate_reason = heap_relocation(verification.relocate, recording.address_space.mode)
         try:
             self._state = DeviceState(
-                self.ctx, recording.store, prologue, epilogue, relocate=relocate, relocate_reason=relocate_reason
+                self.ctx, recording.store, prologue, epilogue, relocate=relocate, relocate_reason=relocate_reason,
+                textures=getattr(self.instance, "textures", ()),  # recreated, their new handles written
             )
         except Exception:
             self.close()

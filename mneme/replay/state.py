@@ -13,6 +13,11 @@ For every recorded heap buffer and module global the replay keeps
 Before each launch only the written chunks are copied back; at the start of
 each configuration everything is, so a bad configuration that scribbled
 elsewhere cannot leak into the next one.
+
+Texture and surface objects, and the CUDA arrays behind them, are recreated by
+``mneme.replay.textures``: the arrays join the regions (kind ``array``, ``live``
+being the buffer each is copied into after a checked launch), and the objects'
+new handles are written into the restored memory before it is uploaded.
 """
 
 from __future__ import annotations
@@ -24,8 +29,11 @@ from mneme.errors import ArtifactError, RelocationRefusedError
 from mneme.format.snapshot import Region, Snapshot
 from mneme.replay.placement import ProcessReservations, Unplaceable, process_reservations
 from mneme.replay.relocation import Move, RelocationMap, read_values
+from mneme.replay.textures import TextureState
 
 ADDRESS_KINDS = ("heap", "global")
+#: A relocated heap region keeps its recorded address modulo this.
+RELOCATION_ALIGNMENT = 512
 
 
 @dataclass
@@ -79,15 +87,17 @@ def written_spans(prologue: Region, epilogue: Region, chunk_size: int) -> list[t
     return [(o, s) for o, s in spans]
 
 
-def pair_regions(prologue: Snapshot, epilogue: Snapshot) -> list[tuple[Region, Region]]:
-    """Prologue and epilogue regions of heap and global kind, matched by (kind, base, size)."""
-    ends = {(r.kind, r.base): r for r in epilogue.regions if r.kind in ADDRESS_KINDS}
+def pair_regions(
+    prologue: Snapshot, epilogue: Snapshot, kinds: tuple[str, ...] = ADDRESS_KINDS
+) -> list[tuple[Region, Region]]:
+    """Prologue and epilogue regions of ``kinds`` (heap and global), matched by (kind, base, size; an array's shape)."""
+    ends = {(r.kind, r.base): r for r in epilogue.regions if r.kind in kinds}
     pairs = []
     for r in prologue.regions:
-        if r.kind not in ADDRESS_KINDS:
+        if r.kind not in kinds:
             continue
         e = ends.get((r.kind, r.base))
-        if e is None or e.size != r.size:
+        if e is None or e.size != r.size or e.array != r.array:
             raise ArtifactError(
                 f"{prologue.name}: {r.kind} region {r.name or hex(r.base)} ({r.size} bytes) has no counterpart of "
                 f"the same size in {epilogue.name}; the recording is inconsistent"
@@ -132,6 +142,7 @@ class DeviceState:
         relocate: bool | None,
         relocate_reason: str = "relocation was asked for",
         reservations: ProcessReservations | None = None,
+        textures: tuple = (),
     ):
         self.ctx = ctx
         self.regions: list[RegionState] = []
@@ -142,9 +153,17 @@ class DeviceState:
         pairs = pair_regions(prologue, epilogue)
         heap = [(p, e) for p, e in pairs if p.kind == "heap"]
         self._uploaded_map: tuple | None = None
+        self.textures: TextureState | None = None
         try:
             self._place_heap(heap, relocate, relocate_reason, reservations or process_reservations())
+            # The objects exist before memory is restored: their new handles go into it.
+            arrays = pair_regions(prologue, epilogue, ("array",)) if textures else []
+            self.textures = TextureState(ctx, textures, arrays, self._heap_address)
+            self._check_handle_sites(pairs)
             self._restore(store, pairs, prologue.chunk_size)
+            self.regions += self.textures.restore(
+                store, lambda p, e: written_spans(p, e, prologue.chunk_size), RegionState
+            )
         except BaseException:
             self.close()  # what was allocated, and the leased pages (back to the process's reservations)
             raise
@@ -163,6 +182,7 @@ class DeviceState:
                 state.live = self._heap_home[p.base]
             pro = bytearray(p.read(store))
             epi = bytearray(e.read(store))
+            self.textures.patch_memory(p.base, pro, epi)
             if scan:
                 align = p.base % 8
                 state.prologue_sites = scan_map.pointer_sites(pro, align)
@@ -177,12 +197,31 @@ class DeviceState:
                 state.pristine = ctx.alloc(p.size)
                 ctx.upload(state.pristine.ptr, pro)
 
+    def _check_handle_sites(self, pairs: list[tuple[Region, Region]]) -> None:
+        """ArtifactError for an object handle the recording says lies in memory it does not hold."""
+        outside = self.textures.memory_sites_outside([(p.base, p.size) for p, _ in pairs])
+        if outside:
+            o, address = outside[0]
+            raise ArtifactError(
+                f"{o.label}: its handle is recorded at {address:#x}, in no recorded region; the recording is "
+                "inconsistent"
+            )
+
+    def _heap_address(self, address: int) -> int | None:
+        """Where the recorded heap address lives in this replay (None: in no restored heap region)."""
+        for recorded, home in self._heap_home.items():
+            size = self._heap_sizes.get(recorded, 0)
+            if recorded <= address < recorded + size:
+                return home + (address - recorded)
+        return None
+
     # -- placement ------------------------------------------------------------------
     def _place_heap(
         self, heap: list[tuple[Region, Region]], relocate: bool | None, relocate_reason: str,
         reservations: ProcessReservations,
     ) -> None:
         self._heap_home: dict[int, int] = {}
+        self._heap_sizes = {p.base: p.size for p, _ in heap}
         if not heap:
             return
         if relocate:
@@ -202,10 +241,11 @@ class DeviceState:
                 self.relocation_reason = str(exc)
         self.relocated_heap = True
         for p, _ in heap:
-            # Keep the low address bits, so alignment-sensitive code sees the same alignment.
-            buf = self.ctx.alloc(p.size + 256)
+            # Keep the low address bits, so alignment-sensitive code sees the same alignment (512: the
+            # texture alignment of current GPUs, which a texture over linear memory needs).
+            buf = self.ctx.alloc(p.size + RELOCATION_ALIGNMENT)
             self.allocations.append(buf)
-            self._heap_home[p.base] = buf.ptr + (p.base - buf.ptr) % 256
+            self._heap_home[p.base] = buf.ptr + (p.base - buf.ptr) % RELOCATION_ALIGNMENT
 
     # -- per module --------------------------------------------------------------------
     def relocation_map(self, global_homes: dict[int, int]) -> RelocationMap:
@@ -214,7 +254,7 @@ class DeviceState:
         for r in self.regions:
             if r.kind == "heap":
                 moves.append(Move(r.recorded_base, r.size, r.live))
-            elif r.recorded_base in global_homes:
+            elif r.kind == "global" and r.recorded_base in global_homes:
                 moves.append(Move(r.recorded_base, r.size, global_homes[r.recorded_base]))
         return RelocationMap(moves)
 
@@ -236,37 +276,56 @@ class DeviceState:
         self._uploaded_map = key
 
     def live_address(self, r: RegionState, global_homes: dict[int, int]) -> int | None:
-        if r.kind == "heap":
+        """Where the kernel's copy of a region is (an array's: the buffer it is copied into after a launch)."""
+        if r.kind in ("heap", "array"):
             return r.live
         return global_homes.get(r.recorded_base)
 
     def full_reset(self, global_homes: dict[int, int]) -> None:
-        """Copy every region's prologue into its live memory."""
+        """Copy every region's prologue into its live memory (an array's into the array)."""
         for r in self.regions:
+            if r.kind == "array":
+                self.textures.fill(r)
+                continue
             live = self.live_address(r, global_homes)
             if live is not None:
                 self.ctx.copy(live, r.reset_source, r.size)
 
     def full_reset_copies(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
         """(dst, src, size) copies that put every region's prologue into its live memory (``full_reset``
-        as copies an engine call makes itself: before each pass of a profiled launch)."""
+        as copies an engine call makes itself: before each pass of a profiled launch). CUDA arrays are not
+        among them: a profiled launch's passes find them as the configuration's full reset left them."""
         out = []
         for r in self.regions:
+            if r.kind == "array":
+                continue
             live = self.live_address(r, global_homes)
             if live is not None:
                 out.append((live, r.reset_source, r.size))
         return out
 
-    def iteration_resets(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
-        """(dst, src, size) copies that restore what the kernel writes, before each launch."""
-        out = []
+    def iteration_resets(self, global_homes: dict[int, int]) -> list:
+        """(dst, src, size) copies that restore what the kernel writes, before each launch; a written
+        CUDA array is filled whole (``textures.ArrayCopy``)."""
+        out: list = []
         for r in self.regions:
             live = self.live_address(r, global_homes)
             if live is None or r.pristine is None:
                 continue
+            if r.kind == "array":
+                out.append(self.textures.reset_copy(r))
+                continue
             for offset, size in r.written:
                 out.append((live + offset, r.pristine.ptr + offset, size))
         return out
+
+    def array_readbacks(self) -> list[tuple[int, int, int, int, int]]:
+        """The engine's copies of the CUDA arrays into their ``live`` buffers, made after each checked launch."""
+        return self.textures.readbacks() if self.textures is not None else []
+
+    def patch_handles(self, args: bytes) -> bytes:
+        """The argument bytes with the texture and surface objects' new handles where the recording says."""
+        return self.textures.patch_args(args) if self.textures is not None else args
 
     @property
     def has_pointer_sites(self) -> bool:
@@ -278,9 +337,13 @@ class DeviceState:
         if self.lease is not None:
             total += self.lease.mapped_bytes
         total += sum(b.size for b in self.allocations)
+        if self.textures is not None:
+            total += self.textures.device_bytes
         return total
 
     def close(self) -> None:
+        if self.textures is not None:
+            self.textures.close()
         for r in self.regions:
             for buf in (r.expected, r.pristine):
                 if buf is not None:

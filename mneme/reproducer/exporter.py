@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from mneme.errors import ConfigurationError, MnemeError
+from mneme.errors import ConfigurationError, MnemeError, NotAvailableError
 from mneme.model.experiment import ExperimentConfiguration
 from mneme.reproducer.raw_format import (
     FORMAT_VERSION,
@@ -79,7 +79,8 @@ def export_reproducer(
     """Write the standalone reproducer of one recorded launch into ``directory``.
 
     Everything is checked before the folder is touched: the instance (the
-    recorder's reasons if it could not capture it), its launch attributes, the
+    recorder's reasons if it could not capture it; texture and surface objects,
+    which the program does not recreate), its launch attributes, the
     configuration and its code. A failure while writing removes what was written.
 
     Args:
@@ -101,6 +102,11 @@ def export_reproducer(
 
     instance = recording.select(record_id)
     instance.require_supported()
+    if getattr(instance, "textures", ()):
+        raise NotAvailableError(
+            f"instance {instance.record_id} reads texture or surface objects, which a standalone reproducer does "
+            "not recreate; replay it with mneme replay"
+        )
     plan = plan_for(instance.launch_attributes)
     config = config or ExperimentConfiguration(
         grid=instance.grid_dim, block=instance.block_dim, shared_mem=instance.shared_mem

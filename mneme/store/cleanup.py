@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Sequence
 
 from mneme.errors import ArtifactError
 from mneme.format.database import load_database
@@ -58,6 +58,10 @@ class CleanReport:
         recs = f"{len(self.databases)} recording(s), " if self.databases else ""
         return (f"{self.store}: {verb} {recs}{self.objects} file(s) and {self.chunks} chunk(s), "
                 f"{self.bytes / 1e6:.1f} MB{young}")
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``mneme gc/clean/move --json``): every field of the summary line."""
+        return asdict(self)
 
 
 def referenced_names(store: Store, databases: Iterable[str], retry: RetryPolicy = RetryPolicy()) -> set[str]:

@@ -25,8 +25,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Sequence, TypeVar
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Sequence, TypeVar
 
 from mneme.errors import ArtifactError, ConfigurationError
 from mneme.format.chunks import ChunkRef
@@ -88,6 +88,10 @@ class TransferReport:
             f"files {self.objects_copied} copied, {self.objects_present} already there{repaired}; "
             f"{self.bytes_copied / 1e6:.1f} MB in {self.seconds:.1f} s ({rate:.1f} MB/s)"
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data (``mneme push/pull/copy/move --json``): every field of the summary line."""
+        return asdict(self)
 
 
 class _Transfer:

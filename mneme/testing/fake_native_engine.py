@@ -3,7 +3,10 @@
 Modelled: contexts, the address space (reservations at exact bases, refused
 like the driver's when the range is taken: by another reservation, by a
 simulated host mapping, or by a real mapping of this process in
-/proc/self/maps), device buffers as byte arrays. Loading a module fails
+/proc/self/maps), device buffers as byte arrays, CUDA arrays (their contents
+as bytes, filled from and copied into buffers) and texture and surface
+objects (their descriptors kept, handles from 0x1001 up: never the small
+numbers an application's objects have, so a replay must rewrite them). Loading a module fails
 (CUDA_ERROR_INVALID_IMAGE), so a run ends with a ``compile_error`` result that
 still carries the placement's fields, unless the address space has a
 :class:`FakeKernel` (``AddressSpace.kernel``): then modules load, and their
@@ -63,7 +66,11 @@ class AddressSpace:
     chip: str = "GH100"  # CUPTI's name of the fake GPU's chip
     profiler_reason: str = ""  # why the profiler cannot be loaded ('' when it can)
     copied_since_run: bool = True  # device copies (resets) made since the last run
+    arrays: dict = field(default_factory=dict)  # handle -> FakeArray, live ones
+    objects: dict = field(default_factory=dict)  # handle -> FakeObject, live ones
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
+    _next_array: itertools.count = field(default_factory=lambda: itertools.count(0x5A0000, 0x100))
+    _next_object: itertools.count = field(default_factory=lambda: itertools.count(0x1001))
 
     def taken(self, start: int, end: int) -> bool:
         if any(s < end and start < e for s, e in self.host_mappings):
@@ -119,6 +126,34 @@ class FakeBuffer:
         self.data = bytearray()
 
 
+@dataclass
+class FakeArray:
+    """A CUDA array: its descriptor and its contents (packed rows)."""
+
+    handle: int
+    shape: tuple  # (width, height, depth, format, channels, flags)
+    data: bytearray
+    space: "AddressSpace"
+
+    def free(self) -> None:
+        self.space.arrays.pop(self.handle, None)
+
+
+@dataclass
+class FakeObject:
+    """A texture or surface object: the descriptors it was created with."""
+
+    handle: int
+    surface: bool
+    resource: dict
+    texture: dict | None
+    view: dict | None
+    space: "AddressSpace"
+
+    def free(self) -> None:
+        self.space.objects.pop(self.handle, None)
+
+
 class FakeContext:
     compute_capability = (9, 0)
     l2_cache_size = 50 << 20
@@ -158,6 +193,42 @@ class FakeContext:
     def copy(self, dst: int, src: int, size: int) -> None:
         self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
 
+    def create_array(self, width: int, height: int, depth: int, format: int, channels: int, flags: int = 0) -> FakeArray:
+        from mneme.format.textures import ArrayShape
+
+        size = ArrayShape(width, height, depth, format, channels, flags).size
+        array = FakeArray(next(self.space._next_array), (width, height, depth, format, channels, flags),
+                          bytearray(size), self.space)  # fmt: skip
+        self.space.arrays[array.handle] = array
+        return array
+
+    def _array(self, handle: int, width_bytes: int, height: int, depth: int) -> FakeArray:
+        array = self.space.arrays.get(handle)
+        if array is None or width_bytes * height * depth != len(array.data):
+            raise _error("cuMemcpy3D", CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE")
+        return array
+
+    def copy_to_array(self, array: int, src: int, width_bytes: int, height: int, depth: int) -> None:
+        target = self._array(array, width_bytes, height, depth)
+        target.data[:] = self.download(src, len(target.data))
+        self.space.copied_since_run = True  # a reset, like copy()
+
+    def copy_from_array(self, dst: int, array: int, width_bytes: int, height: int, depth: int) -> None:
+        self.upload(dst, bytes(self._array(array, width_bytes, height, depth).data))
+
+    def texture_object(self, resource: dict, texture: dict, view: dict | None = None) -> FakeObject:
+        return self._object(False, resource, texture, view)
+
+    def surface_object(self, resource: dict) -> FakeObject:
+        return self._object(True, resource, None, None)
+
+    def _object(self, surface: bool, resource: dict, texture: dict | None, view: dict | None) -> FakeObject:
+        if resource.get("type") == "array" and resource.get("array") not in self.space.arrays:
+            raise _error("cuTexObjectCreate", CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE")
+        obj = FakeObject(next(self.space._next_object), surface, dict(resource), texture, view, self.space)
+        self.space.objects[obj.handle] = obj
+        return obj
+
     def load_module(self, image: bytes, options: dict | None = None):
         if self.space.kernel is None:
             raise _error("cuModuleLoadData", CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE")
@@ -182,6 +253,9 @@ class FakeRun:
     cupti: bool
     attributes: list
     param_offsets: list
+    array_resets: list = field(default_factory=list)
+    array_readbacks: list = field(default_factory=list)
+    args: bytes = b""
     from_recorded: bool = True  # the memory was reset (copies) since the previous run
 
 
@@ -248,11 +322,13 @@ class FakeFunction:
         return []
 
     def run(self, grid, block, shared_mem, args, launches, resets=(), checks=(), check_launches=(),
-            queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=()):
+            queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=(),
+            array_resets=(), array_readbacks=()):
         kernel = self.module.kernel
         run = FakeRun(self.module.image, tuple(grid), tuple(block), int(shared_mem), int(launches), list(resets),
                       list(checks), list(check_launches), int(queue_ahead_ns), int(l2_scrub_bytes),
-                      float(timeout_s), bool(cupti), list(attributes), list(param_offsets))  # fmt: skip
+                      float(timeout_s), bool(cupti), list(attributes), list(param_offsets), list(array_resets),
+                      list(array_readbacks), bytes(args))  # fmt: skip
         space = self.module._space
         run.from_recorded = space.copied_since_run
         space.copied_since_run = False

@@ -73,6 +73,84 @@ Check make_check(const py::tuple& t) {
     return c;
 }
 
+// The descriptors of a texture or surface object, from the dicts of mneme.format.textures
+// (Resource, TextureDesc, ViewDesc .to_dict()): the driver's numbers, as recorded.
+template <typename T>
+T field(const py::dict& d, const char* key) {
+    if (!d.contains(key)) throw std::invalid_argument(std::string("a descriptor lacks its '") + key + "'");
+    return d[key].cast<T>();
+}
+
+CUDA_RESOURCE_DESC resource_desc(const py::dict& d) {
+    CUDA_RESOURCE_DESC r;
+    std::memset(&r, 0, sizeof r);
+    const std::string type = field<std::string>(d, "type");
+    if (type == "array") {
+        r.resType = CU_RESOURCE_TYPE_ARRAY;
+        r.res.array.hArray = reinterpret_cast<CUarray>(field<uint64_t>(d, "array"));
+    } else if (type == "linear") {
+        r.resType = CU_RESOURCE_TYPE_LINEAR;
+        r.res.linear.devPtr = field<uint64_t>(d, "address");
+        r.res.linear.format = static_cast<CUarray_format>(field<int>(d, "format"));
+        r.res.linear.numChannels = field<unsigned>(d, "channels");
+        r.res.linear.sizeInBytes = field<uint64_t>(d, "size");
+    } else if (type == "pitch2d") {
+        r.resType = CU_RESOURCE_TYPE_PITCH2D;
+        r.res.pitch2D.devPtr = field<uint64_t>(d, "address");
+        r.res.pitch2D.format = static_cast<CUarray_format>(field<int>(d, "format"));
+        r.res.pitch2D.numChannels = field<unsigned>(d, "channels");
+        r.res.pitch2D.width = field<uint64_t>(d, "width");
+        r.res.pitch2D.height = field<uint64_t>(d, "height");
+        r.res.pitch2D.pitchInBytes = field<uint64_t>(d, "pitch");
+    } else {
+        throw std::invalid_argument("a resource's type is 'array', 'linear' or 'pitch2d', not '" + type + "'");
+    }
+    return r;
+}
+
+CUDA_TEXTURE_DESC texture_desc(const py::dict& d) {
+    CUDA_TEXTURE_DESC t;
+    std::memset(&t, 0, sizeof t);
+    auto modes = field<std::vector<int>>(d, "address_mode");
+    auto border = field<std::vector<float>>(d, "border_color");
+    if (modes.size() != 3 || border.size() != 4)
+        throw std::invalid_argument("a texture descriptor has 3 address modes and 4 border colour components");
+    for (int i = 0; i < 3; ++i) t.addressMode[i] = static_cast<CUaddress_mode>(modes[i]);
+    for (int i = 0; i < 4; ++i) t.borderColor[i] = border[i];
+    t.filterMode = static_cast<CUfilter_mode>(field<int>(d, "filter_mode"));
+    t.flags = field<unsigned>(d, "flags");
+    t.maxAnisotropy = field<unsigned>(d, "max_anisotropy");
+    t.mipmapFilterMode = static_cast<CUfilter_mode>(field<int>(d, "mipmap_filter_mode"));
+    t.mipmapLevelBias = field<float>(d, "mipmap_level_bias");
+    t.minMipmapLevelClamp = field<float>(d, "min_mipmap_level_clamp");
+    t.maxMipmapLevelClamp = field<float>(d, "max_mipmap_level_clamp");
+    return t;
+}
+
+CUDA_RESOURCE_VIEW_DESC view_desc(const py::dict& d) {
+    CUDA_RESOURCE_VIEW_DESC v;
+    std::memset(&v, 0, sizeof v);
+    v.format = static_cast<CUresourceViewFormat>(field<int>(d, "format"));
+    v.width = field<uint64_t>(d, "width");
+    v.height = field<uint64_t>(d, "height");
+    v.depth = field<uint64_t>(d, "depth");
+    v.firstMipmapLevel = field<unsigned>(d, "first_mipmap_level");
+    v.lastMipmapLevel = field<unsigned>(d, "last_mipmap_level");
+    v.firstLayer = field<unsigned>(d, "first_layer");
+    v.lastLayer = field<unsigned>(d, "last_layer");
+    return v;
+}
+
+// An ArrayCopy as Python gives it: (array, linear, width_bytes, height, depth).
+using ArrayCopyTuple = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>;
+
+std::vector<ArrayCopy> array_copies(const std::vector<ArrayCopyTuple>& in) {
+    std::vector<ArrayCopy> out;
+    for (const auto& [array, linear, width_bytes, height, depth] : in)
+        out.push_back({array, linear, width_bytes, height, depth});
+    return out;
+}
+
 // (stats[7], counters[11]): the 5 counters, then the 6 hashes (zero unless hash_elem was given).
 py::tuple check_result(const CheckResult& r) {
     py::tuple stats(7), counters(11);
@@ -179,6 +257,52 @@ PYBIND11_MODULE(_engine, m) {
              },
              "The granularity (bytes) of reservations and mappings.")
         .def("alloc", [](const ContextPtr& c, uint64_t size) { return std::make_shared<Buffer>(c, size); })
+        .def("create_array",
+             [](const ContextPtr& c, uint64_t width, uint64_t height, uint64_t depth, int format, unsigned channels,
+                unsigned flags) {
+                 CUDA_ARRAY3D_DESCRIPTOR desc{};
+                 desc.Width = width;
+                 desc.Height = height;
+                 desc.Depth = depth;
+                 desc.Format = static_cast<CUarray_format>(format);
+                 desc.NumChannels = channels;
+                 desc.Flags = flags;
+                 return std::make_shared<CudaArray>(c, desc);
+             },
+             py::arg("width"), py::arg("height"), py::arg("depth"), py::arg("format"), py::arg("channels"),
+             py::arg("flags") = 0, "A CUDA array (cuArray3DCreate); height 0: 1-D, depth 0: 1-D or 2-D.")
+        .def("copy_to_array",
+             [](const ContextState& c, uint64_t array, uint64_t src, uint64_t width_bytes, uint64_t height,
+                uint64_t depth) {
+                 py::gil_scoped_release release;
+                 copy_array(c, ArrayCopy{array, src, width_bytes, height, depth}, true, nullptr);
+             },
+             py::arg("array"), py::arg("src"), py::arg("width_bytes"), py::arg("height"), py::arg("depth"),
+             "Fill a CUDA array from packed rows in device memory (cuMemcpy3D).")
+        .def("copy_from_array",
+             [](const ContextState& c, uint64_t dst, uint64_t array, uint64_t width_bytes, uint64_t height,
+                uint64_t depth) {
+                 py::gil_scoped_release release;
+                 copy_array(c, ArrayCopy{array, dst, width_bytes, height, depth}, false, nullptr);
+             },
+             py::arg("dst"), py::arg("array"), py::arg("width_bytes"), py::arg("height"), py::arg("depth"),
+             "Copy a CUDA array into packed rows in device memory (cuMemcpy3D).")
+        .def("texture_object",
+             [](const ContextPtr& c, const py::dict& resource, const py::dict& texture, const py::object& view) {
+                 CUDA_RESOURCE_DESC r = resource_desc(resource);
+                 CUDA_TEXTURE_DESC t = texture_desc(texture);
+                 CUDA_RESOURCE_VIEW_DESC v{};
+                 const bool has_view = !view.is_none();
+                 if (has_view) v = view_desc(view.cast<py::dict>());
+                 return std::make_shared<SamplerObject>(c, r, &t, has_view ? &v : nullptr);
+             },
+             py::arg("resource"), py::arg("texture"), py::arg("view") = py::none(),
+             "A texture object (cuTexObjectCreate) from the recorded descriptors (mneme.format.textures dicts).")
+        .def("surface_object",
+             [](const ContextPtr& c, const py::dict& resource) {
+                 return std::make_shared<SamplerObject>(c, resource_desc(resource), nullptr, nullptr);
+             },
+             py::arg("resource"), "A surface object (cuSurfObjectCreate) over a CUDA array.")
         .def("reserve",
              [](const ContextPtr& c, uint64_t base, uint64_t size) {
                  return std::make_shared<Reservation>(c, base, size);
@@ -256,6 +380,15 @@ PYBIND11_MODULE(_engine, m) {
              "Compare on the device now; each check is (actual, expected, size, dtype, mode, threshold[, hash_elem]) "
              "and gives (stats[7], counters[11]): 5 counters, then the actual's and the expected's 3 hashes.");
 
+    py::class_<CudaArray, std::shared_ptr<CudaArray>>(m, "Array")
+        .def_property_readonly("handle", &CudaArray::handle)
+        .def("free", &CudaArray::free);
+
+    py::class_<SamplerObject, std::shared_ptr<SamplerObject>>(m, "SamplerObject")
+        .def_property_readonly("handle", &SamplerObject::handle)
+        .def_property_readonly("surface", &SamplerObject::surface)
+        .def("free", &SamplerObject::free);
+
     py::class_<Reservation, std::shared_ptr<Reservation>>(m, "Reservation")
         .def_property_readonly("base", &Reservation::base)
         .def_property_readonly("size", &Reservation::size)
@@ -283,11 +416,14 @@ PYBIND11_MODULE(_engine, m) {
                const py::bytes& args, int launches, const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& resets,
                const std::vector<py::tuple>& checks, const std::vector<int>& check_launches,
                uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti,
-               const std::vector<std::pair<int, py::bytes>>& attributes, const std::vector<size_t>& param_offsets) {
+               const std::vector<std::pair<int, py::bytes>>& attributes, const std::vector<size_t>& param_offsets,
+               const std::vector<ArrayCopyTuple>& array_resets, const std::vector<ArrayCopyTuple>& array_readbacks) {
                 std::string arg_bytes = args;
                 LaunchSpec spec;
                 for (const auto& [id, value] : attributes) spec.attributes.push_back({id, std::string(value)});
                 spec.param_offsets = param_offsets;
+                spec.array_resets = array_copies(array_resets);
+                spec.array_readbacks = array_copies(array_readbacks);
                 std::vector<Copy> copies;
                 for (const auto& [dst, src, size] : resets) copies.push_back({dst, src, size});
                 std::vector<Check> cs;
@@ -319,10 +455,14 @@ PYBIND11_MODULE(_engine, m) {
             py::arg("queue_ahead_ns") = 0, py::arg("l2_scrub_bytes") = 0, py::arg("timeout_s") = 0.0,
             py::arg("cupti") = false, py::arg("attributes") = std::vector<std::pair<int, py::bytes>>{},
             py::arg("param_offsets") = std::vector<size_t>{},
-            "Reset, launch (timed with events; "
+            py::arg("array_resets") = std::vector<ArrayCopyTuple>{},
+            py::arg("array_readbacks") = std::vector<ArrayCopyTuple>{},
+            "Reset (`array_resets`: (array, linear, width_bytes, height, depth) copies into CUDA arrays after the "
+            "resets), launch (timed with events; "
             "cuLaunchKernelEx with `attributes`, (id, value bytes) pairs, when given; kernelParams pointing at "
             "`param_offsets` of the argument bytes when given, else the bytes through `extra`) and compare (after "
-            "the launches in check_launches), `launches` times; one synchronization at the end.");
+            "the launches in check_launches, after `array_readbacks` copied those arrays into linear memory), "
+            "`launches` times; one synchronization at the end.");
 
     register_profiler(m);
 }

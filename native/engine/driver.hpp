@@ -78,7 +78,15 @@ public:
     X(cuEventDestroy)                        \
     X(cuEventRecord)                         \
     X(cuEventElapsedTime)                    \
-    X(cuEventQuery)
+    X(cuEventQuery)                          \
+    X(cuArray3DCreate)                       \
+    X(cuArrayDestroy)                        \
+    X(cuMemcpy3D)                            \
+    X(cuMemcpy3DAsync)                       \
+    X(cuTexObjectCreate)                     \
+    X(cuTexObjectDestroy)                    \
+    X(cuSurfObjectCreate)                    \
+    X(cuSurfObjectDestroy)
 
 struct Driver {
 #define MNEME_DECLARE(name) decltype(&::name) name = nullptr;

@@ -396,6 +396,90 @@ std::vector<std::pair<size_t, size_t>> Function::param_info() const {
     return out;
 }
 
+// ------------------------------------------------------- arrays, texture and surface objects
+CudaArray::CudaArray(ContextPtr ctx, const CUDA_ARRAY3D_DESCRIPTOR& desc) : ctx_(std::move(ctx)) {
+    ctx_->make_current();
+    check(driver().cuArray3DCreate(&array_, &desc), "cuArray3DCreate");
+}
+
+CudaArray::~CudaArray() {
+    try {
+        free();
+    } catch (...) {
+    }
+}
+
+void CudaArray::free() {
+    if (!array_ || driver_cleanup_abandoned()) return;
+    const Driver& d = driver();
+    d.cuCtxSetCurrent(ctx_->context);
+    d.cuArrayDestroy(array_);
+    array_ = nullptr;
+}
+
+SamplerObject::SamplerObject(ContextPtr ctx, const CUDA_RESOURCE_DESC& resource, const CUDA_TEXTURE_DESC* texture,
+                             const CUDA_RESOURCE_VIEW_DESC* view)
+    : ctx_(std::move(ctx)), surface_(texture == nullptr) {
+    const Driver& d = driver();
+    ctx_->make_current();
+    if (surface_) {
+        CUsurfObject s = 0;
+        check(d.cuSurfObjectCreate(&s, &resource), "cuSurfObjectCreate");
+        handle_ = s;
+    } else {
+        CUtexObject t = 0;
+        check(d.cuTexObjectCreate(&t, &resource, texture, view), "cuTexObjectCreate");
+        handle_ = t;
+    }
+}
+
+SamplerObject::~SamplerObject() {
+    try {
+        free();
+    } catch (...) {
+    }
+}
+
+void SamplerObject::free() {
+    if (!handle_ || driver_cleanup_abandoned()) return;
+    const Driver& d = driver();
+    d.cuCtxSetCurrent(ctx_->context);
+    if (surface_) d.cuSurfObjectDestroy(handle_);
+    else d.cuTexObjectDestroy(handle_);
+    handle_ = 0;
+}
+
+void copy_array(const ContextState& ctx, const ArrayCopy& c, bool to_array, CUstream stream) {
+    CUDA_MEMCPY3D p{};
+    CUarray array = reinterpret_cast<CUarray>(c.array);
+    if (to_array) {
+        p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+        p.srcDevice = c.linear;
+        p.srcPitch = c.width_bytes;
+        p.srcHeight = c.height;
+        p.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+        p.dstArray = array;
+    } else {
+        p.srcMemoryType = CU_MEMORYTYPE_ARRAY;
+        p.srcArray = array;
+        p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        p.dstDevice = c.linear;
+        p.dstPitch = c.width_bytes;
+        p.dstHeight = c.height;
+    }
+    p.WidthInBytes = c.width_bytes;
+    p.Height = c.height;
+    p.Depth = c.depth;
+    const Driver& d = driver();
+    if (stream) {
+        check(d.cuMemcpy3DAsync(&p, stream),
+              to_array ? "cuMemcpy3DAsync(to a CUDA array)" : "cuMemcpy3DAsync(from a CUDA array)");
+    } else {
+        ctx.make_current();
+        check(d.cuMemcpy3D(&p), to_array ? "cuMemcpy3D(to a CUDA array)" : "cuMemcpy3D(from a CUDA array)");
+    }
+}
+
 // ------------------------------------------------------------------- launches
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,
@@ -476,6 +560,7 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
     for (int i = 0; i < launches; ++i) {
         for (const Copy& c : resets)
             check(d.cuMemcpyDtoDAsync(c.dst, c.src, c.size, ctx.stream), "cuMemcpyDtoDAsync(reset)");
+        for (const ArrayCopy& c : spec.array_resets) copy_array(ctx, c, true, ctx.stream);
         if (scrub_words)
             check(d.cuLaunchKernel(ctx.l2_scrub, scrub_blocks, 1, 1, 256, 1, 1, 0, ctx.stream, scrub_params, nullptr),
                   "cuLaunchKernel(L2 scrub)");
@@ -483,6 +568,7 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
         launch();
         check(d.cuEventRecord(ctx.events[2 * i + 1], ctx.stream), "cuEventRecord");
         if (checked < result.checked_launches.size() && result.checked_launches[checked] == i) {
+            for (const ArrayCopy& c : spec.array_readbacks) copy_array(ctx, c, false, ctx.stream);
             for (size_t k = 0; k < checks.size(); ++k)
                 enqueue_check(ctx, checks[k], scratch.ptr + (checked * checks.size() + k) * kSlotBytes);
             ++checked;

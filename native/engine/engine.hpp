@@ -115,6 +115,48 @@ struct CheckResult {
 
 struct Copy { uint64_t dst, src, size; };
 
+// A CUDA array (cuArray3DCreate with the recorded descriptor), destroyed with the object or by free().
+class CudaArray {
+public:
+    CudaArray(ContextPtr ctx, const CUDA_ARRAY3D_DESCRIPTOR& desc);
+    ~CudaArray();
+    CudaArray(const CudaArray&) = delete;
+    CudaArray& operator=(const CudaArray&) = delete;
+    uint64_t handle() const { return reinterpret_cast<uint64_t>(array_); }
+    void free();
+
+private:
+    ContextPtr ctx_;
+    CUarray array_ = nullptr;
+};
+
+// A texture object (cuTexObjectCreate) or a surface object (cuSurfObjectCreate), destroyed with the
+// object or by free().
+class SamplerObject {
+public:
+    SamplerObject(ContextPtr ctx, const CUDA_RESOURCE_DESC& resource, const CUDA_TEXTURE_DESC* texture,
+                  const CUDA_RESOURCE_VIEW_DESC* view);  // texture null: a surface object
+    ~SamplerObject();
+    SamplerObject(const SamplerObject&) = delete;
+    SamplerObject& operator=(const SamplerObject&) = delete;
+    uint64_t handle() const { return handle_; }
+    bool surface() const { return surface_; }
+    void free();
+
+private:
+    ContextPtr ctx_;
+    uint64_t handle_ = 0;
+    bool surface_ = false;
+};
+
+// The contents of a CUDA array as packed rows in linear device memory: `width_bytes` per row,
+// `height` rows per slice, `depth` slices (1 for 1-D and 2-D arrays).
+struct ArrayCopy { uint64_t array = 0, linear = 0, width_bytes = 0, height = 1, depth = 1; };
+
+// Copies linear memory into the array (to_array) or the array into linear memory, on `stream`
+// (asynchronous), or synchronously when `stream` is null.
+void copy_array(const ContextState& ctx, const ArrayCopy& c, bool to_array, CUstream stream);
+
 // A launch attribute for cuLaunchKernelEx: its CUlaunchAttributeID and the bytes of its
 // CUlaunchAttributeValue (the Python layer decides which attributes a replay may carry).
 struct LaunchAttr {
@@ -128,6 +170,10 @@ struct LaunchSpec {
     // Where each of the function's parameters starts in the argument bytes. Non-empty: the
     // launch passes kernelParams (pointers into the bytes), else the bytes go through `extra`.
     std::vector<size_t> param_offsets;
+    // CUDA arrays: filled from linear memory before each launch (with the resets), and copied into
+    // linear memory after each checked launch, before the checks compare it.
+    std::vector<ArrayCopy> array_resets;
+    std::vector<ArrayCopy> array_readbacks;
 };
 
 struct RunResult {
@@ -142,9 +188,9 @@ struct RunResult {
 // Element size of a tolerance dtype code; the codes are mneme/replay/tolerance.py's.
 size_t dtype_size(int dtype);
 
-// The timed replay loop: for each launch reset (copies), record, launch, record,
-// then compare when the launch is in check_launches. With queue_ahead_ns > 0 a spin
-// kernel runs first, so the loop is enqueued while the GPU is busy and the
+// The timed replay loop: for each launch reset (copies, then spec.array_resets), record, launch,
+// record, then compare when the launch is in check_launches (spec.array_readbacks first). With
+// queue_ahead_ns > 0 a spin kernel runs first, so the loop is enqueued while the GPU is busy and the
 // launches run back to back (events then time kernels, not host enqueueing).
 RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::array<unsigned, 3> block,
                        unsigned shared_mem, const std::string& args, int launches, const std::vector<Copy>& resets,

@@ -45,3 +45,16 @@ def test_continuations_comments_assignments_and_later_steps():
         ("", ["mneme", "run", "--apply", "results/vecadd"]),
     ]
     assert python_example(SAMPLE) == "python examples/tuning_vecadd_exhaustive.py --record-db $DB"
+
+
+def test_the_walkthroughs_mneme_commands_parse_as_they_are_written():
+    from mneme.cli import build_parser, parse
+
+    parsed = []
+    for step in walkthrough_steps():
+        if step.words[:1] == ["mneme"]:
+            words = [w.replace("$DB", "recordings/vecadd/1.json") for w in step.words[1:]]
+            parsed.append(parse(build_parser(words[0]), words))  # an argparse error exits the test
+    report = next(a for a in parsed if getattr(a, "tune_command", None) == "report")
+    assert report.directories == ["results/vecadd"]
+    assert any(a.command == "tune" and a.tune_command is None and a.record_database for a in parsed)

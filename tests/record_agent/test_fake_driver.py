@@ -54,8 +54,8 @@ def fake(tmp_path_factory) -> Path:
                     out / "libcuda.so.1", FAKE / "fake_cuda.cpp"], check=True)
     subprocess.run([*common, "-shared", "-fPIC", "-fvisibility=hidden", "-DFAKE_CUPTI", "-o", out / "libcupti.so",
                     FAKE / "fake_cuda.cpp", f"-L{out}", "-l:libcuda.so.1", f"-Wl,-rpath,{out}"], check=True)
-    subprocess.run([*common, "-o", out / "threads_app", FAKE / "threads_app.cpp", f"-L{out}", "-l:libcuda.so.1"],
-                   check=True)
+    for app in ("threads_app", "textures_app"):
+        subprocess.run([*common, "-o", out / app, FAKE / f"{app}.cpp", f"-L{out}", "-l:libcuda.so.1"], check=True)
     (out / "vecadd.cubin").write_bytes(vecadd_code.CUBIN)
     return out
 

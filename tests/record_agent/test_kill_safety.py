@@ -86,7 +86,8 @@ def test_a_killed_agent_leaves_only_whole_objects(tmp_path, where):
     assert not list(out.glob("*.json"))  # the database comes last: none yet
     chunks = _whole_objects(out)
     if where == "chunk":
-        assert 2 <= len(chunks) < 4 and list(out.glob("chunks/*/.*.tmp"))  # the killed one's temporary file is hidden
+        # Killed at the fifth write, half-way through it: which objects came first depends on the agent's threads.
+        assert len(chunks) < 4 and list(out.glob("chunks/*/.*.tmp"))  # the killed one's temporary file is hidden
     else:
         assert len(chunks) == 4 and list(out.glob("DeviceState.*"))  # every chunk and both snapshots, whole
 

@@ -14,8 +14,6 @@ from mneme.recording.execution import RecordedExecution
 from mneme.store import open_store
 from mneme.testing import vecadd_code
 from record_agent.convert import SpoolConverter
-from record_agent.spool import read_entry
-from record_agent.support import kernel_ptx, unsupported_reasons
 from record_agent.testing import KERNEL, WINDOW, write_entry, write_module
 
 C_BASE = WINDOW + 2 * 1024  # the vector add's third buffer (n=256 floats, 512-byte strides)
@@ -58,6 +56,8 @@ def test_an_argument_into_mapped_host_memory_makes_the_instance_unsupported_and_
 
 
 def test_uncaptured_memory_the_kernel_does_not_reach_leaves_the_instance_supported(tmp_path):
+    # Texture and surface objects alive at the launch do not matter to a kernel that reads none
+    # (tests/record_agent/test_textures.py has those that do).
     far = {"kind": "host", "base": 0x7A0000000000, "size": 4096}
     _, inst = convert(tmp_path, extra={"foreign_memory": [far], "texture_objects": [1], "surface_objects": [2]})
     assert inst.supported and inst.unsupported == ()
@@ -70,53 +70,6 @@ def test_a_pointer_into_uncaptured_memory_found_in_captured_memory_is_a_reason(t
                                        "foreign_references": [{"region": WINDOW, "target": 0x7A0000000040}]})
     (reason,) = inst.unsupported
     assert f"the buffer at {WINDOW:#x}" in reason and "another process (cudaIpcOpenMemHandle)" in reason
-
-
-TEXTURE_PTX = """.version 8.0
-.target sm_90
-.address_size 64
-.visible .entry reads_texture(.param .u64 tex, .param .u64 out)
-{
- tex.1d.v4.f32.s32 {%f1, %f2, %f3, %f4}, [%rd1, {%r1}];
- ret;
-}
-.func (.param .b32 r) helper(.param .b32 x)
-{ ret; }
-.visible .entry plain(.param .u64 tex, .param .u64 out)
-{
- @%p1 sust.b.1d.b32.trap [%rd1, {%r1}], {%r2};
- ret;
-}
-.visible .entry untouched(.param .u64 tex, .param .u64 out)
-{ ret; }
-"""
-
-
-def entry_of(tmp_path, kernel: str, **extra):
-    spool = tmp_path / "spool"
-    path = write_entry(spool, 0, n=256, extra={"kernel": kernel, **extra})
-    return read_entry(path)
-
-
-def test_texture_and_surface_objects_count_only_for_kernels_whose_code_uses_them(tmp_path):
-    assert "tex.1d" in kernel_ptx(TEXTURE_PTX, "reads_texture") and "sust" not in kernel_ptx(TEXTURE_PTX, "reads_texture")
-    assert "helper" in kernel_ptx(TEXTURE_PTX, "untouched")  # a called function could be any .func
-    entry = entry_of(tmp_path, "reads_texture", texture_objects=[3], surface_objects=[4])
-    assert unsupported_reasons(entry, TEXTURE_PTX) == (
-        "the kernel reads texture objects (1 alive at the launch): texture state is not captured",)
-    entry = entry_of(tmp_path / "b", "plain", texture_objects=[3], surface_objects=[4])
-    assert unsupported_reasons(entry, TEXTURE_PTX) == (
-        "the kernel reads surface objects (1 alive at the launch): surface state is not captured",)
-    entry = entry_of(tmp_path / "c", "untouched", texture_objects=[3], surface_objects=[4])
-    assert unsupported_reasons(entry, TEXTURE_PTX) == ()
-    entry = entry_of(tmp_path / "d", "reads_texture")  # no texture alive: nothing to miss
-    assert unsupported_reasons(entry, TEXTURE_PTX) == ()
-
-
-def test_without_ptx_an_argument_equal_to_a_live_texture_object_is_a_reason(tmp_path):
-    entry = entry_of(tmp_path, KERNEL, texture_objects=[WINDOW + 1024])  # argument 1's value
-    assert unsupported_reasons(entry, None) == ("argument 1 is a texture object: texture state is not captured",)
-    assert unsupported_reasons(entry_of(tmp_path / "b", KERNEL, texture_objects=[99]), None) == ()
 
 
 def test_supported_flag_must_agree_with_the_reasons(tmp_path):

@@ -63,8 +63,9 @@ def test_config_file_with_command_line_override(tmp_path, wired, space_module):
 def test_bad_settings_exit_2_with_a_message(capsys):
     assert main(["tune", "-rdb", "x.json", "-rid", "1", "--sampler", "tpe"]) == 2
     assert "needs --trials" in capsys.readouterr().err
-    assert main(["tune", "frobnicate"]) == 2
-    assert "mneme tune report DIR" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", "frobnicate"])
+    assert exc.value.code == 2 and "invalid choice: 'frobnicate'" in capsys.readouterr().err
 
 
 def test_report_says_which_package_to_install(tmp_path, wired, space_module, monkeypatch, capsys):
@@ -137,3 +138,34 @@ def test_no_relocate_reaches_the_replay_servers(tmp_path, monkeypatch):
     options = resolve_options({"record_database": "a.json", "record_id": "1", "no_relocate": True})
     tuner.run.default_executor(options, tmp_path)
     assert seen["verification"].relocate is False
+
+
+def test_json_prints_the_runs_summary_alone_on_stdout(tmp_path, wired, capsys):
+    run = tmp_path / "run"
+    rc = main(["tune", "-rdb", "rec/1.json", "-rid", "163", "--space-preset", "launch", "--launch-dim", "x",
+               "--fixed-codegen-opt", "3", "--results-dir", str(run), "--json"])
+    assert rc == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # standard output is that one object, nothing else
+    assert summary["results_dir"] == str(run)
+    assert summary["tuned_kernels"] == str(run / "proteus_tuned_kernels.json")
+    written = json.loads((run / "summary.json").read_text())
+    assert {key: summary[key] for key in written} == written  # summary.json's counts, why it stopped, ...
+    assert summary["best"] == json.loads((run / "best.json").read_text())["best"]
+    assert summary["best"]["speedup"] > 0 and summary["best_trial"] == summary["best"]["trial"]
+    assert summary["trials"] == summary["verified"] + summary["failed"] > 0 and summary["stopped"] == "exhausted"
+    # what the run says to a person goes to standard error: the table of the best, where the results are
+    assert "best configurations against the baseline" in captured.err and f"results: {run}" in captured.err
+
+
+def test_json_with_quiet_and_print_space(tmp_path, wired, capsys):
+    run = tmp_path / "run"
+    assert main(["tune", "-rdb", "rec/1.json", "-rid", "163", "--space-preset", "launch", "--launch-dim", "x",
+                 "--results-dir", str(run), "--json", "--quiet", "--no-proteus-output"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)
+    assert summary["tuned_kernels"] is None and summary["verified"] > 0
+    assert captured.err == f"results: {run} (plots: mneme tune report {run})\n"
+    assert main(["tune", "-rdb", "rec/1.json", "-rid", "163", "--space-preset", "launch", "--print-space",
+                 "--json"]) == 0
+    assert "dimensions" in json.loads(capsys.readouterr().out)  # the space, as without --json

@@ -20,9 +20,7 @@ REQUIRED = {"record_database": "db.json", "record_id": "42"}
 def cli(*argv: str) -> dict:
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    given = vars(parser.parse_args(list(argv)))
-    given.pop("action")
-    return given
+    return vars(parser.parse_args(list(argv)))
 
 
 def test_defaults_match_the_reference():

@@ -105,6 +105,7 @@ DriverApi& driver() {
     MNEME_BIND(cuMemsetD2D16Async);
     MNEME_BIND(cuMemsetD2D32Async);
     MNEME_BIND(cuMemcpy3DAsync_v2);
+    MNEME_BIND(cuArray3DGetDescriptor_v2);
     MNEME_BIND(cuLaunchHostFunc);
     MNEME_BIND(cuStreamWaitEvent);
 #undef MNEME_BIND

@@ -39,8 +39,8 @@
 #include "name_filter.hpp"
 #include "pool_allocators.hpp"
 #include "spool.hpp"
+#include "texture_objects.hpp"
 #include "uncaptured.hpp"
-#include "usage_warnings.hpp"
 
 using namespace mneme::common;
 
@@ -102,6 +102,10 @@ struct FunctionInfo {
 struct ContextRecorder {
   SnapshotWriter writer;
   Worker worker;
+  // Device buffers the CUDA arrays of the recording under way are copied into (texture_objects.hpp):
+  // allocated by its prologue job, freed by its epilogue job, or by the next prologue when the
+  // instance was abandoned in between. Touched on the worker's thread only.
+  std::vector<CUdeviceptr> staging;
   explicit ContextRecorder(std::function<void()> on_start) : worker(std::move(on_start)) {}
 };
 
@@ -136,6 +140,8 @@ struct PhaseJob {
   std::vector<DeviceRegion> regions;
   std::set<uint64_t> bases;           // of `regions` (reachable-scope discovery adds to both)
   std::vector<uint64_t> managed;      // bases of managed allocations: prefetched to the device first
+  std::vector<ArrayCapture> arrays;   // CUDA arrays to copy, each into its region (kind "array") of `regions`
+  std::vector<size_t> array_regions;  // the index in `regions` of each of `arrays`
   CUdevice device = 0;
   bool reachable = false, foreign = false;
   uint64_t byte_cap = 0;
@@ -511,7 +517,7 @@ bool wait_for_spool_room(double* waited, std::string* why) {
 
 void add_region_once(std::vector<DeviceRegion>& regions, std::set<uint64_t>& bases, const Allocation& a) {
   if (a.size == 0 || !bases.insert(a.base).second) return;
-  regions.push_back(DeviceRegion{a.base, a.size, "heap", "", {}});
+  regions.push_back(DeviceRegion{a.base, a.size, "heap", "", {}, 0, ""});
 }
 
 std::string dims_json(const unsigned v[3]) {
@@ -548,6 +554,7 @@ std::string regions_json(const std::vector<DeviceRegion>& regions, const std::ve
       out += (k ? ", [" : "[") + std::to_string(r.pieces[k].stripe) + ", " + std::to_string(r.pieces[k].offset) + ", " +
              std::to_string(r.pieces[k].size) + "]";
     out += "]";
+    if (!r.array.empty()) out += ", \"array\": " + r.array;
     const auto& pro = prologue_pieces[i];
     if (has_digests(pro) || has_digests(r.pieces))
       out += ", \"prologue\": " + phase_digests_json(pro, has_digests(pro)) + ", \"epilogue\": " +
@@ -708,7 +715,7 @@ bool commit_dir(const std::string& tmp, const std::string& head_fields, const st
   std::snprintf(name, sizeof name, "%08ld", g_seq);
   const std::string final_dir = spool(std::string("entries/") + name);
   std::ostringstream os;
-  os << "{\"format\": \"mneme-spool-entry/3\", " << head_fields << ", \"seq\": " << g_seq << ", \"pid\": " << getpid()
+  os << "{\"format\": \"mneme-spool-entry/4\", " << head_fields << ", \"seq\": " << g_seq << ", \"pid\": " << getpid()
      << ", \"rank\": " << json_string(settings().rank) << ", " << rest << "}\n";
   std::string body = os.str();
   if (!write_file_atomic(tmp + "/launch.json", body.data(), body.size(), error)) return false;
@@ -723,7 +730,7 @@ bool commit_dir(const std::string& tmp, const std::string& head_fields, const st
 // The memory part of launch.json as it stands now (an instance abandoned
 // before its snapshot was planned).
 std::string memory_json(CUdevice device, const std::vector<Allocation>& allocations, bool reachable,
-                        const std::string& pool) {
+                        const std::string& pool, const std::string& objects = "[]") {
   std::ostringstream os;
   os << "\"allocations\": [";
   for (size_t i = 0; i < allocations.size(); ++i)
@@ -739,7 +746,7 @@ std::string memory_json(CUdevice device, const std::vector<Allocation>& allocati
     first = false;
   }
   os << "], \"snapshot_scope\": \"" << (reachable ? "reachable" : "all") << "\", \"pool_allocator\": " << json_string(pool)
-     << ", " << uncaptured_json();
+     << ", " << uncaptured_json() << ", \"objects\": " << objects;
   return os.str();
 }
 
@@ -819,6 +826,46 @@ void prefetch_managed(const PhaseJob& job, CUstream stream) {
     if (r.kind == "heap" && managed.count(r.base)) d.cuMemPrefetchAsync_v2(r.base, r.size, to, 0, stream);
 }
 
+// On the worker: the staging buffers of CUDA arrays are freed.
+void free_staging(ContextRecorder& cr) {
+  for (CUdeviceptr p : cr.staging) driver().cuMemFree_v2(p);
+  cr.staging.clear();
+}
+
+// On the worker, before a phase's copies: each CUDA array copied into its staging buffer (allocated by
+// the prologue) on the snapshot stream, ahead of the digests and copies there. False (job->error): not.
+bool stage_arrays(PhaseJob& job, SnapshotWriter& w) {
+  if (job.arrays.empty()) return true;
+  std::string error;
+  CUstream stream = w.copy_stream(&error);
+  if (!stream) {
+    job.error = error;
+    return false;
+  }
+  if (job.phase == "prologue") {
+    free_staging(*job.recorder);  // left by an instance abandoned after its prologue
+    for (size_t i = 0; i < job.arrays.size(); ++i) {
+      CUdeviceptr p = 0;
+      CUresult r = driver().cuMemAlloc_v2(&p, job.arrays[i].bytes());
+      if (r != CUDA_SUCCESS) {
+        job.error = "cannot allocate " + bytes_text(job.arrays[i].bytes()) + " of device memory to copy a CUDA array"
+                    " into: " + error_string(r);
+        return false;
+      }
+      job.recorder->staging.push_back(p);
+      job.regions[job.array_regions[i]].copy_from = p;
+    }
+  }
+  for (size_t i = 0; i < job.arrays.size(); ++i) {
+    CUresult r = copy_array_async(job.arrays[i], job.regions[job.array_regions[i]].copy_from, stream);
+    if (r != CUDA_SUCCESS) {
+      job.error = std::string("copying a CUDA array failed: ") + error_string(r);
+      return false;
+    }
+  }
+  return true;
+}
+
 // One snapshot phase, on the worker (`job` owns everything it touches).
 void run_phase(const std::shared_ptr<PhaseJob>& job) {
   if (job->dir->is_abandoned()) return;
@@ -835,10 +882,12 @@ void run_phase(const std::shared_ptr<PhaseJob>& job) {
   if (job->dir->is_abandoned()) return;
   std::string error;
   if (job->phase == "prologue") prefetch_managed(*job, w.copy_stream(&error));
+  if (!stage_arrays(*job, w)) return;
   // Reachable scope follows the pointers it reads; either scope notes pointers into
   // memory it does not capture (mapped host, IPC), so the agent can refuse the launch.
   PhaseJob* j = job.get();
   auto scan = [j](const DeviceRegion& region, const unsigned char* bytes, size_t n) {
+    if (region.kind == "array") return;  // texels, not pointers
     for (size_t off = 0; off + 8 <= n; off += 8) {
       uint64_t v;
       std::memcpy(&v, bytes + off, 8);
@@ -860,6 +909,7 @@ void run_phase(const std::shared_ptr<PhaseJob>& job) {
   job->write = w.last_write_seconds();
   job->copied = w.last_copied_bytes();
   job->digest = w.last_digest_seconds();
+  if (job->phase == "epilogue") free_staging(*job->recorder);
   job->seconds = seconds_since(t0);
   if (job->dir->is_abandoned()) remove_tree(job->dir->path);  // its recording gave up on it meanwhile
 }
@@ -984,7 +1034,6 @@ void before_launch(const Launch& l, const char* symbol_name) {
     p->token = ++g_launch_token;
   }
   p->launch_part = launch_json(l, ks, index, identity, device, module_id, layout, args);
-  p->warnings = active_usage_warnings();
   if (l.extra && !l.kernel_params) p->warnings.push_back("arguments passed through the `extra` buffer");
 
   // The spool's back-pressure, before the gate: only this thread waits for the agent.
@@ -1043,7 +1092,7 @@ void before_launch(const Launch& l, const char* symbol_name) {
       CUdeviceptr gp = 0;
       size_t gsize = 0;
       if (d.cuModuleGetGlobal_v2(&gp, &gsize, hmod, g.c_str()) == CUDA_SUCCESS && gsize && job->bases.insert(gp).second)
-        job->regions.push_back(DeviceRegion{gp, gsize, "global", g, {}});
+        job->regions.push_back(DeviceRegion{gp, gsize, "global", g, {}, 0, ""});
     }
   }
   auto allocations = MemoryWindow::instance().live_allocations(device);
@@ -1064,17 +1113,31 @@ void before_launch(const Launch& l, const char* symbol_name) {
   }
   job->reachable = settings().snapshot_scope == "reachable" || !pool.empty();
   job->foreign = !foreign_ranges().empty();
+  // Texture and surface objects alive now: their descriptors, the memory they read (reachable from
+  // them) and their CUDA arrays (copied like regions); the agent decides which the kernel reaches.
+  ObjectsAtLaunch objects;
+  if (any_live_object()) objects = objects_at_launch();
   if (!job->reachable) {
     for (const auto& a : allocations) add_region_once(job->regions, job->bases, a);
   } else {
+    std::vector<uint64_t> roots = objects.linear_addresses;
     for (size_t off = 0; off + 8 <= args.size(); off += 8) {  // pointer-sized, aligned argument words
       uint64_t v;
       std::memcpy(&v, args.data() + off, 8);
+      roots.push_back(v);
+    }
+    for (uint64_t v : roots) {
       Allocation a;
       if (MemoryWindow::instance().find(v, &a)) add_region_once(job->regions, job->bases, a);
     }
   }
-  p->memory_part = memory_json(device, allocations, job->reachable, pool);
+  for (const ArrayCapture& a : objects.arrays) {
+    job->array_regions.push_back(job->regions.size());
+    job->regions.push_back(DeviceRegion{reinterpret_cast<uint64_t>(a.array), a.bytes(), "array", "", {}, 0,
+                                        a.shape_json()});
+  }
+  job->arrays = std::move(objects.arrays);
+  p->memory_part = memory_json(device, allocations, job->reachable, pool, objects.json);
 
   p->dir = std::make_shared<EntryDir>();
   p->dir->path = spool("entries/t" + std::to_string(p->token) + ".tmp");
@@ -1146,6 +1209,8 @@ void after_launch(std::unique_ptr<Pending> p, CUresult launch_result) {
   job->phase = "epilogue";
   job->device = p->device;
   job->regions = pro.regions;  // the prologue's list (reachable discovery included): the same layout
+  job->arrays = pro.arrays;    // copied again into the prologue's staging buffers
+  job->array_regions = pro.array_regions;
   job->digests = pro.digests;
   std::string why;
   switch (capture_phase(*p, job, 0, &why)) {
@@ -1459,17 +1524,41 @@ CUfunction launched_function(CUpti_CallbackId cbid, const CUpti_CallbackData* cb
 // Keeps uncaptured.hpp's registry current from a successful call's parameters.
 void note_uncaptured(CUpti_CallbackId cbid, const void* params) {
   switch (cbid) {
-    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate:
-      note_object(ObjectKind::texture, *static_cast<const cuTexObjectCreate_params*>(params)->pTexObject, true);
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate: {
+      auto* p = static_cast<const cuTexObjectCreate_params*>(params);
+      note_object(ObjectKind::texture, *p->pTexObject, true);
+      note_texture_object(*p->pTexObject, p->pResDesc, p->pTexDesc, p->pResViewDesc);
       break;
-    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
-      note_object(ObjectKind::texture, static_cast<const cuTexObjectDestroy_params*>(params)->texObject, false);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy: {
+      const uint64_t handle = static_cast<const cuTexObjectDestroy_params*>(params)->texObject;
+      note_object(ObjectKind::texture, handle, false);
+      forget_texture_object(handle);
       break;
-    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
-      note_object(ObjectKind::surface, *static_cast<const cuSurfObjectCreate_params*>(params)->pSurfObject, true);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate: {
+      auto* p = static_cast<const cuSurfObjectCreate_params*>(params);
+      note_object(ObjectKind::surface, *p->pSurfObject, true);
+      note_surface_object(*p->pSurfObject, p->pResDesc);
       break;
-    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy:
-      note_object(ObjectKind::surface, static_cast<const cuSurfObjectDestroy_params*>(params)->surfObject, false);
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy: {
+      const uint64_t handle = static_cast<const cuSurfObjectDestroy_params*>(params)->surfObject;
+      note_object(ObjectKind::surface, handle, false);
+      forget_surface_object(handle);
+      break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
+      note_array(*static_cast<const cuArrayCreate_v2_params*>(params)->pHandle, "created");
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
+      note_array(*static_cast<const cuArray3DCreate_v2_params*>(params)->pHandle, "created");
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayGetLevel:
+      note_array(*static_cast<const cuMipmappedArrayGetLevel_params*>(params)->pLevelArray, "mipmap level");
+      break;
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy:
+      forget_array(static_cast<const cuArrayDestroy_params*>(params)->hArray);
       break;
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
       auto* p = static_cast<const cuMemAllocManaged_params*>(params);
@@ -1589,6 +1678,10 @@ void CUPTIAPI on_callback(void*, CUpti_CallbackDomain domain, CUpti_CallbackId c
     case CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy:
     case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate:
     case CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy:
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayCreate_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2:
+    case CUPTI_DRIVER_TRACE_CBID_cuMipmappedArrayGetLevel:
+    case CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
     case CUPTI_DRIVER_TRACE_CBID_cuMemHostAlloc:
     case CUPTI_DRIVER_TRACE_CBID_cuMemAllocHost_v2:

@@ -337,7 +337,8 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
     double t0 = now_seconds();
     std::vector<std::pair<CUdeviceptr, uint64_t>> pieces;
     for (const auto& r : regions)
-      for (uint64_t done = 0; done < r.size; done += kChunk) pieces.emplace_back(r.base + done, std::min<uint64_t>(kChunk, r.size - done));
+      for (uint64_t done = 0; done < r.size; done += kChunk)
+        pieces.emplace_back(r.source() + done, std::min<uint64_t>(kChunk, r.size - done));
     std::string why;
     if (!m.gpu.compute(pieces, m.stream, &digests, &why)) {
       digests.clear();
@@ -445,7 +446,7 @@ bool SnapshotWriter::write(const std::string& prefix, std::vector<DeviceRegion>&
         ok = false;  // a file write failed: reported below
         break;
       }
-      CUresult cr = d.cuMemcpyDtoHAsync_v2(m.buf[b], regions[r].base + done, len, m.stream);
+      CUresult cr = d.cuMemcpyDtoHAsync_v2(m.buf[b], regions[r].source() + done, len, m.stream);
       if (cr == CUDA_SUCCESS) cr = d.cuEventRecord(m.ev[b], m.stream);
       if (cr != CUDA_SUCCESS) {
         local_error = std::string("device-to-host copy failed: ") + error_string(cr);

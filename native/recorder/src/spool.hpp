@@ -39,9 +39,14 @@ using DigestSet = std::unordered_set<common::Digest, common::DigestHash>;
 struct DeviceRegion {
   uint64_t base = 0;
   uint64_t size = 0;
-  std::string kind;   // "heap" | "global"
+  std::string kind;   // "heap" | "global" | "array"
   std::string name;
   std::vector<Piece> pieces;  // filled by SnapshotWriter::write
+  // A CUDA array (kind "array"): `base` is its handle, its bytes are copied from `copy_from` (a staging
+  // buffer the array was copied into), `array` its shape as launch.json gives it.
+  uint64_t copy_from = 0;
+  std::string array;
+  uint64_t source() const { return copy_from ? copy_from : base; }
 };
 
 // Copies device regions into stripe files `<prefix>.<k>.bin` through a pool of

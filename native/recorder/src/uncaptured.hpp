@@ -1,9 +1,10 @@
 // What the recorder sees but does not capture: pinned host memory the device
-// can address, memory opened from another process over
-// IPC, and texture/surface objects. Each recorded launch lists them (the spool
-// entry's "foreign_memory", "texture_objects", "surface_objects"), so that the
-// agent can mark a launch that reaches any of them unsupported instead of
-// recording something that replays into a fault.
+// can address and memory opened from another process over IPC. Each recorded
+// launch lists them (the spool entry's "foreign_memory"), so that the agent can
+// mark a launch that reaches any of them unsupported instead of recording
+// something that replays into a fault. The handles of the texture and surface
+// objects alive are listed too ("texture_objects", "surface_objects"); the
+// objects themselves are captured (texture_objects.hpp).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
-// Kernels that reach memory the recorder does not capture (mapped pinned host
-// memory, a texture object), marked unsupported with the reason, beside kernels
-// on memory it captures: device memory, managed memory, and a pointer to
-// managed memory kept in device memory, which replay.
+// A kernel that reaches memory the recorder does not capture (mapped pinned host
+// memory), marked unsupported with the reason, beside kernels on what it
+// captures: device memory, managed memory, a pointer to managed memory kept in
+// device memory, and a texture object (recreated at replay), which replay.
 #include <cstdio>
 
 struct Holder {

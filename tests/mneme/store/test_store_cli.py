@@ -90,3 +90,35 @@ def test_killed_upload_resumes_without_loss_and_never_shows_a_partial_database(t
     assert present >= len(uploaded), f"chunks already uploaded were sent again: {out}"
     mneme("pull", s3_url, str(tmp_path / "pulled"), env=s3_env)
     assert tree(tmp_path / "pulled") == tree(source)
+
+
+def test_every_store_command_prints_its_report_as_json(tmp_path, capsys):
+    """push, pull, copy, move, gc, clean and check with --json: one JSON object on standard output (in-process,
+    directory stores: the parsing and the reports, not the S3 paths above)."""
+    from mneme.cli import main
+
+    def run_json(*args: str, status: int = 0) -> dict:
+        assert main([*args, "--json"]) == status
+        return json.loads(capsys.readouterr().out)
+
+    source = tmp_path / "rec"
+    name = write_recording(source, instances=2)
+    pushed = run_json("push", str(source), str(tmp_path / "store"), "--no-progress")
+    assert (pushed["recordings"], pushed["committed"], pushed["unchanged"]) == ([name], [name], [])
+    assert pushed["chunks_copied"] > 0 and pushed["bytes_copied"] > 0 and pushed["destination"].endswith("store")
+    again = run_json("push", str(source), str(tmp_path / "store"), "--no-progress")
+    assert again["unchanged"] == [name] and again["chunks_copied"] == again["bytes_copied"] == 0
+    pulled = run_json("pull", str(tmp_path / "store"), str(tmp_path / "pulled"), "--no-progress")
+    assert pulled["committed"] == [name] and tree(tmp_path / "pulled") == tree(source)
+    copied = run_json("copy", str(tmp_path / "store"), str(tmp_path / "copy"), name.removesuffix(".json"))
+    assert copied["committed"] == [name]
+    checked = run_json("check", str(tmp_path / "copy"), "--read-data")
+    assert checked["ok"] is True and checked["damage"] == [] and checked["recordings"] == [name]
+    moved = run_json("move", str(tmp_path / "copy"), str(tmp_path / "moved"), "--grace", "0")
+    assert moved["transfer"]["committed"] == [name]
+    assert moved["clean"]["databases"] == [name] and moved["clean"]["chunks"] > 0 and not moved["clean"]["dry_run"]
+    collected = run_json("gc", str(tmp_path / "moved"), "--grace", "0", "--dry-run")
+    assert (collected["objects"], collected["chunks"], collected["dry_run"]) == (0, 0, True)
+    cleaned = run_json("clean", str(tmp_path / "pulled"), "--all", "--grace", "0")
+    assert cleaned["databases"] == [name] and cleaned["bytes"] > 0 and cleaned["dry_run"] is False
+    assert not any((tmp_path / "pulled").glob("*.json"))

@@ -13,7 +13,13 @@
 // Built twice from this file: -DFAKE_CUPTI gives libcupti.so, which hands the
 // subscriber to libcuda.so.1 (fake_cupti_subscribe, fake_cupti_enable).
 //
-// Environment: FAKE_KERNEL_US (each vector add runs this long; default 2000).
+// Also CUDA arrays, texture and surface objects (the calls and CUPTI callbacks that create and
+// destroy them, cuMemcpy3D between host, device memory and arrays) and the kernels of
+// texture_kernels.cu, run on the host with point reads: a module loaded as PTX text other than the
+// recorder's digest kernel is taken to be texture_kernels.cu, and the module-loaded callback hands
+// over the cubin FAKE_PTX_CUBIN names, as the driver hands over what its JIT made.
+//
+// Environment: FAKE_KERNEL_US (each vector add runs this long; default 2000), FAKE_PTX_CUBIN.
 #include <cuda.h>
 #include <cupti.h>
 #include <dlfcn.h>
@@ -174,7 +180,7 @@ struct Event {
 std::mutex g_loader;  // the module-loading lock: held while the module-loaded callback runs
 std::atomic<uint32_t> g_module_ids{0};
 
-enum class Kind { vecadd, digest, unknown };
+enum class Kind { vecadd, digest, sample, table, unknown };
 struct Module {
   uint32_t id = 0;
   bool digest = false;
@@ -219,6 +225,54 @@ void digest_kernel(const unsigned long long* table, unsigned long long* results,
       results[(i * 16 + s) * 2 + 1] = hi;
     }
   }
+}
+
+// CUDA arrays (contents as packed rows) and texture and surface objects (handles 1, 2, ... per kind,
+// as small as the real driver's).
+struct FakeArray {
+  CUDA_ARRAY3D_DESCRIPTOR desc{};
+  size_t row = 0, rows = 1;
+  std::vector<unsigned char> data;
+};
+struct FakeObject {
+  bool surface = false;
+  CUDA_RESOURCE_DESC resource{};
+};
+std::mutex g_objects_mu;
+std::map<uint64_t, FakeObject> g_objects[2];  // textures, surfaces
+uint64_t g_next_object[2] = {1, 1};
+
+FakeObject object(bool surface, uint64_t handle) {
+  std::lock_guard<std::mutex> lock(g_objects_mu);
+  return g_objects[surface][handle];
+}
+
+// Where byte x of row y of slice z is, for one side of a cuMemcpy3D.
+unsigned char* locate(CUmemorytype type, const void* host, CUdeviceptr device, CUarray array, size_t pitch,
+                      size_t height, size_t x, size_t y, size_t z) {
+  if (type == CU_MEMORYTYPE_ARRAY) {
+    auto* a = reinterpret_cast<FakeArray*>(array);
+    return a->data.data() + x + y * a->row + z * a->row * a->rows;
+  }
+  auto* base = type == CU_MEMORYTYPE_HOST ? static_cast<unsigned char*>(const_cast<void*>(host))
+                                          : reinterpret_cast<unsigned char*>(device);
+  return base + x + y * pitch + z * pitch * height;
+}
+
+void copy3d(const CUDA_MEMCPY3D& p) {
+  for (size_t z = 0; z < p.Depth; ++z)
+    for (size_t y = 0; y < p.Height; ++y)
+      std::memcpy(locate(p.dstMemoryType, p.dstHost, p.dstDevice, p.dstArray, p.dstPitch, p.dstHeight, p.dstXInBytes,
+                         p.dstY + y, p.dstZ + z),
+                  locate(p.srcMemoryType, p.srcHost, p.srcDevice, p.srcArray, p.srcPitch, p.srcHeight, p.srcXInBytes,
+                         p.srcY + y, p.srcZ + z),
+                  p.WidthInBytes);
+}
+
+float* texel(const FakeObject& o, size_t x, size_t y) {
+  if (o.resource.resType == CU_RESOURCE_TYPE_LINEAR) return reinterpret_cast<float*>(o.resource.res.linear.devPtr) + x;
+  auto* a = reinterpret_cast<FakeArray*>(o.resource.res.array.hArray);
+  return reinterpret_cast<float*>(a->data.data() + y * a->row) + x;
 }
 
 std::map<uint64_t, size_t>& allocations() {  // the driver's own allocations (not the window)
@@ -449,8 +503,20 @@ EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
   m->id = ++g_module_ids;
   const auto* bytes = static_cast<const unsigned char*>(image);
   const bool elf = bytes[0] == 0x7f && bytes[1] == 'E' && bytes[2] == 'L' && bytes[3] == 'F';
-  m->digest = !elf;  // the recorder's digest kernel comes as PTX text
-  if (elf && enabled(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED)) {
+  // The recorder's digest kernel comes as PTX text; other PTX is texture_kernels.cu, "compiled" into the
+  // cubin FAKE_PTX_CUBIN names.
+  m->digest = !elf && std::strstr(static_cast<const char*>(image), "mneme_snapshot_digest");
+  std::vector<unsigned char> jit;
+  if (!elf && !m->digest) {
+    const char* path = std::getenv("FAKE_PTX_CUBIN");
+    FILE* f = path ? std::fopen(path, "rb") : nullptr;
+    if (!f) return call.done(CUDA_ERROR_INVALID_PTX);
+    int c;
+    while ((c = std::fgetc(f)) != EOF) jit.push_back(static_cast<unsigned char>(c));
+    std::fclose(f);
+    bytes = jit.data();
+  }
+  if ((elf || !jit.empty()) && enabled(CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_MODULE_LOADED)) {
     size_t size = 0;  // the ELF header's section table ends the file (as in the vector add's cubin)
     uint64_t shoff;
     uint16_t shentsize, shnum;
@@ -461,7 +527,7 @@ EXPORT CUresult cuModuleLoadData(CUmodule* module, const void* image) {
     CUpti_ModuleResourceData md{};
     md.moduleId = m->id;
     md.cubinSize = size;
-    md.pCubin = static_cast<const char*>(image);
+    md.pCubin = reinterpret_cast<const char*>(bytes);
     CUpti_ResourceData rd{};
     rd.context = kContext;
     rd.resourceDescriptor = &md;
@@ -476,6 +542,8 @@ EXPORT CUresult cuModuleGetFunction(CUfunction* f, CUmodule mod, const char* nam
   fn->module = reinterpret_cast<Module*>(mod);
   if (std::strcmp(name, "mneme_snapshot_digest") == 0) fn->kind = Kind::digest, fn->name = "mneme_snapshot_digest";
   else if (std::strcmp(name, "_Z6vecaddPKfS0_Pfi") == 0) fn->kind = Kind::vecadd, fn->name = "_Z6vecaddPKfS0_Pfi";
+  else if (std::strcmp(name, "_Z6sampleyyyPfi") == 0) fn->kind = Kind::sample, fn->name = "_Z6sampleyyyPfi";
+  else if (std::strcmp(name, "_Z5tablePKyPfi") == 0) fn->kind = Kind::table, fn->name = "_Z5tablePKyPfi";
   else return CUDA_ERROR_NOT_FOUND;
   *f = reinterpret_cast<CUfunction>(fn);
   return CUDA_SUCCESS;
@@ -497,13 +565,16 @@ EXPORT CUresult cuFuncLoad(CUfunction) {
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuFuncGetParamInfo(CUfunction f, size_t i, size_t* off, size_t* size) {
-  static const size_t vecadd[][2] = {{0, 8}, {8, 8}, {16, 8}, {24, 4}};
-  static const size_t digest[][2] = {{0, 8}, {8, 8}};
-  const bool is_vecadd = reinterpret_cast<Function*>(f)->kind == Kind::vecadd;
-  const size_t count = is_vecadd ? 4 : 2;
-  if (i >= count) return CUDA_ERROR_INVALID_VALUE;
-  *off = is_vecadd ? vecadd[i][0] : digest[i][0];
-  *size = is_vecadd ? vecadd[i][1] : digest[i][1];
+  static const std::vector<std::pair<size_t, size_t>> vecadd = {{0, 8}, {8, 8}, {16, 8}, {24, 4}},
+                                                       digest = {{0, 8}, {8, 8}},
+                                                       sample = {{0, 8}, {8, 8}, {16, 8}, {24, 8}, {32, 4}},
+                                                       table = {{0, 8}, {8, 8}, {16, 4}};
+  const Kind kind = reinterpret_cast<Function*>(f)->kind;
+  const auto& layout = kind == Kind::vecadd ? vecadd : kind == Kind::sample ? sample : kind == Kind::table ? table
+                                                                                                        : digest;
+  if (i >= layout.size()) return CUDA_ERROR_INVALID_VALUE;
+  *off = layout[i].first;
+  *size = layout[i].second;
   return CUDA_SUCCESS;
 }
 EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -520,6 +591,27 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
       std::this_thread::sleep_for(std::chrono::microseconds(kernel_us()));
       for (int i = 0; i < n; ++i) c[i] = a[i] + b[i];
     });
+  } else if (fn->kind == Kind::sample) {  // texture_kernels.cu: sample(linear, image, canvas, out, n)
+    const FakeObject linear = object(false, *static_cast<uint64_t*>(params[0]));
+    const FakeObject image = object(false, *static_cast<uint64_t*>(params[1]));
+    const FakeObject canvas = object(true, *static_cast<uint64_t*>(params[2]));
+    float* out = *static_cast<float**>(params[3]);
+    const int n = *static_cast<int*>(params[4]);
+    stream_of(s)->push([=] {
+      for (int i = 0; i < n; ++i) {
+        const size_t x = size_t(i % 16), y = size_t(i / 16 % 8);
+        out[i] = *texel(linear, size_t(i), 0) + *texel(image, x, y);
+        *texel(canvas, x, y) = out[i];
+      }
+    });
+  } else if (fn->kind == Kind::table) {  // table(handles, out, n)
+    const uint64_t* handles = *static_cast<const uint64_t**>(params[0]);
+    float* out = *static_cast<float**>(params[1]);
+    const int n = *static_cast<int*>(params[2]);
+    stream_of(s)->push([=] {
+      const FakeObject linear = object(false, handles[0]);
+      for (int i = 0; i < n; ++i) out[i] = 2.0f * *texel(linear, size_t(i), 0);
+    });
   } else if (fn->kind == Kind::digest) {
     auto* table = *static_cast<const unsigned long long**>(params[0]);
     auto* results = *static_cast<unsigned long long**>(params[1]);
@@ -527,6 +619,77 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned 
   } else {
     return call.done(CUDA_ERROR_INVALID_HANDLE);
   }
+  return call.done(CUDA_SUCCESS);
+}
+
+// ---- CUDA arrays, texture and surface objects ------------------------------------------------
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray* out, const CUDA_ARRAY3D_DESCRIPTOR* desc) {
+  cuArray3DCreate_v2_params params{out, desc};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuArray3DCreate_v2, "cuArray3DCreate_v2", &params);
+  if (desc->Format != CU_AD_FORMAT_FLOAT) return call.done(CUDA_ERROR_INVALID_VALUE);  // floats only here
+  auto* a = new FakeArray();
+  a->desc = *desc;
+  a->row = desc->Width * 4 * desc->NumChannels;
+  a->rows = desc->Height ? desc->Height : 1;
+  a->data.assign(a->row * a->rows * (desc->Depth ? desc->Depth : 1), 0);
+  *out = reinterpret_cast<CUarray>(a);
+  return call.done(CUDA_SUCCESS);
+}
+EXPORT CUresult cuArrayDestroy(CUarray array) {
+  cuArrayDestroy_params params{array};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuArrayDestroy, "cuArrayDestroy", &params);
+  cuCtxSynchronize();
+  delete reinterpret_cast<FakeArray*>(array);
+  return call.done(CUDA_SUCCESS);
+}
+EXPORT CUresult cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR* desc, CUarray array) {
+  *desc = reinterpret_cast<FakeArray*>(array)->desc;
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemcpy3D_v2(const CUDA_MEMCPY3D* p) {
+  cuCtxSynchronize();
+  copy3d(*p);
+  return CUDA_SUCCESS;
+}
+EXPORT CUresult cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D* p, CUstream s) {
+  const CUDA_MEMCPY3D copy = *p;  // device memory and arrays only (host sources may go once this returns)
+  stream_of(s)->push([copy] { copy3d(copy); });
+  return CUDA_SUCCESS;
+}
+uint64_t add_object(bool surface, const CUDA_RESOURCE_DESC* resource) {
+  std::lock_guard<std::mutex> lock(g_objects_mu);
+  const uint64_t handle = g_next_object[surface]++;
+  g_objects[surface][handle] = FakeObject{surface, *resource};
+  return handle;
+}
+void remove_object(bool surface, uint64_t handle) {
+  std::lock_guard<std::mutex> lock(g_objects_mu);
+  g_objects[surface].erase(handle);
+}
+EXPORT CUresult cuTexObjectCreate(CUtexObject* out, const CUDA_RESOURCE_DESC* resource,
+                                  const CUDA_TEXTURE_DESC* texture, const CUDA_RESOURCE_VIEW_DESC* view) {
+  cuTexObjectCreate_params params{out, resource, texture, view};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuTexObjectCreate, "cuTexObjectCreate", &params);
+  *out = add_object(false, resource);
+  return call.done(CUDA_SUCCESS);
+}
+EXPORT CUresult cuTexObjectDestroy(CUtexObject handle) {
+  cuTexObjectDestroy_params params{handle};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuTexObjectDestroy, "cuTexObjectDestroy", &params);
+  remove_object(false, handle);
+  return call.done(CUDA_SUCCESS);
+}
+EXPORT CUresult cuSurfObjectCreate(CUsurfObject* out, const CUDA_RESOURCE_DESC* resource) {
+  cuSurfObjectCreate_params params{out, resource};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuSurfObjectCreate, "cuSurfObjectCreate", &params);
+  *out = add_object(true, resource);
+  return call.done(CUDA_SUCCESS);
+}
+EXPORT CUresult cuSurfObjectDestroy(CUsurfObject handle) {
+  cuSurfObjectDestroy_params params{handle};
+  ApiCall call(CUPTI_DRIVER_TRACE_CBID_cuSurfObjectDestroy, "cuSurfObjectDestroy", &params);
+  remove_object(true, handle);
   return call.done(CUDA_SUCCESS);
 }
 

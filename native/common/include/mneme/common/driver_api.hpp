@@ -92,6 +92,8 @@ struct DriverApi {
   CUresult (*cuMemsetD2D16Async)(CUdeviceptr, size_t, unsigned short, size_t, size_t, CUstream) = nullptr;
   CUresult (*cuMemsetD2D32Async)(CUdeviceptr, size_t, unsigned int, size_t, size_t, CUstream) = nullptr;
   CUresult (*cuMemcpy3DAsync_v2)(const CUDA_MEMCPY3D*, CUstream) = nullptr;
+  // Texture and surface objects (the recorder's texture_objects.cpp): the CUDA arrays behind them.
+  CUresult (*cuArray3DGetDescriptor_v2)(CUDA_ARRAY3D_DESCRIPTOR*, CUarray) = nullptr;
   CUresult (*cuLaunchHostFunc)(CUstream, CUhostFn, void*) = nullptr;
   CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned int) = nullptr;
 };
