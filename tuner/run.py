@@ -534,4 +534,17 @@ SERVERS_LOST = "replay server lost"
 
 
 def run_tune(options: TuneOptions, **kwargs: Any) -> int:
+    """Run ``mneme tune`` with resolved options (``tuner.options.resolve_options``).
+
+    Args:
+        options: the run's settings.
+        **kwargs: ``TuneRun``'s keyword arguments (``executor_factory``, ``instance_loader``, ``out``, ``is_tty``).
+
+    Returns:
+        The exit status: 0 when the run finished, 1 when no candidate verified or a fail-fast stop ended it.
+
+    Raises:
+        MnemeError: the run could not start or its baseline failed (``TuningError``, ``ConfigurationError``,
+            ``NotAvailableError``).
+    """
     return TuneRun(options, **kwargs).run()

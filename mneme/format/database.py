@@ -521,6 +521,12 @@ def find_databases(store: Store) -> list[str]:
     """The recording databases (``<static>.json``) at the top of ``store``, sorted.
 
     Lists by leading digit so that the ``chunks/`` tree is never walked.
+
+    Args:
+        store: the store.
+
+    Returns:
+        The databases' object names.
     """
     return sorted(n for digit in "0123456789" for n in store.list(digit) if DATABASE_NAME.fullmatch(n))
 

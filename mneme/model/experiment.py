@@ -46,6 +46,7 @@ class Dim3:
 
     @property
     def count(self) -> int:
+        """Threads (or blocks) in all: ``x * y * z``."""
         return self.x * self.y * self.z
 
     def as_tuple(self) -> tuple[int, int, int]:
@@ -218,6 +219,7 @@ class ExperimentConfiguration:
     # -- validation ---------------------------------------------------------
     @property
     def threads_per_block(self) -> int:
+        """The block's threads (``block.count``)."""
         return self.block.count
 
     def validation_errors(self) -> list[str]:
@@ -431,8 +433,17 @@ class ExperimentResult:
         warmup: how many of ``exec_time``'s launches were warm-ups.
         compile_cached: the code came from the compile cache.
         mismatches: per region that differed, where and by how much.
-        relocated, relocation_reason, verified_within, nondeterminism, reset_each_launch, reset_reason,
-            energy_j, power_w, conditions, metrics, metrics_error: as their comments below say.
+        relocated: heap buffers were placed elsewhere than recorded and the pointers to them rewritten.
+        relocation_reason: why, when ``relocated``.
+        verified_within: per region judged with a tolerance: the bound, its source and the worst deviation.
+        nondeterminism: per region where the recorded launch itself did not repeat bit-exactly, what its runs showed.
+        reset_each_launch: the written memory was reset before every launch, not only the first.
+        reset_reason: why, when ``reset_each_launch``.
+        energy_j: joules per launch from NVML's energy counter (-1: not measured).
+        power_w: mean power over the energy window in watts (-1: not measured).
+        conditions: the GPU's clocks, temperature, power and throttling around the measured launches.
+        metrics: hardware counters of one launch, name -> value.
+        metrics_error: why the counters asked for could not be collected.
     """
 
     preprocess_ir_time: float = 0.0

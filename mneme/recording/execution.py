@@ -64,10 +64,12 @@ class KernelInstance:
 
     @property
     def dynamic_hash(self) -> str:
+        """The instance's dynamic hash (the same as ``record_id``)."""
         return self.record_id
 
     @property
     def static_hash(self) -> str:
+        """The kernel's static hash."""
         return self.recording.static_hash
 
     @property
@@ -77,10 +79,12 @@ class KernelInstance:
 
     @property
     def address_space(self) -> AddressSpace:
+        """Where the recorded memory lay (``fixed`` window or ``relocatable``)."""
         return self.recording.address_space
 
     @property
     def launch_index(self) -> int:
+        """The launch's position among all launches the recorder saw."""
         return self.record.launch_index
 
     @property
@@ -90,6 +94,7 @@ class KernelInstance:
 
     @property
     def warnings(self) -> tuple[str, ...]:
+        """What the recorder could not capture faithfully."""
         return self.record.warnings
 
     @property
@@ -224,26 +229,32 @@ class RecordedExecution:
     # -- the kernel ----------------------------------------------------------------
     @property
     def static_hash(self) -> str:
+        """The kernel's static hash."""
         return self.database.static_hash
 
     @property
     def kernel(self) -> KernelSignature:
+        """The kernel's signature: name and parameter layout."""
         return self.database.kernel
 
     @property
     def kernel_name(self) -> str:
+        """The kernel's mangled name."""
         return self.database.kernel.name
 
     @property
     def code(self) -> KernelCode:
+        """The kernel's stored code files (PTX, cubin, bitcode)."""
         return self.database.code
 
     @property
     def device(self) -> DeviceInfo:
+        """The GPU the kernel was recorded on."""
         return self.database.device
 
     @property
     def address_space(self) -> AddressSpace:
+        """Where the recorded memory lay (``fixed`` window or ``relocatable``)."""
         return self.database.address_space
 
     @property
@@ -285,6 +296,7 @@ class RecordedExecution:
     # -- the instances ---------------------------------------------------------------
     @property
     def instances(self) -> dict[str, KernelInstance]:
+        """The instances by record id (a new dict)."""
         return dict(self._instances)
 
     def __getitem__(self, record_id: str) -> KernelInstance:

@@ -76,6 +76,15 @@ def split_recording_url(path_or_url: str | os.PathLike[str]) -> tuple[Store, str
     ``dir/123.json`` and ``s3://bucket/prefix/123.json`` name the database
     directly; a directory (or a prefix URL) is accepted when it holds exactly
     one database.
+
+    Args:
+        path_or_url: a database's path or URL, or a directory or prefix URL holding one database.
+
+    Returns:
+        ``(store, name)``: the store and the database's object name in it.
+
+    Raises:
+        ArtifactError: nothing given, an invalid name, or not exactly one database in the directory.
     """
     text = os.fspath(path_or_url)
     if not text:

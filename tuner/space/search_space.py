@@ -37,6 +37,7 @@ class Param:
 
     @property
     def finite(self) -> bool:
+        """Whether the values can be enumerated (every dimension but a real one without ``step``)."""
         return True
 
     def size(self) -> int | None:
@@ -239,6 +240,7 @@ class RealParam(Param):
 
     @property
     def finite(self) -> bool:
+        """Whether the values can be enumerated: only with a ``step``."""
         return self.step is not None
 
     def values(self) -> list[float]:
