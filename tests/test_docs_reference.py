@@ -161,6 +161,7 @@ PUBLIC_API = (
     "mneme.store.validate_prefix",
     "mneme.store.Store",
     "mneme.store.LocalStore",
+    "mneme.store.s3.S3Store",
     # The format's readers and writers.
     "mneme.format.database.find_databases",
     "mneme.format.load_database",
@@ -176,6 +177,10 @@ PUBLIC_API = (
     "mneme.format.static_hash",
     "mneme.format.dynamic_hash",
     "mneme.format.new_database",
+    "mneme.format.RecordingDatabase",
+    "mneme.format.Snapshot",
+    "mneme.format.Region",
+    "mneme.format.verify.verify_recording",
     # Replay.
     "mneme.replay.Replayer",
     "mneme.replay.self_test",
@@ -184,6 +189,7 @@ PUBLIC_API = (
     "record_agent.session.record",
     "record_agent.session.record_durability",
     "tuner.run.run_tune",
+    "tuner.run.TuneRun",
     "tuner.options.resolve_options",
     "tuner.options.load_config_file",
 )

@@ -211,7 +211,15 @@ def derived_tolerance(result: ExperimentResult) -> dict[str, Any]:
 
 
 class TuneRun:
-    """The pieces of one run, wired together."""
+    """The pieces of one run, wired together.
+
+    Args:
+        options: the run's settings.
+        executor_factory: makes the replay executor (default: replay servers as the options say).
+        instance_loader: reads the recording's instance (default: from the store).
+        out: where tables and messages go (default: standard output).
+        is_tty: whether ``out`` is a terminal (None: ask it).
+    """
 
     def __init__(self, options: TuneOptions, *, executor_factory: ExecutorFactory | None = None,
                  instance_loader: InstanceLoader | None = None, out: TextIO | None = None,
@@ -233,6 +241,11 @@ class TuneRun:
 
     # -- entry ---------------------------------------------------------------------------
     def run(self) -> int:
+        """Run it: print the space or the plan, or tune and write the results directory.
+
+        Returns:
+            The exit status: 0 when the run finished, 1 when no candidate verified or a fail-fast stop ended it.
+        """
         o = self.options
         if o.dump_config:
             dump_options(o, o.dump_config)

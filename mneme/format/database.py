@@ -244,7 +244,17 @@ class InstanceRecord:
 
 @dataclass(frozen=True)
 class RecordingDatabase:
-    """Everything ``<static>.json`` holds."""
+    """Everything ``<static>.json`` holds.
+
+    Attributes:
+        static_hash: the kernel's static hash (the database's name).
+        kernel: the kernel's signature: name and parameter layout.
+        code: the kernel's stored code files.
+        device: the GPU it was recorded on.
+        address_space: where the recorded memory lay (``fixed`` window or ``relocatable``).
+        recorder: what recorded it.
+        instances: the recorded launches by dynamic hash.
+    """
 
     static_hash: str
     kernel: KernelSignature
@@ -260,6 +270,11 @@ class RecordingDatabase:
         return database_name(self.static_hash)
 
     def to_dict(self) -> dict[str, Any]:
+        """The database as JSON types, with its checksum; instances in launch order.
+
+        Returns:
+            A new dict.
+        """
         ordered = sorted(self.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
         out: dict[str, Any] = {
             "format": DATABASE_FORMAT,
@@ -277,10 +292,26 @@ class RecordingDatabase:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "recording database") -> "RecordingDatabase":
-        """Parse and validate; every problem is an ArtifactError naming ``what`` and the field."""
+        """Parse and validate; every problem is an ArtifactError naming ``what`` and the field.
+
+        Args:
+            data: the parsed JSON.
+            what: what it is, for error messages.
+
+        Returns:
+            The database.
+
+        Raises:
+            ArtifactError: a missing or wrong field, an unknown version, or a checksum that does not match.
+        """
         return _parse_database(JsonReader(what), data)
 
     def to_json(self) -> str:
+        """The file's text: ``to_dict`` as indented JSON.
+
+        Returns:
+            The JSON text, ending in a newline.
+        """
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def validate(self) -> None:
@@ -288,13 +319,24 @@ class RecordingDatabase:
         RecordingDatabase.from_dict(json.loads(self.to_json()), self.name)
 
     def add_instance(self, instance: InstanceRecord) -> "RecordingDatabase":
-        """A copy with ``instance`` added (replacing an entry of the same dynamic hash)."""
+        """A copy with ``instance`` added (replacing an entry of the same dynamic hash).
+
+        Args:
+            instance: the instance's record.
+
+        Returns:
+            The new database.
+        """
         instances = dict(self.instances)
         instances[instance.dynamic_hash] = instance
         return replace(self, instances=instances)
 
     def referenced_objects(self) -> list[ObjectRef]:
-        """Every file this database names (code files, then each instance's snapshots)."""
+        """Every file this database names (code files, then each instance's snapshots).
+
+        Returns:
+            The references, in that order.
+        """
         refs = list(self.code.refs().values())
         for inst in self.instances.values():
             refs += [inst.prologue, inst.epilogue]
