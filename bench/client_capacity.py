@@ -64,11 +64,12 @@ REPO = Path(__file__).resolve().parents[1]
 # installed mneme (the test engine and the client are pure Python: no native parts needed).
 sys.path.insert(0, str(REPO))
 
+from results_file import result_path, write_section  # noqa: E402
+
 import replay_server.client.connection  # noqa: E402
 from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
 from mneme.testing.synthetic import write_vecadd_recording  # noqa: E402
 from replay_server.client.executor import AsyncReplayExecutor, server_capacity  # noqa: E402
-from results_file import result_path, write_section  # noqa: E402
 
 TARGET_RESULTS = 10_000
 TARGET_SHARED = {2: 1.8, 4: 3.2}  # tuner processes: their rate together / one process's

@@ -55,9 +55,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mneme (with its native parts) wins
 
 import record_app_scale  # noqa: E402
-from results_file import as_markdown, tee_stdout, write_section  # noqa: E402
 import record_frameworks  # noqa: E402
 import record_fresh  # noqa: E402
+from results_file import as_markdown, tee_stdout, write_section  # noqa: E402
 
 from mneme._internal.native_libs import cupti_library, recorder_library  # noqa: E402
 
