@@ -381,7 +381,7 @@ def read_chunks_into(
         refs: the chunks, in order.
         out: the buffer to fill.
         what: what they hold, for error messages.
-        workers: threads (None: a default).
+        workers: threads (None: one per CPU, at most 8).
 
     Raises:
         ArtifactError: a chunk is missing or does not match its name.
@@ -417,7 +417,7 @@ def read_chunks(store: Store, refs: Sequence[ChunkRef], *, what: str = "snapshot
         store: the store.
         refs: the chunks, in order.
         what: what they hold, for error messages.
-        workers: threads (None: a default).
+        workers: threads (None: one per CPU, at most 8).
 
     Returns:
         The bytes.
