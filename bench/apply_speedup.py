@@ -175,4 +175,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    sys.exit(record_output("apply_speedup", main))

@@ -31,8 +31,8 @@ the same servers; their trial rate together against one process's, where the ser
 saturated, and whether any configuration was evaluated twice. ``--storage`` says where the study is:
 ``study-server`` (default: ``mneme study-server`` over a journal file of its own, tuners on
 ``grpc://127.0.0.1:PORT``), ``study-server:URL`` (the study server over that storage: ``sqlite:///...``,
-``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. The table goes to ``--results-file`` too (default
-``bench/results/client_capacity.md``, appended with the host, date and commit).
+``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. The tables go to ``--results-file`` too (default
+``bench/results/client_capacity.md``, appended with the host, GPU, date, commit and command).
 
     python bench/client_capacity.py                         # the curve, executor and tuner levels
     python bench/client_capacity.py --servers 16 --seconds 5
@@ -64,6 +64,8 @@ REPO = Path(__file__).resolve().parents[1]
 # installed mneme (the test engine and the client are pure Python: no native parts needed).
 sys.path.insert(0, str(REPO))
 
+from results_file import result_path, write_section  # noqa: E402
+
 import replay_server.client.connection  # noqa: E402
 from mneme.model.experiment import ExperimentConfiguration  # noqa: E402
 from mneme.testing.synthetic import write_vecadd_recording  # noqa: E402
@@ -71,7 +73,7 @@ from replay_server.client.executor import AsyncReplayExecutor, server_capacity  
 
 TARGET_RESULTS = 10_000
 TARGET_SHARED = {2: 1.8, 4: 3.2}  # tuner processes: their rate together / one process's
-RESULTS_FILE = REPO / "bench" / "results" / "client_capacity.md"
+RESULTS_FILE = result_path("client_capacity")
 SPACE = '''
 from mneme.model.experiment import ExperimentConfiguration
 from tuner.space.search_space import IntRangeParam, SearchSpace
@@ -355,15 +357,18 @@ def loop_rate(db: str, rid: str, seconds: float, settle: float, work: Path) -> d
     return steady_rate(trial_times(results), sampler, settle)
 
 
-def print_curve(rows: list[tuple[str, int, dict]]) -> None:
-    print("| level | servers | results/s | results timed | client CPU | client CPU per result |")
-    print("|---|---|---|---|---|---|")
+def print_curve(rows: list[tuple[str, int, dict]]) -> str:
+    """Print the curve's table and verdicts; return them (markdown)."""
+    lines = ["| level | servers | results/s | results timed | client CPU | client CPU per result |", "|---|---|---|---|---|---|"]
     for level, n, r in rows:
-        print(f"| {level} | {n} | {r['rate']:.0f} | {r['results']} | {100 * r['cpu']:.0f}% | {r['us_per_result']:.0f} us |")
+        lines.append(f"| {level} | {n} | {r['rate']:.0f} | {r['results']} | {100 * r['cpu']:.0f}% | {r['us_per_result']:.0f} us |")
+    lines.append("")
     best = {level: r["rate"] for level, n, r in rows if n == max(m for _, m, _ in rows)}
     for level, rate in best.items():
         verdict = "met" if rate >= TARGET_RESULTS else "not met"
-        print(f"target >= {TARGET_RESULTS}/s at {max(m for _, m, _ in rows)} servers, {level}: {rate:.0f}/s ({verdict})")
+        lines.append(f"target >= {TARGET_RESULTS}/s at {max(m for _, m, _ in rows)} servers, {level}: {rate:.0f}/s ({verdict})")
+    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 # -- shared studies ----------------------------------------------------------------------------------
@@ -458,23 +463,11 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
     return "\n".join(lines)
 
 
-def machine_header(command: list[str]) -> str:
-    """Host, CPU model and count, date and commit of a results-file entry."""
-    import platform
-    import socket
-
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else ""
-    try:
-        commit = subprocess.run(["git", "-C", str(REPO), "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, timeout=10).stdout.strip() or "unknown"
-    except OSError:
-        commit = "unknown"
-    when = datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    return (f"## {when}, {socket.gethostname()}\n\n"
-            f"- host: {os.cpu_count()} CPUs ({cpu}), no GPU used (test-engine or echo servers on loopback); "
-            f"load average at the end {os.getloadavg()[0]:.1f}\n"
-            f"- commit: {commit}\n- command: `python3 bench/client_capacity.py {' '.join(command)}`\n")
+def record(args: argparse.Namespace, title: str, body: str) -> None:
+    """Append a table to ``--results-file`` with the host, GPU, date, commit and command (bench/results_file.py)."""
+    if args.results_file:
+        write_section(args.results_file, title, body, heading="bench/client_capacity.py results", append=True)
+        print(f"appended to {args.results_file}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -494,8 +487,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", default="study-server",
                    help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
                         "study-server:URL, journal, or an --optuna-storage URL")
-    p.add_argument("--results-file", default=str(RESULTS_FILE),
-                   help="--mode shared-study: markdown file the table is appended to ('' for none)")
+    p.add_argument("--results-file", default=str(RESULTS_FILE or ""),
+                   help="markdown file the tables are appended to (default bench/results/client_capacity.md; '' for none)")
     p.add_argument("--echo-servers", action="store_true",
                    help="minimal servers in one process that answer at once (the client alone is measured)")
     p.add_argument("--tuner-process", help=argparse.SUPPRESS)
@@ -541,23 +534,16 @@ def main(argv: list[str] | None = None) -> int:
                                                        args.settle, target)))
                         r = rows[-1][2]
                         print(f"  {level} x{n}: {r['rate']:.0f}/s", flush=True)
-                print_curve(rows)
+                curve = print_curve(rows)
+                record(args, f"curve, {max(counts)} {'echo' if args.echo_servers else 'test-engine'} servers", curve)
             if args.mode in ("shared-study", "all"):
                 n = max(counts)
                 rows = shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
                                     [int(t) for t in args.tuners.split(",")], args.storage, work)
                 report = shared_study_report(rows, args.storage, n, args.echo_servers, args.trials)
                 print("\n" + report)
-                if args.results_file:
-                    path = Path(args.results_file)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    new = not path.exists()
-                    with path.open("a") as f:
-                        if new:
-                            f.write("# bench/client_capacity.py results\n\nEach entry is appended by the "
-                                    "benchmark: machine, date, commit, command, table.\n\n")
-                        f.write(machine_header(sys.argv[1:] if argv is None else argv) + "\n" + report + "\n\n")
-                    print(f"appended to {path}")
+                record(args, f"shared study ({args.storage}), {n} {'echo' if args.echo_servers else 'test-engine'} servers",
+                       report)
         finally:
             servers.stop()
     return 0

@@ -388,4 +388,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    sys.exit(record_output("llvm_compile", main))

@@ -101,4 +101,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    sys.exit(record_output("nvml_cost", main))

@@ -189,4 +189,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    sys.exit(record_output("ptx_compile_latency", main))

@@ -57,6 +57,7 @@ sys.path.append(str(ROOT))  # a source checkout is the fallback: an installed mn
 import record_app_scale  # noqa: E402
 import record_frameworks  # noqa: E402
 import record_fresh  # noqa: E402
+from results_file import as_markdown, tee_stdout, write_section  # noqa: E402
 
 from mneme._internal.native_libs import cupti_library, recorder_library  # noqa: E402
 
@@ -262,7 +263,12 @@ def main() -> int:
     if args.app_scale:
         return record_app_scale.main(args)
     if args.only_apps:
-        return record_frameworks.main(args)
+        with tee_stdout() as printed:
+            status = record_frameworks.main(args)
+        if args.results and status == 0:
+            write_section(args.results, "Python and ML frameworks (--only-apps)", as_markdown(printed.getvalue()),
+                          heading="Recording cost: measured")
+        return status
     lib = args.recorder_lib or str(recorder_library())
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_vecadd(Path(tmp))
@@ -280,6 +286,17 @@ def main() -> int:
         snaps.append({"spool": "(none: copy engine only)", "writers": "", "instance": "", "phase": "d2h probe", "bytes": probe_bytes,
                       "seconds": probe_bytes / ceiling / 1e9, "gb_per_s": ceiling, "write_gb_per_s": nan, "setup_s": nan,
                       "wait_files_s": nan, "wait_copies_s": nan})
+    with tee_stdout() as printed:
+        print_tables(args, over, snaps)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"overhead": over, "snapshot": snaps}, indent=2))
+    if args.results:
+        write_section(args.results, "vector add and snapshot capture", as_markdown(printed.getvalue()),
+                      heading="Recording cost: measured")
+    return 0
+
+
+def print_tables(args: argparse.Namespace, over: list[dict], snaps: list[dict]) -> None:
     print_table(f"Application wall time (median of {args.repeats} runs, launch-bound shape {args.launch_repeats})", over,
                 [("shape", "shape", "s"), ("variant", "variant", "s"), ("wall_s", "wall [s]", ".3f"), ("extra_s", "extra [s]", "+.3f"),
                  ("overhead_pct", "overhead [%]", "+.1f")])
@@ -287,9 +304,6 @@ def main() -> int:
                 [("spool", "spool", "s"), ("writers", "writers", "s"), ("instance", "inst", "s"), ("phase", "phase", "s"), ("bytes", "bytes", "d"),
                  ("seconds", "stalled [s]", ".3f"), ("gb_per_s", "capture GB/s", ".1f"), ("write_gb_per_s", "write GB/s", ".1f"),
                  ("setup_s", "set-up [s]", ".3f"), ("wait_files_s", "waited for writes [s]", ".3f"), ("wait_copies_s", "waited for copies [s]", ".3f")])
-    if args.json:
-        Path(args.json).write_text(json.dumps({"overhead": over, "snapshot": snaps}, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -161,4 +161,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    sys.exit(record_output("record_overhead_parts", main))

@@ -153,4 +153,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from results_file import record_output  # bench/results/NAME.md
+
+    main() if "--child" in sys.argv or "--json" in sys.argv else record_output("replay_host_overhead", main)

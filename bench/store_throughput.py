@@ -165,5 +165,7 @@ def _resume(source: Path, destination: S3Store, workers: int):
 
 
 if __name__ == "__main__":
+    from results_file import record_output  # bench/results/NAME.md
+
     os.environ.setdefault("MNEME_S3_CONFIG", os.devnull)
-    raise SystemExit(main())
+    raise SystemExit(record_output("store_throughput", main))

@@ -157,4 +157,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from results_file import record_output  # bench/results/NAME.md
+
+    raise SystemExit(record_output("tpe_efficiency", main))

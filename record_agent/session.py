@@ -78,7 +78,16 @@ def _run_unrecorded(command: tuple[str, ...]) -> int:
 
 
 def record(options: RecordOptions, *, env: dict[str, str] | None = None, log=None) -> RecordSummary:
-    """Run the application under the recorder and write its recordings; see the module docstring."""
+    """Run the application under the recorder and write its recordings; see the module docstring.
+
+    Args:
+        options: what to run and record, and where (``RecordOptions``).
+        env: the application's environment (default: this process's).
+        log: where the summary and warnings go (default: standard error).
+
+    Returns:
+        The ``RecordSummary``: the application's exit status and what was recorded where.
+    """
     log = log or sys.stderr
     base_env = dict(os.environ if env is None else env)
     rank = detect_rank(base_env)
@@ -267,11 +276,17 @@ def _converter(options: RecordOptions, rank: int | None, spool_dir: str, local_d
 def record_durability(options: RecordOptions, env: dict[str, str]) -> str:
     """What of the recording survives a machine crash (``LocalStore`` durability; docs/recording.md, Robustness).
 
-    By default nothing is fsync'ed: a recording's GBs would go at the disk's speed (2 GB/s against the page
-    cache's 15-40 on the H100 machine) and a ``syncfs`` per database waits for all of them (1.4 s for
-    2.3 GB on the H200 host). Renames keep every object whole, so a killed application or agent never
-    leaves a partial one. ``--durable``: one ``syncfs`` before each database is committed, and an fsync of
-    the database. ``MNEME_RECORD_SYNC=1``: an fsync per object.
+    By default nothing is fsync'ed: a recording's GBs would go at the disk's speed, many times slower than
+    the page cache, and a ``syncfs`` per database waits for all of them. Renames keep every object whole,
+    so a killed application or agent never leaves a partial one. ``--durable``: one ``syncfs`` before each
+    database is committed, and an fsync of the database. ``MNEME_RECORD_SYNC=1``: an fsync per object.
+
+    Args:
+        options: the run's options (``durable``).
+        env: the environment (``MNEME_RECORD_SYNC``).
+
+    Returns:
+        ``object``, ``commit`` or ``none``.
     """
     if env.get("MNEME_RECORD_SYNC") == "1":
         return "object"

@@ -90,7 +90,7 @@ def token_file() -> Path:
 def code_signature(root: str = PACKAGE_ROOT) -> str:
     """A digest of the names, sizes and modification times of the server's source and native files
     (``mneme/``, ``replay_server/`` under ``root``): a server started before an edit of the
-    code is not reused. ~1 ms."""
+    code is not reused."""
     digest = hashlib.sha256()
     for package in ("mneme", "replay_server"):
         stack = [os.path.join(root, package)]

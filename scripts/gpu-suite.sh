@@ -48,7 +48,10 @@ fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   names=("$@"); [ "$mode" = all ] && names=()
   [ ${#names[@]} -eq 0 ] && names=(replay_fidelity server_throughput ptx_compile_latency record_overhead record_overhead_parts llvm_compile headline)
-  mkdir -p "$OUT/bench"
+  mkdir -p "$OUT/bench/results"
+  # The benchmarks' result files (bench/results/NAME.md) are updated in a copy that comes back in bench.tgz.
+  cp "$REPO"/bench/results/*.md "$OUT/bench/results/" 2>/dev/null || true
+  export MNEME_BENCH_RESULTS="${MNEME_BENCH_RESULTS:-$OUT/bench/results}"
   for name in "${names[@]}"; do
     echo "== bench $name"
     args=(${BENCH_ARGS:-}); [ "$name" = headline ] && args=(--out "$OUT/bench/headline" ${HEADLINE_ARGS:-})

@@ -71,7 +71,7 @@ class EncodedResult(NamedTuple):
 
 def now_iso() -> str:
     """``datetime.now(timezone.utc).isoformat(timespec="milliseconds")``, a trial record's timestamp: the
-    date and time of day are made once per second (a third of the cost, and there is one per trial)."""
+    date and time of day are made once per second (most of the formatting's cost, and there is one per trial)."""
     global _second_text
     fraction, whole = math.modf(time.time())
     second, micros = int(whole), round(fraction * 1e6)  # as datetime.fromtimestamp rounds the clock

@@ -218,7 +218,17 @@ RUN_METADATA = ("kernel", "device", "mneme_version", "written", "fingerprint")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a ``--config`` file (YAML; JSON is YAML too) into a dict of known keys."""
+    """Read a ``--config`` file (YAML; JSON is YAML too) into a dict of known keys.
+
+    Args:
+        path: the file.
+
+    Returns:
+        The settings, by option name.
+
+    Raises:
+        ConfigurationError: the file cannot be read, is not YAML, or holds unknown keys.
+    """
     import yaml
 
     p = Path(path)
@@ -245,7 +255,19 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 def resolve_options(cli: Mapping[str, Any], config_file: str | Path | None = None,
                     base: Mapping[str, Any] | None = None) -> TuneOptions:
     """Defaults, then ``base`` (the settings of the run ``--resume`` continues), then the config file, then
-    the command line; normalized and validated."""
+    the command line; normalized and validated.
+
+    Args:
+        cli: the command line's settings, by option name.
+        config_file: the ``--config`` file (None: none).
+        base: the settings of the run ``--resume`` continues (None: none).
+
+    Returns:
+        The ``TuneOptions``.
+
+    Raises:
+        ConfigurationError: an unknown key, a value of the wrong type, or settings that conflict.
+    """
     merged: dict[str, Any] = _tolerance_layer(base, {}) if base else {}
     if config_file:
         merged = _tolerance_layer(load_config_file(config_file), merged)

@@ -33,7 +33,7 @@ from tuner.results.directory import ResultsDirectory, default_results_dir, dumps
 from tuner.results.export import write_export
 from tuner.results.fingerprint import run_fingerprint
 from tuner.results.summary import best_document, summary_document, verification_counts
-from tuner.results.table import render_top_table, top_configurations
+from tuner.results.table import pareto_rows, render_top_table, top_configurations
 from tuner.resume import check_resumable, choose_results_dir
 from tuner.space.factory import build_space
 from tuner.space.search_space import (
@@ -211,7 +211,15 @@ def derived_tolerance(result: ExperimentResult) -> dict[str, Any]:
 
 
 class TuneRun:
-    """The pieces of one run, wired together."""
+    """The pieces of one run, wired together.
+
+    Args:
+        options: the run's settings.
+        executor_factory: makes the replay executor (default: replay servers as the options say).
+        instance_loader: reads the recording's instance (default: from the store).
+        out: where tables and messages go (default: standard output).
+        is_tty: whether ``out`` is a terminal (None: ask it).
+    """
 
     def __init__(self, options: TuneOptions, *, executor_factory: ExecutorFactory | None = None,
                  instance_loader: InstanceLoader | None = None, out: TextIO | None = None,
@@ -233,6 +241,11 @@ class TuneRun:
 
     # -- entry ---------------------------------------------------------------------------
     def run(self) -> int:
+        """Run it: print the space or the plan, or tune and write the results directory.
+
+        Returns:
+            The exit status: 0 when the run finished, 1 when no candidate verified or a fail-fast stop ended it.
+        """
         o = self.options
         if o.dump_config:
             dump_options(o, o.dump_config)
@@ -477,7 +490,8 @@ class TuneRun:
     def _conclude(self, state: LoopState, baseline: dict[str, Any], results: ResultsDirectory,
                   identity: KernelIdentity, reporter: Reporter) -> int:
         o = self.options
-        best = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives).get("best")
+        document = best_document(state.records, baseline, o.sampler == "nsga2", objective=o.objectives)
+        best = document.get("best")
         counts = state.counts()
         exactness = verification_counts(state.records)
         reporter.message(
@@ -497,7 +511,12 @@ class TuneRun:
         energy = f" energy={best['energy_j']:.4g} J/launch" if best.get("energy_j") else ""
         self.log.info("best: trial %s, %s=%s, speedup %.3f%s: %s", best["trial"], o.metric, format_ns(best["metric"]),
                       best["speedup"], energy, json.dumps(best["params"]))
-        if not o.quiet:
+        if not o.quiet and document.get("pareto_front"):
+            names = o.objectives.metric_names
+            render_top_table(pareto_rows(document["pareto_front"], baseline["metric"]), baseline["metric"], o.metric,
+                             self.out, is_tty=self.is_tty, extra_headers=names[1:],
+                             title=f"Pareto front ({', '.join(names)}) against the baseline")
+        elif not o.quiet:
             render_top_table(top_configurations(state.records, baseline["metric"]), baseline["metric"], o.metric,
                              self.out, is_tty=self.is_tty, title="best configurations against the baseline")
         if best.get("overlaps_baseline"):
@@ -551,4 +570,17 @@ SERVERS_LOST = "replay server lost"
 
 
 def run_tune(options: TuneOptions, **kwargs: Any) -> int:
+    """Run ``mneme tune`` with resolved options (``tuner.options.resolve_options``).
+
+    Args:
+        options: the run's settings.
+        **kwargs: ``TuneRun``'s keyword arguments (``executor_factory``, ``instance_loader``, ``out``, ``is_tty``).
+
+    Returns:
+        The exit status: 0 when the run finished, 1 when no candidate verified or a fail-fast stop ended it.
+
+    Raises:
+        MnemeError: the run could not start or its baseline failed (``TuningError``, ``ConfigurationError``,
+            ``NotAvailableError``).
+    """
     return TuneRun(options, **kwargs).run()

@@ -33,6 +33,15 @@ def validate_name(name: str) -> str:
     A name is relative and ``/``-separated; each component is non-empty, does not
     start with a dot (hidden files and ``.``/``..`` are reserved: temporary files
     of atomic writes are hidden), and uses only letters, digits and ``._+=@,~-``.
+
+    Args:
+        name: the object name.
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        InvalidNameError: the name breaks one of these rules or is too long.
     """
     if not isinstance(name, str):
         raise InvalidNameError(f"an object name is a string, got {type(name).__name__}")
@@ -65,7 +74,17 @@ def validate_name(name: str) -> str:
 
 
 def validate_prefix(prefix: str) -> str:
-    """A listing prefix: empty, or a name prefix (may end with '/', may stop mid-component)."""
+    """A listing prefix: empty, or a name prefix (may end with '/', may stop mid-component).
+
+    Args:
+        prefix: the prefix.
+
+    Returns:
+        ``prefix`` unchanged.
+
+    Raises:
+        InvalidNameError: it is not the start of a valid name.
+    """
     if prefix == "":
         return prefix
     stripped = prefix[:-1] if prefix.endswith("/") else prefix

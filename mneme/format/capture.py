@@ -3,9 +3,8 @@
 :class:`ContentIndex` maps the xxh3-128 fingerprint of a piece's bytes to the
 digest that names its chunk. An iterative application's snapshots repeat
 most of their bytes (a matrix read by every launch, inputs the kernel does not
-write): a piece seen before is recognized at the fingerprint's speed (~30 GB/s
-per core) and costs no chunk hash (BLAKE3 ~4-8 GB/s per core, SHA-256 ~2), no
-compression and no write. The chunk name stays the content hash of the bytes
+write): a piece seen before is recognized at the fingerprint's speed (several
+times the chunk hash's) and costs no chunk hash, no compression and no write. The chunk name stays the content hash of the bytes
 (the format's guarantee for readers); the fingerprint is a 128-bit
 non-cryptographic hash, trusted to tell *different* contents of one recording
 session apart (accidental collisions: ~2^-128 per pair), never stored and

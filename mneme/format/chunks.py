@@ -290,7 +290,19 @@ def put_chunks(
     workers: int | None = None,
     algorithm: str = DEFAULT_CHUNK_HASH,
 ) -> list[ChunkRef]:
-    """Store ``data`` as chunks (skipping those already stored) and return their refs in order."""
+    """Store ``data`` as chunks (skipping those already stored) and return their refs in order.
+
+    Args:
+        store: the store.
+        data: the bytes.
+        chunk_size: bytes per chunk (the last may be shorter).
+        level: zstd level for data that compresses well.
+        workers: threads (None: one per CPU, at most 32).
+        algorithm: ``blake3`` (snapshot version 2) or ``sha256`` (version 1).
+
+    Returns:
+        The ``ChunkRef`` of each chunk, in order.
+    """
     return put_many(store, [data], chunk_size, level=level, workers=workers, algorithm=algorithm)[0]
 
 
@@ -308,6 +320,19 @@ def put_chunks_from_file(
     """Store ``size`` bytes of a file from ``offset`` as chunks (for raw region files of the recorder).
 
     The file is read piece by piece (``os.preadv``); it is never held whole in memory.
+
+    Args:
+        store: the store.
+        path: the file.
+        offset: where its bytes start.
+        size: how many (None: to the end).
+        chunk_size: bytes per chunk.
+        level: zstd level for data that compresses well.
+        workers: threads (None: one per CPU, at most 32).
+        algorithm: ``blake3`` or ``sha256``.
+
+    Returns:
+        The ``ChunkRef`` of each chunk, in order.
     """
     return put_many(store, [FileSlice(path, offset, size)], chunk_size, level=level, workers=workers,
                     algorithm=algorithm)[0]
@@ -349,7 +374,19 @@ def read_chunks_into(
     what: str = "snapshot",
     workers: int | None = None,
 ) -> None:
-    """Fill ``out`` (exactly the total length of ``refs``) with the verified chunk contents."""
+    """Fill ``out`` (exactly the total length of ``refs``) with the verified chunk contents.
+
+    Args:
+        store: the store.
+        refs: the chunks, in order.
+        out: the buffer to fill.
+        what: what they hold, for error messages.
+        workers: threads (None: one per CPU, at most 8).
+
+    Raises:
+        ArtifactError: a chunk is missing or does not match its name.
+        ValueError: ``out`` has another length than the chunks.
+    """
     view = memoryview(out).cast("B")
     total = sum(ref.length for ref in refs)
     if len(view) != total:
@@ -374,7 +411,20 @@ def read_chunks_into(
 
 
 def read_chunks(store: Store, refs: Sequence[ChunkRef], *, what: str = "snapshot", workers: int | None = None) -> bytes:
-    """The verified, concatenated contents of ``refs``."""
+    """The verified, concatenated contents of ``refs``.
+
+    Args:
+        store: the store.
+        refs: the chunks, in order.
+        what: what they hold, for error messages.
+        workers: threads (None: one per CPU, at most 8).
+
+    Returns:
+        The bytes.
+
+    Raises:
+        ArtifactError: a chunk is missing or does not match its name.
+    """
     out = bytearray(sum(ref.length for ref in refs))
     read_chunks_into(store, refs, out, what=what, workers=workers)
     return bytes(out)

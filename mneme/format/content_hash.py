@@ -2,9 +2,8 @@
 
 A chunk is stored under the 256-bit hash (64 lowercase hex digits) of its
 uncompressed bytes. Version 2 snapshots name their chunks by BLAKE3: a tree
-hash that runs at 4-8 GB/s per core with AVX2/AVX-512, against SHA-256's
-1-2 GB/s with the SHA extensions, so hashing new snapshot data no longer
-bounds recording. Version 1 snapshots (recordings made before) name theirs by
+hash several times faster per core than SHA-256 (SIMD against the SHA
+extensions), so hashing new snapshot data does not bound recording. Version 1 snapshots (recordings made before) name theirs by
 SHA-256, and are still read and verified. A snapshot uses one algorithm for
 all its chunks; equal bytes get equal names under one algorithm (dedupe),
 and the two algorithms' names never collide.

@@ -244,7 +244,17 @@ class InstanceRecord:
 
 @dataclass(frozen=True)
 class RecordingDatabase:
-    """Everything ``<static>.json`` holds."""
+    """Everything ``<static>.json`` holds.
+
+    Attributes:
+        static_hash: the kernel's static hash (the database's name).
+        kernel: the kernel's signature: name and parameter layout.
+        code: the kernel's stored code files.
+        device: the GPU it was recorded on.
+        address_space: where the recorded memory lay (``fixed`` window or ``relocatable``).
+        recorder: what recorded it.
+        instances: the recorded launches by dynamic hash.
+    """
 
     static_hash: str
     kernel: KernelSignature
@@ -260,6 +270,11 @@ class RecordingDatabase:
         return database_name(self.static_hash)
 
     def to_dict(self) -> dict[str, Any]:
+        """The database as JSON types, with its checksum; instances in launch order.
+
+        Returns:
+            A new dict.
+        """
         ordered = sorted(self.instances.values(), key=lambda i: (i.launch_index, i.dynamic_hash))
         out: dict[str, Any] = {
             "format": DATABASE_FORMAT,
@@ -277,10 +292,26 @@ class RecordingDatabase:
 
     @classmethod
     def from_dict(cls, data: Any, what: str = "recording database") -> "RecordingDatabase":
-        """Parse and validate; every problem is an ArtifactError naming ``what`` and the field."""
+        """Parse and validate; every problem is an ArtifactError naming ``what`` and the field.
+
+        Args:
+            data: the parsed JSON.
+            what: what it is, for error messages.
+
+        Returns:
+            The database.
+
+        Raises:
+            ArtifactError: a missing or wrong field, an unknown version, or a checksum that does not match.
+        """
         return _parse_database(JsonReader(what), data)
 
     def to_json(self) -> str:
+        """The file's text: ``to_dict`` as indented JSON.
+
+        Returns:
+            The JSON text, ending in a newline.
+        """
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def validate(self) -> None:
@@ -288,13 +319,24 @@ class RecordingDatabase:
         RecordingDatabase.from_dict(json.loads(self.to_json()), self.name)
 
     def add_instance(self, instance: InstanceRecord) -> "RecordingDatabase":
-        """A copy with ``instance`` added (replacing an entry of the same dynamic hash)."""
+        """A copy with ``instance`` added (replacing an entry of the same dynamic hash).
+
+        Args:
+            instance: the instance's record.
+
+        Returns:
+            The new database.
+        """
         instances = dict(self.instances)
         instances[instance.dynamic_hash] = instance
         return replace(self, instances=instances)
 
     def referenced_objects(self) -> list[ObjectRef]:
-        """Every file this database names (code files, then each instance's snapshots)."""
+        """Every file this database names (code files, then each instance's snapshots).
+
+        Returns:
+            The references, in that order.
+        """
         refs = list(self.code.refs().values())
         for inst in self.instances.values():
             refs += [inst.prologue, inst.epilogue]
@@ -521,12 +563,29 @@ def find_databases(store: Store) -> list[str]:
     """The recording databases (``<static>.json``) at the top of ``store``, sorted.
 
     Lists by leading digit so that the ``chunks/`` tree is never walked.
+
+    Args:
+        store: the store.
+
+    Returns:
+        The databases' object names.
     """
     return sorted(n for digit in "0123456789" for n in store.list(digit) if DATABASE_NAME.fullmatch(n))
 
 
 def load_database(store: Store, name: str) -> RecordingDatabase:
-    """Read and validate database ``name`` (``<static>.json``) from ``store``."""
+    """Read and validate database ``name`` (``<static>.json``) from ``store``.
+
+    Args:
+        store: the store.
+        name: the database's object name.
+
+    Returns:
+        The ``RecordingDatabase``.
+
+    Raises:
+        ArtifactError: missing, not JSON, or not a valid database.
+    """
     what = f"{name} in {store.url}"
     db = parse_database_bytes(store.get(name), what)
     basename = name.rpartition("/")[2]
@@ -536,7 +595,16 @@ def load_database(store: Store, name: str) -> RecordingDatabase:
 
 
 def save_database(store: Store, db: RecordingDatabase, name: str | None = None) -> str:
-    """Validate and write the database (pretty JSON), atomically; return its object name."""
+    """Validate and write the database (pretty JSON), atomically; return its object name.
+
+    Args:
+        store: the store.
+        db: the database.
+        name: its object name (default: ``<static>.json``).
+
+    Returns:
+        The object name.
+    """
     db.validate()
     target = name or db.name
     store.put(target, db.to_json().encode("utf-8"))
@@ -548,6 +616,16 @@ def merge_databases(existing: RecordingDatabase, new: RecordingDatabase) -> Reco
 
     Both must describe the same kernel with the same code; otherwise the
     directory would mix recordings of different builds.
+
+    Args:
+        existing: the database already stored.
+        new: the database of this recording.
+
+    Returns:
+        A new database with both instances.
+
+    Raises:
+        ArtifactError: they describe different kernels or code.
     """
     if existing.static_hash != new.static_hash:
         raise ArtifactError(f"cannot merge databases of kernels {existing.static_hash} and {new.static_hash}")

@@ -1,19 +1,18 @@
 """The stored form of a chunk: one zstd frame, compressed only where compression pays.
 
 Device memory of real applications is often floating-point data that zstd
-shrinks by a few percent at ~0.7 GB/s per core (level 3), a third of the
-SHA-256 rate and a twentieth of the copy rate. A short probe (three 32 KiB
+shrinks by a few percent, at a small fraction of the hash's and the copy's
+rates. A short probe (three 32 KiB
 samples at level 1) decides: a piece whose samples do not shrink below
 ``RAW_RATIO`` is stored as a zstd frame of *raw blocks* (RFC 8878, section
 3.1.1.2: block type 0), which every zstd decoder reads like any other frame
 (content size declared, so readers check it first); a writer gets it as
 parts (:func:`frame_parts`: the headers and views of the piece, written with
 one ``writev``), never copied into a buffer. Between the two, data that
-shrinks only somewhat (smooth floating-point fields: 0.88 of their size at
-level 1, 0.78 at level 3, but 1 GB/s against 0.2 GB/s per core) is
-compressed at level ``FAST_LEVEL``; the requested level is kept for data
-that compresses well (integers, zeros, repeated values), which zstd handles
-at several GB/s at any level.
+shrinks only somewhat (smooth floating-point fields: level 3 saves a little
+more than level 1, at several times the CPU) is compressed at level
+``FAST_LEVEL``; the requested level is kept for data that compresses well
+(integers, zeros, repeated values), which zstd handles fast at any level.
 Nothing in the format changes: a chunk is still one zstd frame of its bytes.
 """
 

@@ -32,6 +32,13 @@ def static_hash(kernel_name: str, code: bytes | str) -> str:
     ``code`` is the PTX text of the kernel's module when it was recorded, else
     the cubin bytes: the same source built the same way gives the same id on
     every run, and a rebuilt kernel with different code gets a new one.
+
+    Args:
+        kernel_name: the mangled name.
+        code: the module's PTX text, or the cubin bytes.
+
+    Returns:
+        The static hash (hex).
     """
     if isinstance(code, str):
         code = code.encode("utf-8")
@@ -56,6 +63,17 @@ def dynamic_hash(
     encoding of the launch's attributes (``database.attributes_key``: cluster
     dimensions, cooperative, ...); empty adds nothing, so launches without
     attributes keep the ids they always had.
+
+    Args:
+        static: the kernel's static hash.
+        grid, block: the launch's extents (``Dim3`` or its dict form).
+        shared_mem: dynamic shared memory in bytes.
+        arg_bytes: the exact parameter bytes.
+        occurrence: which repeat of an identical launch (``--record-duplicates``; 0: the first).
+        attributes: the launch attributes' encoded bytes.
+
+    Returns:
+        The dynamic hash (hex).
     """
     g, b = Dim3.from_value(grid), Dim3.from_value(block)
     values = (*g.as_tuple(), *b.as_tuple(), shared_mem)

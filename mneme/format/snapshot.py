@@ -53,7 +53,18 @@ _U64 = 2**64
 
 @dataclass(frozen=True)
 class Region:
-    """One recorded memory range and where its bytes are stored."""
+    """One recorded memory range and where its bytes are stored.
+
+    Attributes:
+        base: the recorded address (for an ``array``, the array's recorded handle).
+        size: the length in bytes.
+        kind: ``heap``, ``global``, ``parameter`` or ``array``.
+        name: a label (a global's symbol, for instance).
+        chunks: the stored chunks of its bytes, in order.
+        policy: how the replay compares it (None: bitwise).
+        array: a CUDA array's shape (kind ``array`` only).
+        origin: the snapshot file it was read from (for error messages only; not stored).
+    """
 
     base: int
     size: int
@@ -72,6 +83,7 @@ class Region:
 
     @property
     def end(self) -> int:
+        """The first address after the region."""
         return self.base + self.size
 
     @property
@@ -80,11 +92,31 @@ class Region:
         return self.policy or VerifyPolicy()
 
     def read(self, store: Store, *, what: str | None = None) -> bytes:
-        """The region's bytes, every chunk verified."""
+        """The region's bytes, every chunk verified.
+
+        Args:
+            store: the store holding the chunks.
+            what: what it is, for error messages (default: the region and its snapshot).
+
+        Returns:
+            The bytes.
+
+        Raises:
+            ArtifactError: a chunk is missing or does not match its name.
+        """
         return read_chunks(store, self.chunks, what=what or self._what())
 
     def read_into(self, store: Store, out: memoryview | bytearray, *, what: str | None = None) -> None:
-        """Fill ``out`` (``size`` bytes) with the region's verified bytes."""
+        """Fill ``out`` (``size`` bytes) with the region's verified bytes.
+
+        Args:
+            store: the store holding the chunks.
+            out: the buffer, ``size`` bytes long.
+            what: what it is, for error messages (default: the region and its snapshot).
+
+        Raises:
+            ArtifactError: a chunk is missing or does not match its name.
+        """
         read_chunks_into(store, self.chunks, out, what=what or self._what())
 
     def _what(self) -> str:
@@ -92,6 +124,11 @@ class Region:
         return f"{region} of {self.origin}" if self.origin else region
 
     def to_dict(self) -> dict[str, Any]:
+        """The region as the snapshot header writes it.
+
+        Returns:
+            A new dict.
+        """
         out = {
             "base": self.base,
             "size": self.size,
@@ -107,7 +144,15 @@ class Region:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The memory state of one launch at one phase (prologue: before, epilogue: after)."""
+    """The memory state of one launch at one phase (prologue: before, epilogue: after).
+
+    Attributes:
+        static_hash: the kernel's static hash.
+        dynamic_hash: the instance's dynamic hash.
+        phase: ``prologue`` or ``epilogue``.
+        regions: the recorded memory ranges.
+        chunk_size: bytes per chunk.
+    """
 
     static_hash: str
     dynamic_hash: str
@@ -125,12 +170,32 @@ class Snapshot:
 
     @property
     def total_size(self) -> int:
+        """The regions' bytes in all."""
         return sum(r.size for r in self.regions)
 
     def regions_of_kind(self, kind: str) -> list[Region]:
+        """The regions of one kind.
+
+        Args:
+            kind: ``heap``, ``global``, ``parameter`` or ``array``.
+
+        Returns:
+            Those regions, in order.
+        """
         return [r for r in self.regions if r.kind == kind]
 
     def region_named(self, name: str) -> Region:
+        """The region labelled ``name``.
+
+        Args:
+            name: the region's label.
+
+        Returns:
+            The first region of that name.
+
+        Raises:
+            ArtifactError: no region has that name.
+        """
         for r in self.regions:
             if r.name == name:
                 return r
@@ -139,6 +204,11 @@ class Snapshot:
         )
 
     def chunk_refs(self) -> set[ChunkRef]:
+        """Every chunk the regions name, each once.
+
+        Returns:
+            A new set.
+        """
         return {c for r in self.regions for c in r.chunks}
 
     @property
@@ -158,6 +228,11 @@ class Snapshot:
         return SNAPSHOT_VERSIONS[self.chunk_hash]
 
     def to_header(self) -> dict[str, Any]:
+        """The snapshot file's header.
+
+        Returns:
+            A new dict.
+        """
         return {
             "static_hash": self.static_hash,
             "dynamic_hash": self.dynamic_hash,
@@ -312,7 +387,15 @@ def _check_layout(r: JsonReader, regions: Sequence[Region]) -> None:
 
 
 def write_snapshot(store: Store, snapshot: Snapshot) -> tuple[str, str, int]:
-    """Store the snapshot file (its chunks must be stored already); return (name, sha256, size)."""
+    """Store the snapshot file (its chunks must be stored already); return (name, sha256, size).
+
+    Args:
+        store: the store.
+        snapshot: the snapshot, its chunks already stored.
+
+    Returns:
+        ``(name, sha256, size)`` of the file written.
+    """
     data = encode_snapshot(snapshot)
     store.put(snapshot.name, data)
     return snapshot.name, hashlib.sha256(data).hexdigest(), len(data)
@@ -325,7 +408,20 @@ def read_snapshot(
     sha256: str | None = None,
     size: int | None = None,
 ) -> Snapshot:
-    """Read and validate snapshot ``name``; with ``sha256``/``size`` (from the database) check the file too."""
+    """Read and validate snapshot ``name``; with ``sha256``/``size`` (from the database) check the file too.
+
+    Args:
+        store: the store.
+        name: the snapshot file's object name.
+        sha256: the file's SHA-256 the database names.
+        size: its size the database names.
+
+    Returns:
+        The ``Snapshot`` (header; region bytes are read on demand).
+
+    Raises:
+        ArtifactError: missing, damaged, or not what the database names.
+    """
     what = f"snapshot {name} in {store.url}"
     data = store.get(name)
     if size is not None and len(data) != size:

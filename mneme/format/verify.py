@@ -48,6 +48,14 @@ def verify_recording(store: Store, database: str, *, deep: bool = True) -> Verif
     exists. Deep (the default) also checks SHA-256 of every file, decompresses
     and hashes every chunk (each distinct chunk once), and checks the static
     hash against the recorded code.
+
+    Args:
+        store: the store.
+        database: the database's object name.
+        deep: also hash every file and chunk.
+
+    Returns:
+        The ``VerificationReport``; its ``problems`` are empty when the recording is whole.
     """
     report = VerificationReport(f"{database} in {store.url}")
     try:

@@ -243,7 +243,19 @@ def new_database(
     address_space: AddressSpace | None = None,
     recorder: RecorderInfo | None = None,
 ) -> RecordingDatabase:
-    """An empty database for a kernel whose code is already stored (see ``RecordingWriter.write_code``)."""
+    """An empty database for a kernel whose code is already stored (see ``RecordingWriter.write_code``).
+
+    Args:
+        static_hash: the kernel's static hash.
+        kernel: its signature (name, parameters).
+        code: its stored code files.
+        device: the GPU it was recorded on.
+        address_space: where its memory lay (``fixed`` window or ``relocatable``).
+        recorder: what recorded it.
+
+    Returns:
+        The empty ``RecordingDatabase``.
+    """
     return RecordingDatabase(
         static_hash,
         kernel,

@@ -12,7 +12,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import (
-    Mapping,  # (typing.Mapping's isinstance costs ~1 us: _plain runs per result)
+    Mapping,  # (typing.Mapping's isinstance is slow: _plain runs per result)
 )
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +32,13 @@ DEFAULT_PASSES = "default<O3>"
 
 @dataclass(frozen=True)
 class Dim3:
-    """A CUDA ``dim3``: grid or block extents."""
+    """A CUDA ``dim3``: grid or block extents.
+
+    Attributes:
+        x: extent along x (at least 1 to launch).
+        y: extent along y.
+        z: extent along z.
+    """
 
     x: int = 1
     y: int = 1
@@ -40,17 +46,38 @@ class Dim3:
 
     @property
     def count(self) -> int:
+        """Threads (or blocks) in all: ``x * y * z``."""
         return self.x * self.y * self.z
 
     def as_tuple(self) -> tuple[int, int, int]:
+        """The extents as ``(x, y, z)``.
+
+        Returns:
+            The tuple.
+        """
         return (self.x, self.y, self.z)
 
     def to_dict(self) -> dict[str, int]:
+        """The dict form ``{"x": .., "y": .., "z": ..}`` (what configurations and the wire use).
+
+        Returns:
+            The dict.
+        """
         return {"x": self.x, "y": self.y, "z": self.z}
 
     @classmethod
     def from_value(cls, value: Any) -> "Dim3":
-        """Accept a Dim3, a ``{"x":..,"y":..,"z":..}`` dict (missing axes are 1), or a sequence."""
+        """Accept a Dim3, a ``{"x":..,"y":..,"z":..}`` dict (missing axes are 1), or a sequence.
+
+        Args:
+            value: a Dim3, a dict of axes, or a sequence of one to three integers (missing axes are 1).
+
+        Returns:
+            The Dim3.
+
+        Raises:
+            ConfigurationError: an unknown axis, or a value that is not an integer.
+        """
         if isinstance(value, Dim3):
             return value
         if type(value) is dict or isinstance(value, Mapping):  # (the ABC check only for other mappings)
@@ -97,7 +124,23 @@ def _as_bool(value: Any, what: str) -> bool:
 
 @dataclass(frozen=True)
 class ExperimentConfiguration:
-    """One replay configuration. Field order and defaults are the reference's."""
+    """One replay configuration. Field order and defaults are the reference's.
+
+    Attributes:
+        grid: blocks of the launch (``gridDim``).
+        block: threads per block (``blockDim``).
+        shared_mem: dynamic shared memory in bytes.
+        specialize: compile with the kernel's scalar arguments fixed to their recorded values.
+        set_launch_bounds: compile with ``__launch_bounds__(max_threads, min_blocks_per_sm)``.
+        max_threads: the launch bounds' maximum threads per block (None: not set).
+        min_blocks_per_sm: the launch bounds' minimum resident blocks per SM (None: not set).
+        specialize_dims: compile with the launch's grid and block extents fixed.
+        passes: the LLVM pass pipeline (the LLVM tier; ``DEFAULT_PASSES`` is the recorded code's).
+        codegen_opt: the code generation level (PTX JIT ``-O0``..``-O4``; LLVM's ``llc`` level).
+        codegen_method: how the LLVM tier generates code (the reference's ``serial``).
+        prune: the LLVM tier removes code the kernel does not reach.
+        internalize: the LLVM tier makes every function but the kernel internal.
+    """
 
     grid: Dim3 = field(default_factory=Dim3)
     block: Dim3 = field(default_factory=Dim3)
@@ -116,7 +159,17 @@ class ExperimentConfiguration:
     # -- construction -----------------------------------------------------
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ExperimentConfiguration":
-        """Build from a (possibly partial) dict; missing keys take the defaults."""
+        """Build from a (possibly partial) dict; missing keys take the defaults.
+
+        Args:
+            data: the ``Replay-config`` dict, possibly partial: missing keys take the defaults.
+
+        Returns:
+            The configuration.
+
+        Raises:
+            ConfigurationError: unknown keys, or values of the wrong type.
+        """
         if type(data) is not dict and not isinstance(data, Mapping):
             raise ConfigurationError(f"a configuration is a dict, got {type(data).__name__}")
         if not data.keys() <= _CONFIG_KEYS:
@@ -141,12 +194,24 @@ class ExperimentConfiguration:
         return cls(**kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """The reference's ``Replay-config`` dict; ``from_dict(to_dict())`` is the identity."""
+        """The reference's ``Replay-config`` dict; ``from_dict(to_dict())`` is the identity.
+
+        Returns:
+            A new dict of every field, ``grid`` and ``block`` as dicts.
+        """
         out = {name: getattr(self, name) for name in _CONFIG_FIELDS}
         out["grid"], out["block"] = self.grid.to_dict(), self.block.to_dict()
         return out
 
     def replace(self, **changes: Any) -> "ExperimentConfiguration":
+        """This configuration with some fields changed, checked as ``from_dict`` checks them.
+
+        Args:
+            **changes: field names and their new values (a ``Dim3`` or a dict for ``grid`` and ``block``).
+
+        Returns:
+            A new configuration.
+        """
         merged = self.to_dict()
         merged.update({k: (v.to_dict() if isinstance(v, Dim3) else v) for k, v in changes.items()})
         return ExperimentConfiguration.from_dict(merged)
@@ -154,10 +219,15 @@ class ExperimentConfiguration:
     # -- validation ---------------------------------------------------------
     @property
     def threads_per_block(self) -> int:
+        """The block's threads (``block.count``)."""
         return self.block.count
 
     def validation_errors(self) -> list[str]:
-        """Every reason this configuration cannot be launched; empty when valid."""
+        """Every reason this configuration cannot be launched; empty when valid.
+
+        Returns:
+            The reasons, one sentence each.
+        """
         errors: list[str] = []
         for name, dim, limits in (("block", self.block, MAX_BLOCK_DIM), ("grid", self.grid, MAX_GRID_DIM)):
             for axis, value, limit in zip("xyz", dim.as_tuple(), limits):
@@ -192,6 +262,11 @@ class ExperimentConfiguration:
         return errors
 
     def is_valid(self) -> bool:
+        """Whether it can be launched (``validation_errors()`` is empty).
+
+        Returns:
+            True when valid.
+        """
         return not self.validation_errors()
 
     def ground(self) -> "ExperimentConfiguration":
@@ -201,6 +276,9 @@ class ExperimentConfiguration:
         without ``set_launch_bounds``), and unset launch bounds become concrete
         (``max_threads`` = 1024, ``min_blocks_per_sm`` = 1), so that two
         configurations that run the same experiment have the same ``hash``.
+
+        Returns:
+            The grounded configuration (this one when nothing changes).
         """
         if self.set_launch_bounds:
             max_threads = self.max_threads if self.max_threads is not None else MAX_THREADS_PER_BLOCK
@@ -214,7 +292,11 @@ class ExperimentConfiguration:
     def code_knobs(self) -> dict[str, Any]:
         """The knobs that decide the code a replay runs (two configurations with equal ``code_knobs``
         run the same compile): all but the shared memory size, and the launch extents only when they
-        are specialized into the code (``specialize_dims``)."""
+        are specialized into the code (``specialize_dims``).
+
+        Returns:
+            A new dict of those knobs.
+        """
         knobs = self.ground().to_dict()
         knobs.pop("shared_mem")
         if not self.specialize_dims:
@@ -223,17 +305,29 @@ class ExperimentConfiguration:
         return knobs
 
     def code_key(self) -> str:
-        """``code_knobs`` as canonical JSON: configurations with equal keys run the same compiled code."""
+        """``code_knobs`` as canonical JSON: configurations with equal keys run the same compiled code.
+
+        Returns:
+            The JSON text.
+        """
         return json.dumps(self.code_knobs(), sort_keys=True, separators=(",", ":"))
 
     def runs_recorded_code(self) -> bool:
         """Whether it runs the recorded launch's code (the default ``code_knobs``), which a replay worker
-        already holds once it has prepared the instance: no compile process is needed for it."""
+        already holds once it has prepared the instance: no compile process is needed for it.
+
+        Returns:
+            True for the recorded code.
+        """
         return self.code_identity() == _RECORDED_CODE_IDENTITY
 
     def code_identity(self) -> tuple:
         """``code_knobs`` as a tuple: equal exactly when ``code_key`` is, at a tenth of its cost (the replay
-        client keys its per-server compile bookkeeping by it, once per configuration it sends)."""
+        client keys its per-server compile bookkeeping by it, once per configuration it sends).
+
+        Returns:
+            The tuple of the knobs' values.
+        """
         ground = self.ground()
         dims = (ground.grid.as_tuple(), ground.block.as_tuple()) if self.specialize_dims else ()
         return (ground.specialize, ground.set_launch_bounds, ground.max_threads, ground.min_blocks_per_sm,
@@ -245,6 +339,9 @@ class ExperimentConfiguration:
 
         The same across processes, machines and Python versions (no ``hash()``
         randomization, sorted keys, fixed separators).
+
+        Returns:
+            16 lowercase hex digits.
         """
         # Made once per (immutable) configuration, kept in the instance's __dict__ (a frozen dataclass's
         # setattr refuses; functools.cached_property's lock costs more than the text): the tuner and the
@@ -258,7 +355,11 @@ class ExperimentConfiguration:
         return cached
 
     def to_json(self) -> str:
-        """``json.dumps(self.to_dict())``, made once (as ``hash``): the results files write it per replay."""
+        """``json.dumps(self.to_dict())``, made once (as ``hash``): the results files write it per replay.
+
+        Returns:
+            The JSON text.
+        """
         cached = self.__dict__.get("_json")
         if cached is None:
             cached = self.__dict__["_json"] = configuration_json(self) or json.dumps(self.to_dict())
@@ -274,7 +375,14 @@ _CONFIG_KEYS = frozenset(_CONFIG_FIELDS)
 
 
 def configuration_hash(config: Mapping[str, Any]) -> str:
-    """``ExperimentConfiguration.hash`` of a configuration already in its ``to_dict`` form."""
+    """``ExperimentConfiguration.hash`` of a configuration already in its ``to_dict`` form.
+
+    Args:
+        config: a configuration's ``to_dict()`` form.
+
+    Returns:
+        16 lowercase hex digits.
+    """
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
 
@@ -307,6 +415,35 @@ class ExperimentResult:
     ``exec_time`` holds every launch in nanoseconds, warm-ups first (``warmup``
     of them), as the reference reports it. Times are seconds for the
     ``*_time`` floats; sizes are bytes; ``-1`` means "not measured".
+
+    Attributes:
+        preprocess_ir_time, opt_time, codegen_time: seconds in the LLVM tier's preprocessing and passes,
+            and in code generation (the PTX compiler and the module load).
+        obj_size: the loaded code's size in bytes.
+        exec_time: every launch in nanoseconds, the ``warmup`` launches first.
+        verified: the replay matched the recorded epilogue (bitwise, or within the policies of ``verified_within``).
+        executed: the kernel ran.
+        failed: the replay did not complete (``status`` and ``error`` say why).
+        start_time, end_time: ISO 8601 timestamps of the replay.
+        gpu_id: the GPU that ran it.
+        const_mem_usage, local_mem_usage, reg_usage, shared_mem_usage: the compiled kernel's resources
+            (bytes; registers per thread).
+        error: the failure's message.
+        status: the outcome (``mneme.model.experiment`` statuses: ``verified``, ``invalid_config``, ``timeout``, ...).
+        warmup: how many of ``exec_time``'s launches were warm-ups.
+        compile_cached: the code came from the compile cache.
+        mismatches: per region that differed, where and by how much.
+        relocated: heap buffers were placed elsewhere than recorded and the pointers to them rewritten.
+        relocation_reason: why, when ``relocated``.
+        verified_within: per region judged with a tolerance: the bound, its source and the worst deviation.
+        nondeterminism: per region where the recorded launch itself did not repeat bit-exactly, what its runs showed.
+        reset_each_launch: the written memory was reset before every launch, not only the first.
+        reset_reason: why, when ``reset_each_launch``.
+        energy_j: joules per launch from NVML's energy counter (-1: not measured).
+        power_w: mean power over the energy window in watts (-1: not measured).
+        conditions: the GPU's clocks, temperature, power and throttling around the measured launches.
+        metrics: hardware counters of one launch, name -> value.
+        metrics_error: why the counters asked for could not be collected.
     """
 
     preprocess_ir_time: float = 0.0
@@ -385,6 +522,11 @@ class ExperimentResult:
         return self.exec_time[self.warmup :]
 
     def to_dict(self) -> dict[str, Any]:
+        """The result as plain JSON types, the fields in order.
+
+        Returns:
+            A new dict.
+        """
         out = self.__dict__.copy()  # the fields in their order, as __init__ set them (3x cheaper than getattr each)
         if tuple(out) != _RESULT_FIELDS:  # attributes beyond the fields, or set in another order
             return {name: _plain(getattr(self, name)) for name in _RESULT_FIELDS}
@@ -395,6 +537,17 @@ class ExperimentResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "ExperimentResult":
+        """The result a ``to_dict`` (or a results file's line) describes.
+
+        Args:
+            data: the dict; missing keys take the defaults.
+
+        Returns:
+            The result.
+
+        Raises:
+            ConfigurationError: unknown keys.
+        """
         unknown = set(data) - _RESULT_KEYS
         if unknown:
             raise ConfigurationError(f"unknown result keys {sorted(unknown)}")
@@ -415,7 +568,16 @@ class ExperimentResult:
 
     @classmethod
     def failure(cls, status: str, error: str, **fields: Any) -> "ExperimentResult":
-        """A result for a replay that did not complete (the tuner penalises it)."""
+        """A result for a replay that did not complete (the tuner penalises it).
+
+        Args:
+            status: the outcome (``runtime_error``, ``timeout``, ``invalid_config``, ...).
+            error: what happened, for the user.
+            **fields: more fields of the result.
+
+        Returns:
+            A result with ``failed`` set.
+        """
         return cls(failed=True, status=status, error=error, **fields)
 
 

@@ -2,8 +2,9 @@
 
 Why: a tuning client handles every result on one core of Python. Per result it hashes the configuration
 (canonical JSON + SHA-256) and writes it twice (``results.jsonl`` of the executor, ``trials.jsonl`` of
-the tuner). ``json.dumps`` of a configuration's dict costs ~5 us, the dict ~1 us; a configuration has a
-fixed shape, so a format string gives the same text in ~1 us. A configuration is immutable, so
+the tuner). ``json.dumps`` of a configuration's dict costs several times what making the dict does; a
+configuration has a fixed shape, so a format string gives the same text at about the dict's cost. A
+configuration is immutable, so
 :class:`~mneme.model.experiment.ExperimentConfiguration` keeps both texts once made.
 
 A field holding a type that ``ExperimentConfiguration.from_dict`` never stores there (``True`` for an
@@ -74,7 +75,7 @@ def canonical_configuration_json(config: Any) -> str | None:
 def json_encoder(allow_nan: bool = True, default: Callable[[Any], Any] | None = None) -> Callable[[Any], str]:
     """``json.JSONEncoder(allow_nan=allow_nan, default=default).encode``, for records written per result.
 
-    json makes its C encoder anew on every call (~1 us, a fifth of encoding a result); this one is made
+    json makes its C encoder anew on every call (a good share of encoding a result); this one is made
     once. It leaves out the circular-reference check, which plain trees of dicts, lists and scalars (the
     records) never need. Where json has no C encoder, json's own ``encode``.
     """

@@ -34,7 +34,20 @@ CODE_KINDS = ("ptx", "cubin", "bitcode")
 
 @dataclass(frozen=True)
 class KernelInstance:
-    """One recorded launch of the kernel (a dynamic instance), bound to its store."""
+    """One recorded launch of the kernel (a dynamic instance), bound to its store.
+
+    Attributes:
+        record_id: the instance's dynamic hash (``--record-id``).
+        kernel_name: the kernel's mangled name.
+        grid_dim, block_dim: the recorded launch's extents.
+        shared_mem: the recorded dynamic shared memory in bytes.
+        arguments: the exact parameter bytes, laid out as the kernel's signature says.
+        pointer_args: offsets of the argument words that point into recorded memory.
+        prologue, epilogue: the names of the snapshot files before and after the launch.
+        code: the kernel's code files (PTX, cubin, bitcode).
+        record: the database's record of the instance (``mneme.format.InstanceRecord``).
+        recording: the recording the instance belongs to.
+    """
 
     record_id: str
     kernel_name: str
@@ -51,10 +64,12 @@ class KernelInstance:
 
     @property
     def dynamic_hash(self) -> str:
+        """The instance's dynamic hash (the same as ``record_id``)."""
         return self.record_id
 
     @property
     def static_hash(self) -> str:
+        """The kernel's static hash."""
         return self.recording.static_hash
 
     @property
@@ -64,10 +79,12 @@ class KernelInstance:
 
     @property
     def address_space(self) -> AddressSpace:
+        """Where the recorded memory lay (``fixed`` window or ``relocatable``)."""
         return self.recording.address_space
 
     @property
     def launch_index(self) -> int:
+        """The launch's position among all launches the recorder saw."""
         return self.record.launch_index
 
     @property
@@ -77,6 +94,7 @@ class KernelInstance:
 
     @property
     def warnings(self) -> tuple[str, ...]:
+        """What the recorder could not capture faithfully."""
         return self.record.warnings
 
     @property
@@ -109,11 +127,25 @@ class KernelInstance:
         return self.record.launch_attributes
 
     def load_prologue(self) -> Snapshot:
-        """The memory before the launch (header only; region bytes are read on demand, verified)."""
+        """The memory before the launch (header only; region bytes are read on demand, verified).
+
+        Returns:
+            The snapshot.
+
+        Raises:
+            ArtifactError: the file is damaged, or holds another instance's or phase's memory.
+        """
         return self._load(self.record.prologue, "prologue")
 
     def load_epilogue(self) -> Snapshot:
-        """The memory after the launch."""
+        """The memory after the launch.
+
+        Returns:
+            The snapshot (header only, as ``load_prologue``).
+
+        Raises:
+            ArtifactError: as ``load_prologue``.
+        """
         return self._load(self.record.epilogue, "epilogue")
 
     def _load(self, ref: ObjectRef, phase: str) -> Snapshot:
@@ -127,7 +159,14 @@ class KernelInstance:
         return snapshot
 
     def load_code(self, kind: str) -> bytes:
-        """The bytes of a code file (``ptx``, ``cubin`` or ``bitcode``), verified."""
+        """The bytes of a code file (``ptx``, ``cubin`` or ``bitcode``), verified.
+
+        Args:
+            kind: ``ptx``, ``cubin`` or ``bitcode``.
+
+        Returns:
+            The file's bytes.
+        """
         return self.recording.load_code(kind)
 
     def __repr__(self) -> str:
@@ -138,7 +177,13 @@ class KernelInstance:
 
 
 class RecordedExecution:
-    """A recording database (one static kernel) and its dynamic instances."""
+    """A recording database (one static kernel) and its dynamic instances.
+
+    Args:
+        store: the store holding the database and what it names.
+        database_name: the database's object name in the store.
+        database: the database, read (``mneme.format.load_database``).
+    """
 
     KernelInstance = KernelInstance
 
@@ -154,37 +199,62 @@ class RecordedExecution:
     # -- opening ------------------------------------------------------------------
     @classmethod
     def from_json(cls, path_or_url: str | os.PathLike[str]) -> "RecordedExecution":
-        """Open ``dir/<static>.json`` or ``s3://bucket/prefix/<static>.json`` (or a directory holding one database)."""
+        """Open ``dir/<static>.json`` or ``s3://bucket/prefix/<static>.json`` (or a directory holding one database).
+
+        Args:
+            path_or_url: the database file, its ``s3://`` URL, or a directory holding one database.
+
+        Returns:
+            The recording.
+
+        Raises:
+            ArtifactError: no database there, or a damaged one.
+        """
         store, name = split_recording_url(path_or_url)
         return cls.from_store(store, name)
 
     @classmethod
     def from_store(cls, store: Store, name: str) -> "RecordedExecution":
+        """Open the database ``name`` of ``store``.
+
+        Args:
+            store: the store.
+            name: the database's object name (``<static>.json``).
+
+        Returns:
+            The recording.
+        """
         return cls(store, name, load_database(store, name))
 
     # -- the kernel ----------------------------------------------------------------
     @property
     def static_hash(self) -> str:
+        """The kernel's static hash."""
         return self.database.static_hash
 
     @property
     def kernel(self) -> KernelSignature:
+        """The kernel's signature: name and parameter layout."""
         return self.database.kernel
 
     @property
     def kernel_name(self) -> str:
+        """The kernel's mangled name."""
         return self.database.kernel.name
 
     @property
     def code(self) -> KernelCode:
+        """The kernel's stored code files (PTX, cubin, bitcode)."""
         return self.database.code
 
     @property
     def device(self) -> DeviceInfo:
+        """The GPU the kernel was recorded on."""
         return self.database.device
 
     @property
     def address_space(self) -> AddressSpace:
+        """Where the recorded memory lay (``fixed`` window or ``relocatable``)."""
         return self.database.address_space
 
     @property
@@ -193,7 +263,17 @@ class RecordedExecution:
         return f"{self.store.url.rstrip('/')}/{self.database_name}"
 
     def load_code(self, kind: str) -> bytes:
-        """A code file's bytes (``ptx``, ``cubin``, ``bitcode``), verified against the database, cached."""
+        """A code file's bytes (``ptx``, ``cubin``, ``bitcode``), verified against the database, cached.
+
+        Args:
+            kind: ``ptx``, ``cubin`` or ``bitcode``.
+
+        Returns:
+            The file's bytes.
+
+        Raises:
+            ArtifactError: the recording has no such file, or it does not match the database.
+        """
         if kind not in CODE_KINDS:
             raise ArtifactError(f"unknown code kind {kind!r}; use one of {', '.join(CODE_KINDS)}")
         if kind not in self._code_cache:
@@ -216,6 +296,7 @@ class RecordedExecution:
     # -- the instances ---------------------------------------------------------------
     @property
     def instances(self) -> dict[str, KernelInstance]:
+        """The instances by record id (a new dict)."""
         return dict(self._instances)
 
     def __getitem__(self, record_id: str) -> KernelInstance:
@@ -236,12 +317,27 @@ class RecordedExecution:
         return iter(self._instances)
 
     def keys(self):
+        """The record ids, as a dict's keys.
+
+        Returns:
+            A view of the ids.
+        """
         return self._instances.keys()
 
     def values(self):
+        """The instances, as a dict's values.
+
+        Returns:
+            A view of the instances.
+        """
         return self._instances.values()
 
     def items(self):
+        """``(record id, instance)`` pairs, as a dict's items.
+
+        Returns:
+            A view of the pairs.
+        """
         return self._instances.items()
 
     def select(self, record_id: str | None = None) -> KernelInstance:
@@ -251,6 +347,15 @@ class RecordedExecution:
         resolves its instance here: with several instances and no id, the
         error lists the choices (id, grid, block) and says to pass
         ``--record-id``; an unknown id lists the recorded ones.
+
+        Args:
+            record_id: the instance's id; None or '' for the only one.
+
+        Returns:
+            The instance.
+
+        Raises:
+            ArtifactError: several instances and no id, none at all, or an unknown id.
         """
         if record_id not in (None, ""):
             return self[record_id]
@@ -264,7 +369,14 @@ class RecordedExecution:
         )
 
     def single_instance(self) -> KernelInstance:
-        """The only instance; an error listing the ids when there are several or none (``select(None)``)."""
+        """The only instance; an error listing the ids when there are several or none (``select(None)``).
+
+        Returns:
+            The instance.
+
+        Raises:
+            ArtifactError: as ``select(None)``.
+        """
         return self.select(None)
 
     def _choices(self, limit: int = 20) -> str:

@@ -371,8 +371,8 @@ _WARM_UP_PTX = ".version 9.0\n.target {arch}\n.address_size 64\n.visible .entry 
 @lru_cache(maxsize=None)
 def warm_up(arch: str) -> float:
     """Start the PTX compiler of this process once, on a trivial kernel (nothing is cached), so that the
-    first real compile pays only for itself: the library's one-time initialisation (6-9 ms on the GPU
-    machines) or ptxas's first start from disk. Seconds taken; a failure is ignored (a real compile
+    first real compile pays only for itself: the library's one-time initialisation or ptxas's first
+    start from disk. Seconds taken; a failure is ignored (a real compile
     reports its own)."""
     start = time.perf_counter()
     try:

@@ -56,7 +56,11 @@ def load_engine() -> ModuleType:
 
 
 def driver_available() -> bool:
-    """True when replay can run here (engine built, driver loaded, a GPU visible)."""
+    """True when replay can run here (engine built, driver loaded, a GPU visible).
+
+    Returns:
+        Whether replay can run.
+    """
     try:
         return bool(load_engine().driver_available())
     except NotAvailableError:

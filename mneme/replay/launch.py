@@ -568,7 +568,7 @@ def param_offsets(function: Any, arg_bytes: int) -> list[int]:
 
 
 def queue_ahead_ns(launches: int) -> int:
-    """How long the GPU spins while the loop is enqueued: ~20 us of host work per launch, at most 10 ms.
+    """How long the GPU spins while the loop is enqueued: 20 us of host work per launch and 20 us more, at most 10 ms.
 
     Args:
         launches: the launches of one engine call.

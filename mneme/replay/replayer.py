@@ -197,8 +197,8 @@ class Replayer:
             queue_ahead: keep the GPU busy while the launches are enqueued, so that the events time
                 the kernel rather than the host.
             l2_scrub: read a scratch buffer after the resets so that the kernel does not start with
-                an L2 full of the reset's dirty lines (off: bench/replay_fidelity.py measured it
-                further from the in-application time).
+                an L2 full of the reset's dirty lines (off: it overshoots, leaving every line clean, and
+                lands further from the in-application time; bench/replay_fidelity.py).
             timing: ``events`` (CUDA events around each launch) or ``cupti`` (CUPTI activity records
                 of the kernel itself).
             timeout_s: when > 0, bounds each run's wait for the GPU (a kernel still running then
@@ -348,9 +348,9 @@ class Replayer:
         With ``reset='auto'`` the first call proves idempotence once for this
         instance: the baseline runs twice without a reset between, and both
         launches must match the epilogue. An idempotent kernel then skips the
-        per-launch copies (a kernel that writes 64 MiB paid 44 us per launch for
-        them, and found an L2 full of the copy's dirty lines the application's
-        kernel does not see); the checked launches still compare with the
+        per-launch copies (the largest cost of a replayed launch, which also leaves
+        an L2 full of the copy's dirty lines that the application's kernel does
+        not see); the checked launches still compare with the
         epilogue, and a configuration whose first launch verifies but a later
         one (on what the previous launch left) does not is run again with the
         resets (``run``). With ``tolerance='auto'`` the bounds are settled first

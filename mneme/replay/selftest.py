@@ -58,7 +58,15 @@ class SelfTestError(MnemeError):
 
 
 def self_test(device: int = 0) -> None:
-    """Launch, reset, time and verify a tiny in-place kernel; raise SelfTestError on any failure."""
+    """Launch, reset, time and verify a tiny in-place kernel; raise SelfTestError on any failure.
+
+    Args:
+        device: the CUDA device ordinal.
+
+    Raises:
+        NotAvailableError: no replay engine or driver here.
+        SelfTestError: a step failed (the message says which).
+    """
     native = eng.require_driver()
     try:
         _run(native, device)

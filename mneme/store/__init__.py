@@ -35,7 +35,18 @@ __all__ = [
 ]
 
 def open_store(url: str | os.PathLike[str]) -> Store:
-    """The store at ``url``: a directory path, a ``file://`` URL, or ``s3://bucket/prefix``."""
+    """The store at ``url``: a directory path, a ``file://`` URL, or ``s3://bucket/prefix``.
+
+    Args:
+        url: a directory path, ``file://`` URL or ``s3://bucket/prefix``.
+
+    Returns:
+        A ``LocalStore`` or an ``S3Store``.
+
+    Raises:
+        ArtifactError: an empty location, or a URL of another scheme.
+        NotAvailableError: an ``s3://`` URL where the S3 backend (minio) is not installed.
+    """
     text = os.fspath(url)
     if not isinstance(text, str) or not text:
         raise ArtifactError("a store location is a directory path or an s3://bucket/prefix URL; got nothing")
@@ -65,6 +76,15 @@ def split_recording_url(path_or_url: str | os.PathLike[str]) -> tuple[Store, str
     ``dir/123.json`` and ``s3://bucket/prefix/123.json`` name the database
     directly; a directory (or a prefix URL) is accepted when it holds exactly
     one database.
+
+    Args:
+        path_or_url: a database's path or URL, or a directory or prefix URL holding one database.
+
+    Returns:
+        ``(store, name)``: the store and the database's object name in it.
+
+    Raises:
+        ArtifactError: nothing given, an invalid name, or not exactly one database in the directory.
     """
     text = os.fspath(path_or_url)
     if not text:

@@ -61,52 +61,121 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def get(self, name: str) -> bytes:
-        """The bytes of object ``name``."""
+        """The bytes of object ``name``.
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            Its bytes.
+
+        Raises:
+            ArtifactError: no such object (``not_found``).
+        """
 
     @abc.abstractmethod
     def put(self, name: str, data: bytes | bytearray | memoryview) -> None:
-        """Store ``data`` as object ``name``, atomically, replacing any previous object."""
+        """Store ``data`` as object ``name``, atomically, replacing any previous object.
+
+        Args:
+            name: the object's name (``validate_name``'s rules).
+            data: the bytes.
+        """
 
     @abc.abstractmethod
     def exists(self, name: str) -> bool:
-        """Whether object ``name`` exists."""
+        """Whether object ``name`` exists.
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            True when it exists.
+        """
 
     @abc.abstractmethod
     def list(self, prefix: str = "") -> Iterator[str]:
-        """Names of the objects starting with ``prefix``, sorted."""
+        """Names of the objects starting with ``prefix``, sorted.
+
+        Args:
+            prefix: the names' start ('' for all).
+
+        Returns:
+            An iterator of names.
+        """
 
     @abc.abstractmethod
     def delete(self, name: str) -> None:
-        """Remove object ``name`` (no error if it does not exist)."""
+        """Remove object ``name`` (no error if it does not exist).
+
+        Args:
+            name: the object's name.
+        """
 
     @abc.abstractmethod
     def size(self, name: str) -> int:
-        """The size in bytes of object ``name``."""
+        """The size in bytes of object ``name``.
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            The size in bytes.
+
+        Raises:
+            ArtifactError: no such object.
+        """
 
     def local_path(self, name: str) -> Path | None:
         """The file that holds object ``name`` for backends that have files, else ``None``.
 
         Lets local readers ``mmap`` or hand a path to native code instead of copying.
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            The file's path, or None.
         """
         validate_name(name)
         return None
 
     def put_file(self, name: str, path: str | Path) -> None:
-        """Store the contents of a local file as object ``name`` (backends may stream)."""
+        """Store the contents of a local file as object ``name`` (backends may stream).
+
+        Args:
+            name: the object's name.
+            path: the local file.
+        """
         self.put(name, Path(path).read_bytes())
 
     def put_parts(self, name: str, parts: Sequence[bytes | bytearray | memoryview]) -> None:
-        """Store the concatenation of ``parts`` as object ``name`` (a local store writes them without joining)."""
+        """Store the concatenation of ``parts`` as object ``name`` (a local store writes them without joining).
+
+        Args:
+            name: the object's name.
+            parts: the pieces, in order.
+        """
         self.put(name, b"".join(parts))
 
     def make_durable(self, name: str | None = None) -> None:
         """Make every object written so far (``name``: that object) survive an OS crash.
 
         For backends whose puts are not durable each (a local store with ``"commit"`` durability); a no-op elsewhere.
+
+        Args:
+            name: one object (None: every object written so far).
         """
 
     def not_found(self, name: str) -> ArtifactError:
-        """The error for a missing object: names it and the store, and says what to check."""
+        """The error for a missing object: names it and the store, and says what to check.
+
+        Args:
+            name: the missing object's name.
+
+        Returns:
+            The error, to raise.
+        """
         return ArtifactError(f"{name} not found in {self.url}; check the recording path")
 
     def __repr__(self) -> str:

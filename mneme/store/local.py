@@ -43,7 +43,16 @@ _IOV_MAX = 1024
 
 
 class LocalStore(Store):
-    """Objects as files under ``root`` (created on the first write)."""
+    """Objects as files under ``root`` (created on the first write).
+
+    Args:
+        root: the directory (``~`` expanded; made absolute).
+        sync: the older spelling: True for ``"object"``, False for ``"commit"`` durability.
+        durability: ``"object"`` (default), ``"commit"`` or ``"none"``: what survives a machine crash.
+
+    Raises:
+        ValueError: both ``sync`` and ``durability``, or an unknown durability.
+    """
 
     def __init__(self, root: str | os.PathLike[str], *, sync: bool | None = None, durability: str | None = None):
         self._root = Path(root).expanduser().absolute()
@@ -66,17 +75,26 @@ class LocalStore(Store):
 
     @property
     def root(self) -> Path:
+        """The directory, absolute."""
         return self._root
 
     @property
     def url(self) -> str:
+        """The directory as text (what error messages name)."""
         return str(self._root)
 
     def _path(self, name: str) -> Path:
         return self._root.joinpath(*validate_name(name).split("/"))
 
     def local_path(self, name: str) -> Path:
-        """The file of object ``name`` (it may not exist yet)."""
+        """The file of object ``name`` (it may not exist yet).
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            The file's path.
+        """
         return self._path(name)
 
     def get(self, name: str) -> bytes:
@@ -100,12 +118,24 @@ class LocalStore(Store):
         place: the kernel copies the bytes straight from the callers' buffers
         (a raw chunk frame's blocks are views of the mapped spool file), and
         every system call runs without the GIL.
+
+        Args:
+            name: the object's name.
+            parts: the pieces, in order.
         """
         folder, path = self._locate(name)
         self._write_atomically(folder, path, lambda fd: _write_all(fd, parts))
 
     def put_file(self, name: str, path: str | Path) -> None:
-        """Copy a local file in, in 1 MiB pieces (no whole-file buffer)."""
+        """Copy a local file in, in 1 MiB pieces (no whole-file buffer).
+
+        Args:
+            name: the object's name.
+            path: the local file.
+
+        Raises:
+            ArtifactError: the file does not exist, or the write failed.
+        """
         source = Path(path)
         if not source.is_file():
             raise ArtifactError(f"cannot store {name}: source file {source} does not exist")
@@ -175,7 +205,16 @@ class LocalStore(Store):
         raise AssertionError("unreachable")
 
     def make_durable(self, name: str | None = None) -> None:
-        """``"commit"`` durability: every object written so far (``syncfs``), or only ``name`` and its directory entry."""
+        """``"commit"`` durability: every object written so far (``syncfs``), or only ``name`` and its directory entry.
+
+        A no-op for the other durabilities.
+
+        Args:
+            name: one object (None: every object written so far).
+
+        Raises:
+            ArtifactError: the fsync failed.
+        """
         if self.durability != "commit":
             return
         if name is None:

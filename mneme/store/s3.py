@@ -120,6 +120,10 @@ class S3Store(Store):
 
     ``settings`` default to :func:`mneme.store.config.load_s3_settings`
     (environment, then ``~/.config/mneme/s3.yml``).
+
+    Args:
+        url: ``s3://bucket`` or ``s3://bucket/prefix``.
+        settings: endpoint and credentials (None: ``load_s3_settings()``).
     """
 
     def __init__(self, url: str, settings: S3Settings | None = None) -> None:
@@ -139,10 +143,12 @@ class S3Store(Store):
 
     @property
     def url(self) -> str:
+        """``s3://bucket/prefix`` (without a prefix: ``s3://bucket``)."""
         return f"s3://{self._bucket}/{self._prefix}" if self._prefix else f"s3://{self._bucket}"
 
     @property
     def bucket(self) -> str:
+        """The bucket's name."""
         return self._bucket
 
     def _key(self, name: str) -> str:
@@ -215,13 +221,22 @@ class S3Store(Store):
         The server computes the checksum of the body it received and refuses the
         object when they differ (AWS S3, MinIO), so bytes damaged on the way are
         never stored; :func:`checksum_headers` says more.
+
+        Args:
+            name: the object's name.
+            data: the bytes.
         """
         key = self._key(name)
         view = memoryview(data).cast("B")
         self._put(name, key, io.BytesIO(view), view.nbytes, hashlib.sha256(view).digest())
 
     def put_file(self, name: str, path: str | Path) -> None:
-        """Store a local file as ``name``: hashed first, then sent like :meth:`put` (with its checksum)."""
+        """Store a local file as ``name``: hashed first, then sent like :meth:`put` (with its checksum).
+
+        Args:
+            name: the object's name.
+            path: the local file.
+        """
         key = self._key(name)
         digest = hashlib.sha256()
         try:
@@ -247,7 +262,14 @@ class S3Store(Store):
         return self.stat(name) is not None
 
     def stat(self, name: str) -> ObjectInfo | None:
-        """Size and last-modified time of ``name``, or None when it does not exist."""
+        """Size and last-modified time of ``name``, or None when it does not exist.
+
+        Args:
+            name: the object's name.
+
+        Returns:
+            An ``ObjectInfo``, or None.
+        """
         key = self._key(name)
         try:
             result = self._client.stat_object(self._bucket, key)
@@ -264,7 +286,14 @@ class S3Store(Store):
             yield info.name
 
     def list_info(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """Like :meth:`list`, with sizes and last-modified times (from the listing, no extra requests)."""
+        """Like :meth:`list`, with sizes and last-modified times (from the listing, no extra requests).
+
+        Args:
+            prefix: the names' start ('' for all).
+
+        Yields:
+            An ``ObjectInfo`` per object under the prefix.
+        """
         validate_prefix(prefix)
         key_prefix = f"{self._prefix}/{prefix}" if self._prefix else prefix
         try:
@@ -293,6 +322,9 @@ class S3Store(Store):
 
         Uploads touch the chunks they reuse so that a concurrent ``mneme gc``
         sees them as young and leaves them alone.
+
+        Args:
+            name: the object's name.
         """
         key = self._key(name)
         stamp = datetime.now(timezone.utc).isoformat()

@@ -356,7 +356,11 @@ class AsyncReplayExecutor:
         self._post(("retire", address))
 
     def on_shutdown(self, callback) -> None:
-        """Call ``callback()`` when the executor shuts down (a discovery watcher stops with it)."""
+        """Call ``callback()`` when the executor shuts down (a discovery watcher stops with it).
+
+        Args:
+            callback: called without arguments, once.
+        """
         self._on_shutdown.append(callback)
 
     # -- connecting (on the loop) ----------------------------------------------------------

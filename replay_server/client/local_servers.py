@@ -165,7 +165,7 @@ class LocalServers:
         of them, with ``num_workers`` worker processes spread over them; returns without waiting for them.
 
         Without ``local_gpus`` the server of GPU 0 starts at once, while the GPUs are counted (that
-        initializes CUDA in this process: ~0.1 s); with none it is stopped again and the error says so.
+        initializes CUDA in this process); with none it is stopped again and the error says so.
         ``wait_on_stop=False``: ``stop()`` tells the servers to stop and returns (a command that exits
         right after, like ``mneme tune``, need not wait for their GPU teardown; they also stop when it
         is gone). ``keep_alive`` > 0: the servers stay after ``stop()`` and this process, for later runs, and

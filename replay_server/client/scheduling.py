@@ -48,9 +48,7 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     to 8 ready configurations of an instance in one message and has two
     messages in hand, and its next 8 wait in the server's queue; answers reach
     the client in bursts, and with two waiting per worker the workers sat idle
-    ~15% of a sweep in the per-request traces. (On the reference's space the
-    deeper queue measured within the run-to-run noise, with less client CPU
-    per result: docs/serving.md.)
+    part of a sweep in the per-request traces.
 
     Args:
         workers: the server's worker processes (``ServerInfo.workers``).

@@ -263,7 +263,7 @@ def result_from_proto(msg: replay_pb2.Result) -> ExperimentResult:
     fields = dict(zip(_SCALAR_RESULT_FIELDS, _scalar_result_values(msg)))
     return ExperimentResult(exec_time=list(msg.exec_time),
                             mismatches=[json_format.MessageToDict(m) for m in msg.mismatches],
-                            # (MessageToDict costs ~10 us even for the empty Struct most results carry)
+                            # (MessageToDict is slow even for the empty Struct most results carry)
                             verified_within=_whole(json_format.MessageToDict(msg.verified_within))
                             if msg.verified_within.fields else {},
                             nondeterminism=[_whole(json_format.MessageToDict(m)) for m in msg.nondeterminism],

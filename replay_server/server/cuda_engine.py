@@ -123,8 +123,9 @@ class CudaEngineSpec:
     name: str = "cuda"
 
     def warm_up(self) -> None:
-        # The replay stack (the snapshot and chunk readers, the recording's model, the replayer): ~0.2 s of
-        # imports on the H100 host, beside the driver's start and the CUDA context (which release the GIL).
+        # The replay stack (the snapshot and chunk readers, the recording's model, the replayer): a large
+        # share of a worker's start, imported beside the driver's start and the CUDA context (which release
+        # the GIL).
         import mneme.recording.execution  # noqa: F401
         import mneme.replay.replayer  # noqa: F401
         import mneme.replay.tolerance  # noqa: F401

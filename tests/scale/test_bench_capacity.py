@@ -26,7 +26,7 @@ def test_bench_prints_the_curve_and_the_shared_study(tmp_path):
     shared = [line.split("|") for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert [row[5].strip() for row in shared] == ["0", "0"], "no configuration evaluated twice"
     text = results.read_text()
-    assert "- commit: " in text and "CPUs" in text and "2 processes / 1:" in text
+    assert "* commit: " in text and "CPUs" in text and "2 processes / 1:" in text
 
 
 def test_bench_measures_the_tuning_loop_alone():

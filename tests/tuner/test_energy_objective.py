@@ -151,9 +151,12 @@ def test_edp_run_ranks_by_energy_times_delay(tmp_path, loader):
 
 
 def test_time_and_energy_with_nsga2_give_a_pareto_front(tmp_path, loader):
-    rc, options, _ = tune(tmp_path, loader, EnergyExecutor(), objective="time,energy", sampler="nsga2", trials=30,
-                          seed=1)
+    rc, options, printed = tune(tmp_path, loader, EnergyExecutor(), objective="time,energy", sampler="nsga2",
+                                trials=30, seed=1)
     assert rc == 0 and options.directions == ("minimize", "minimize")
+    # The run ends with the front, each point's energy beside its time.
+    assert "Pareto front (mean_time_ns, energy_j_per_launch) against the baseline" in printed
+    assert "energy_j_per_launch" in printed.split("Pareto front")[1]
     doc = read(tmp_path, "best.json")
     front = doc["pareto_front"]
     assert doc["objectives"] == ["mean_time_ns", "energy_j_per_launch"]
@@ -164,6 +167,8 @@ def test_time_and_energy_with_nsga2_give_a_pareto_front(tmp_path, loader):
                        for r in trials(tmp_path) if r["status"] == "verified"
                        for t2, e2 in [tuple(r["objective_values"])])
     assert all(p["energy_j"] == p["objective_values"][1] for p in front)
+    table = printed.split("Pareto front")[1]
+    assert all(f"{p['objective_values'][1]:.4g}" in table for p in front)
 
 
 def test_the_strategy_is_told_both_values_with_metric_names(tmp_path, loader, monkeypatch):

@@ -28,35 +28,75 @@ class Param:
     name: str
 
     def values(self) -> list[Any]:
-        """Every value, in order (for exhaustive and grid search)."""
+        """Every value, in order (for exhaustive and grid search).
+
+        Returns:
+            The values, a new list.
+        """
         raise NotImplementedError
 
     @property
     def finite(self) -> bool:
+        """Whether the values can be enumerated (every dimension but a real one without ``step``)."""
         return True
 
     def size(self) -> int | None:
-        """How many values; None when the dimension is continuous."""
+        """How many values; None when the dimension is continuous.
+
+        Returns:
+            The number of values, or None.
+        """
         return len(self.values()) if self.finite else None
 
     def distribution(self):
-        """The Optuna distribution of this dimension."""
+        """The Optuna distribution of this dimension.
+
+        Returns:
+            An ``optuna.distributions`` object.
+        """
         raise NotImplementedError
 
     def suggest(self, trial) -> Any:
-        """Ask an Optuna trial for a value of this dimension."""
+        """Ask an Optuna trial for a value of this dimension.
+
+        Args:
+            trial: the ``optuna.Trial`` to ask (the parameter is named ``name``).
+
+        Returns:
+            The value the trial suggests.
+        """
         raise NotImplementedError
 
     def contains(self, value: Any) -> bool:
+        """Whether ``value`` is one of this dimension's values (resuming a run checks its recorded points).
+
+        Args:
+            value: a parameter value, as a trial record holds it.
+
+        Returns:
+            True when it belongs to the dimension.
+        """
         return value in self.values()
 
     def describe(self) -> dict[str, Any]:
+        """This dimension as JSON (``search_space.json``, ``--print-space``).
+
+        Returns:
+            A dict with ``type`` and the dimension's settings.
+        """
         raise NotImplementedError
 
 
 @dataclass
 class IntRangeParam(Param):
-    """Integers ``low, low+step, ..., <= high`` (both ends included, as in the reference)."""
+    """Integers ``low, low+step, ..., <= high`` (both ends included, as in the reference).
+
+    Attributes:
+        name: the parameter's name.
+        low, high: the first and last value (both included).
+        step: the distance between values.
+        log: sample on a log scale (TPE; ``low`` must be positive).
+    """
 
     name: str
     low: int
@@ -100,7 +140,12 @@ class IntRangeParam(Param):
 
 @dataclass
 class CategoricalParam(Param):
-    """A choice among listed values (JSON scalars: str, int, float, bool, None)."""
+    """A choice among listed values (JSON scalars: str, int, float, bool, None).
+
+    Attributes:
+        name: the parameter's name.
+        choices: the values, in order.
+    """
 
     name: str
     choices: Sequence[Any]
@@ -134,7 +179,12 @@ class CategoricalParam(Param):
 
 @dataclass
 class PipelineParam(CategoricalParam):
-    """A choice among LLVM pass pipelines (``default<O3>`` or a comma-separated pass list)."""
+    """A choice among LLVM pass pipelines (``default<O3>`` or a comma-separated pass list).
+
+    Attributes:
+        name: the parameter's name.
+        choices: the pipelines (the reference's five by default).
+    """
 
     choices: Sequence[str] = DEFAULT_PIPELINES
 
@@ -150,7 +200,12 @@ class PipelineParam(CategoricalParam):
 
 @dataclass
 class BoolParam(CategoricalParam):
-    """A boolean knob: both values, False first."""
+    """A boolean knob: both values, False first.
+
+    Attributes:
+        name: the parameter's name.
+        choices: the values (both by default).
+    """
 
     choices: Sequence[bool] = (False, True)
 
@@ -160,7 +215,14 @@ class BoolParam(CategoricalParam):
 
 @dataclass
 class RealParam(Param):
-    """A real interval ``[low, high]``; finite (enumerable) only with a ``step``."""
+    """A real interval ``[low, high]``; finite (enumerable) only with a ``step``.
+
+    Attributes:
+        name: the parameter's name.
+        low, high: the interval's ends.
+        step: the distance between values (None: continuous).
+        log: sample on a log scale.
+    """
 
     name: str
     low: float
@@ -178,6 +240,7 @@ class RealParam(Param):
 
     @property
     def finite(self) -> bool:
+        """Whether the values can be enumerated: only with a ``step``."""
         return self.step is not None
 
     def values(self) -> list[float]:
@@ -211,7 +274,12 @@ class RealParam(Param):
 
 @dataclass
 class FixedParam(Param):
-    """A dimension pinned to one value (kept in the parameters for the record)."""
+    """A dimension pinned to one value (kept in the parameters for the record).
+
+    Attributes:
+        name: the parameter's name.
+        value: its only value.
+    """
 
     name: str
     value: Any
@@ -242,24 +310,64 @@ class SearchSpace:
     """
 
     def dimensions(self) -> Mapping[str, Param] | Sequence[Param]:
+        """The space's dimensions.
+
+        Returns:
+            A mapping name -> ``Param``, or a list of parameters (each named by its ``name``).
+        """
         raise NotImplementedError(f"{type(self).__name__} must define dimensions()")
 
     def constraints(self, params: Mapping[str, Any]) -> bool:
+        """Whether a sample is worth replaying (default: every one is).
+
+        Args:
+            params: the sample: parameter name -> value.
+
+        Returns:
+            False to skip it (it is recorded as skipped, not replayed).
+        """
         return True
 
     def derived(self, params: Mapping[str, Any]) -> ExperimentConfiguration:
+        """The configuration a sample stands for.
+
+        Args:
+            params: the sample: parameter name -> value.
+
+        Returns:
+            The ``ExperimentConfiguration`` a replay executes.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define derived(params)")
 
     def baseline(self) -> ExperimentConfiguration:
+        """The configuration speedups are measured against (usually the recorded launch).
+
+        Returns:
+            The ``ExperimentConfiguration``.
+        """
         raise NotImplementedError(f"{type(self).__name__} must define baseline()")
 
     def describe_extra(self) -> dict[str, Any]:
-        """Anything a subclass wants in ``search_space.json`` beside the dimensions."""
+        """Anything a subclass wants in ``search_space.json`` beside the dimensions.
+
+        Returns:
+            A dict (empty by default).
+        """
         return {}
 
 
 def dimensions_of(space: SearchSpace) -> dict[str, Param]:
-    """The space's dimensions as an ordered name -> Param dict, checked."""
+    """The space's dimensions as an ordered name -> Param dict, checked.
+
+    Args:
+        space: the search space.
+
+    Returns:
+        The dict.
+
+    Raises:
+        ConfigurationError: the dimensions are not parameters, or two share a name.
+    """
     dims = space.dimensions()
     if isinstance(dims, Mapping):
         items = list(dims.items())
@@ -289,7 +397,18 @@ def dimensions_of(space: SearchSpace) -> dict[str, Param]:
 
 
 def constraints_checked(space: SearchSpace, params: Mapping[str, Any]) -> bool:
-    """``space.constraints(params)``; a crash names the space."""
+    """``space.constraints(params)``; a crash names the space.
+
+    Args:
+        space: the search space.
+        params: the sample.
+
+    Returns:
+        The constraint's answer.
+
+    Raises:
+        ConfigurationError: the space's ``constraints`` raised.
+    """
     try:
         return bool(space.constraints(dict(params)))
     except MnemeError:
@@ -302,7 +421,14 @@ def constraints_checked(space: SearchSpace, params: Mapping[str, Any]) -> bool:
 
 
 def space_size(space: SearchSpace) -> int | None:
-    """Number of points of the grid (before constraints); None when a dimension is continuous."""
+    """Number of points of the grid (before constraints); None when a dimension is continuous.
+
+    Args:
+        space: the search space.
+
+    Returns:
+        The number of points, or None.
+    """
     total = 1
     for param in dimensions_of(space).values():
         size = param.size()
@@ -313,7 +439,14 @@ def space_size(space: SearchSpace) -> int | None:
 
 
 def iterate_points(space: SearchSpace) -> Iterator[dict[str, Any]]:
-    """Every point of the grid, the last dimension varying fastest (as the reference prints them)."""
+    """Every point of the grid, the last dimension varying fastest (as the reference prints them).
+
+    Args:
+        space: the search space (every dimension finite).
+
+    Returns:
+        An iterator of dicts: parameter name -> value.
+    """
     import itertools
 
     dims = dimensions_of(space)
@@ -327,7 +460,16 @@ def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int =
     """One configuration per distinct code (``code_knobs``) among the space's points that its constraints
     admit, in the grid's order: what a tuning run can compile ahead, before its first trial. Empty when
     the space is continuous, has more than ``max_points`` points, or more than ``max_variants`` codes
-    (a sampler then explores a part of them: each compiles when first replayed)."""
+    (a sampler then explores a part of them: each compiles when first replayed).
+
+    Args:
+        space: the search space.
+        max_variants: at most this many codes, else none.
+        max_points: at most this many points, else none.
+
+    Returns:
+        The configurations, one per code.
+    """
     size = space_size(space)
     if size is None or size > max_points:
         return []
@@ -343,7 +485,18 @@ def code_variants(space: SearchSpace, max_variants: int = 256, max_points: int =
 
 
 def derive_checked(space: SearchSpace, params: Mapping[str, Any]) -> ExperimentConfiguration:
-    """``space.derived(params)``, insisting on an ExperimentConfiguration; a crash names the space."""
+    """``space.derived(params)``, insisting on an ExperimentConfiguration; a crash names the space.
+
+    Args:
+        space: the search space.
+        params: the sample.
+
+    Returns:
+        The configuration.
+
+    Raises:
+        ConfigurationError: ``derived`` raised or returned something else.
+    """
     try:
         config = space.derived(dict(params))
     except MnemeError:
@@ -361,7 +514,17 @@ def derive_checked(space: SearchSpace, params: Mapping[str, Any]) -> ExperimentC
 
 
 def baseline_checked(space: SearchSpace) -> ExperimentConfiguration:
-    """``space.baseline()``, insisting on a valid ExperimentConfiguration."""
+    """``space.baseline()``, insisting on a valid ExperimentConfiguration.
+
+    Args:
+        space: the search space.
+
+    Returns:
+        The baseline configuration.
+
+    Raises:
+        ConfigurationError: ``baseline`` returned something else, or an invalid configuration.
+    """
     try:
         config = space.baseline()
     except MnemeError:
@@ -414,7 +577,14 @@ def baseline_params(space: SearchSpace, max_points: int = 20_000) -> dict[str, A
 
 
 def describe_space(space: SearchSpace) -> dict[str, Any]:
-    """The JSON description written to ``search_space.json`` and printed by ``--print-space``."""
+    """The JSON description written to ``search_space.json`` and printed by ``--print-space``.
+
+    Args:
+        space: the search space.
+
+    Returns:
+        The description: dimensions, size and the space's extras.
+    """
     dims = dimensions_of(space)
     baseline = baseline_checked(space)
     return {
@@ -428,7 +598,14 @@ def describe_space(space: SearchSpace) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A sampled point: its parameters and the configuration they derive."""
+    """A sampled point: its parameters and the configuration they derive.
+
+    Attributes:
+        params: the sample: parameter name -> value.
+        configuration: the configuration it derives.
+        number: the sampler's trial number (Optuna), or the enumeration index.
+        extra: what the sampler adds to the trial record.
+    """
 
     params: dict[str, Any]
     configuration: ExperimentConfiguration

@@ -4,9 +4,9 @@ A configuration that fails (it does not compile, launch or verify) is told to th
 ``TrialState.FAIL``, with its status as the user attribute ``status``: what Optuna's tools (the dashboard,
 ``trials_dataframe``, the visualizations) take a failure to be. Optuna's TPE leaves ``FAIL`` trials out
 of its model, though, and a tuner's failures are information: a region of block shapes that cannot launch
-or pipelines that do not compile is a region to stay away from. Measured on ``bench/tpe_efficiency.py``'s
-table, TPE that ignored them needed 6.6% of the space on average over 100 seeds to get within 5% of the
-optimum (worst seed 61%), against 5.6% (worst 11%) when failures counted as the worst values.
+or pipelines that do not compile is a region to stay away from: on ``bench/tpe_efficiency.py``'s table,
+TPE that ignored them needed more of the space to get within 5% of the optimum, and far more on its worst
+seeds, than when failures counted as the worst values (bench/results/tpe_efficiency.md).
 
 :class:`FailuresAsWorst` keeps both: it wraps the sampler and shows it each failed configuration's trial
 as TPE's own mechanism for the worst trials shows them, a ``PRUNED`` trial without intermediate values

@@ -74,6 +74,11 @@ class SamplingStrategy:
     directions: tuple[str, ...] = ("minimize",)
 
     def ask(self) -> Candidate | None:
+        """The next candidate to evaluate.
+
+        Returns:
+            A ``Candidate``, or None when the strategy has no more.
+        """
         raise NotImplementedError
 
     def tell(self, candidate: Candidate, values: Sequence[float] | None,
@@ -95,12 +100,24 @@ class SamplingStrategy:
         return False
 
     def seed_history(self, records: Sequence[Mapping[str, Any]]) -> int:
-        """Teach the strategy trials of an earlier run (``--resume``); returns how many it took."""
+        """Teach the strategy trials of an earlier run (``--resume``); returns how many it took.
+
+        Args:
+            records: trial records of the earlier run (``trials.jsonl`` lines).
+
+        Returns:
+            How many it took.
+        """
         return 0
 
     def annotate(self, candidate: Candidate, outcome: Any) -> None:
         """Attach a finished candidate's outcome (status, speedup, ...) before it is told; a shared
-        study stores it as the trial's user attributes."""
+        study stores it as the trial's user attributes.
+
+        Args:
+            candidate: the candidate, as ``ask`` gave it.
+            outcome: what the tuner knows of its result (status, speedup, ...).
+        """
 
     def close(self) -> None:
         """The run is over (finished, failed or interrupted): release what the strategy holds."""
@@ -124,6 +141,9 @@ class ExhaustiveSamplingStrategy(SamplingStrategy):
 
     Points deriving a configuration already produced (same grounded hash) are
     skipped, so each distinct replay appears once.
+
+    Args:
+        space: a finite search space.
     """
 
     def __init__(self, space: SearchSpace) -> None:
@@ -158,7 +178,14 @@ class ExhaustiveSamplingStrategy(SamplingStrategy):
 
 
 def make_pruner(name: str | None):
-    """The Optuna pruner for ``--pruner NAME`` (None or 'none': no pruning)."""
+    """The Optuna pruner for ``--pruner NAME`` (None or 'none': no pruning).
+
+    Args:
+        name: ``--pruner``'s name: None, ``none``, or a pruner Optuna has.
+
+    Returns:
+        An ``optuna.pruners`` pruner.
+    """
     import optuna
 
     name = (name or "none").lower()
@@ -195,7 +222,17 @@ def _AskTellGridSampler(search_space, seed):
 
 
 def make_sampler(name: str, space: SearchSpace, seed: int | None, n_objectives: int):
-    """The Optuna sampler for ``--sampler NAME``."""
+    """The Optuna sampler for ``--sampler NAME``.
+
+    Args:
+        name: ``random``, ``tpe``, ``nsga2`` or ``grid``.
+        space: the search space (``grid`` enumerates it).
+        seed: the sampler's seed.
+        n_objectives: how many objectives the study has.
+
+    Returns:
+        An ``optuna.samplers`` sampler.
+    """
     import optuna
 
     if name == "random":
@@ -232,6 +269,21 @@ class OptunaSamplingStrategy(SamplingStrategy):
     configuration's trial is ``FAIL`` (:mod:`tuner.strategies.failures`); a trial that draws a
     configuration already evaluated or being evaluated is a duplicate, told that configuration's outcome,
     with ``mneme:duplicate_of`` naming the trial that evaluated it.
+
+    Args:
+        space: the search space.
+        sampler: ``random``, ``tpe``, ``grid`` or ``nsga2``.
+        seed: the sampler's seed (None: random).
+        directions: ``minimize`` or ``maximize`` per objective.
+        study_name: the study's name in ``storage``.
+        storage: an Optuna storage URL (None: in memory).
+        pruner: ``--pruner``'s name (None: no pruning).
+        metric_names: one name per objective (the study's ``metric_names``).
+        enqueue_baseline: enqueue the baseline's point as the first trial.
+
+    Raises:
+        ConfigurationError: an unknown sampler, a direction other than minimize/maximize, NSGA-II with one
+            objective, or metric names that do not match.
     """
 
     def __init__(
@@ -390,7 +442,12 @@ class OptunaSamplingStrategy(SamplingStrategy):
         return True
 
     def annotate(self, candidate: Candidate, outcome: Any) -> None:
-        """User attributes of the evaluated trial (what optuna-dashboard shows beside its values)."""
+        """User attributes of the evaluated trial (what optuna-dashboard shows beside its values).
+
+        Args:
+            candidate: the candidate, as ``ask`` gave it.
+            outcome: what the tuner knows of its result (status, speedup, ...).
+        """
         trial = self._trials.get(candidate.number)
         if trial is None:
             return
@@ -453,6 +510,12 @@ class OptunaSamplingStrategy(SamplingStrategy):
 
         A study loaded from persistent storage already holds them; then only
         the duplicate cache is filled.
+
+        Args:
+            records: trial records of the earlier run (``trials.jsonl`` lines).
+
+        Returns:
+            How many trials it added.
         """
         import optuna
 

@@ -339,7 +339,7 @@ def _record_lock(path: str) -> Any:
 
     Optuna's own journal locks create a file and, while another process holds it, poll with sleeps
     that double up to a second: two tuners appending a dozen records per trial each then spent most of
-    their time asleep (measured: two processes together at half one process's rate). ``lockf`` waits in
+    their time asleep (two processes together ran slower than one). ``lockf`` waits in
     the kernel and wakes at the release; it works on local filesystems and on NFS (through the lock
     manager) and Lustre mounted with ``flock``/``localflock``.
     """
@@ -382,8 +382,7 @@ def _journal_storage(path: str) -> Any:
 
     Optuna's file backend forces every append to disk (``fsync``, under the file lock): a trial is ~9
     appends (create, its parameters, the hash tag, user attributes, tell), so one tuner spent most of
-    its time in ``fsync`` (~72% of a shared-study run's wall time measured; 240 trials/s for one
-    process against 16 servers that give thousands of results a second). Two changes:
+    its time in ``fsync``, far below what its servers could give. Two changes:
 
     * each append is written and flushed under the lock and closed, which is what makes it visible to
       the other processes (on one node through the page cache; NFS flushes on close, Lustre is
