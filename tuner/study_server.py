@@ -80,6 +80,7 @@ class ChangeLog:
 
         self._storage = storage
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()  # new trials go in the log in the order of their numbers
         self._log: list[tuple[int, int]] = []  # (study id, trial id) of each change, in order; a cursor is an index
         self._study_of: dict[int, int] = {t._trial_id: study._study_id for study in storage.get_all_studies()
                                           for t in storage.get_all_trials(study._study_id, deepcopy=False)}
@@ -101,7 +102,15 @@ class ChangeLog:
                 self._log.append((self._study_of.get(trial_id, -1), trial_id))
             return result
 
-        return write
+        if name != "create_new_trial":
+            return write
+
+        def create(*args: Any, **kwargs: Any) -> Any:
+            # One at a time (a database's threads would race): a tuner that sees trial N+1 sees trial N.
+            with self._create_lock:
+                return write(*args, **kwargs)
+
+        return create
 
     def changes(self, study_id: int, since: int, generation: str) -> tuple[list[Any], int]:
         """(the study's trials changed at or after cursor ``since``, or all of them when ``generation`` is not

@@ -361,8 +361,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     view = self._merge(study_id, head, changed)
                 self._fresh.discard(study_id)
                 trials = view.trials
-                if states is None:
-                    found = list(trials) if not view.holes else [t for t in trials if t is not None]
+                if states is None:  # by number, up to the first not seen yet (the rest come next time)
+                    found = list(trials) if not view.holes else trials[:trials.index(None)]
                 else:
                     found = [t for t in trials if t is not None and t.state in states]
                 return copy.deepcopy(found) if deepcopy else found
