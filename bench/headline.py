@@ -131,6 +131,7 @@ def measure_tuning(name: str, instance: apps.RecordedInstance, out_dir: Path, op
         *(["--has-bitcode"] if instance.has_bitcode else []),
         "--iterations", str(opts.tune_iterations), "--warmup", str(opts.tune_warmup),
         "--workers", str(opts.workers), "--results-dir", str(out_dir / "tune-results" / name),
+        "--min-configs", str(opts.tune_min_configs),
     ])
 
 
@@ -146,6 +147,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--tune-iterations", type=int, default=5, help="as the reference: 5 (+ 2 warm-ups)")
     p.add_argument("--tune-warmup", type=int, default=2)
     p.add_argument("--workers", type=int, default=1, help="replay workers on the GPU (the reference used 1)")
+    p.add_argument("--tune-min-configs", type=int, default=1000,
+                   help="the tuning rate's sweep: the space repeated to at least this many configurations "
+                        "(default 1000: a single sweep of 80 lasts a fraction of a second, where fixed "
+                        "latencies and noise weigh)")
     p.add_argument("--app-timeout", type=float, default=300.0, help="seconds per application run")
     p.add_argument("--stage-timeout", type=float, default=600.0, help="seconds per replay or tuning stage")
     p.add_argument("--skip-build", action="store_true", help="reuse DIR/build from an earlier run")

@@ -90,8 +90,9 @@ def table_rows(results: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append((
             "tuning: verified configurations/s",
             label,
-            f"{t['verified_per_s']:.1f} ({t['verified']}/{t['configurations']} verified in {t['sweep_s']:.2f} s, "
-            f"{t['iterations']}+{t['warmup']} launches each)",
+            f"{t['verified_per_s']:.1f} ({t['verified']}/{t['configurations']} verified in {t['sweep_s']:.2f} s"
+            + (f": {t['passes']} sweeps of {t['space_configurations']}" if t.get("passes", 1) > 1 else "")
+            + f", {t['iterations']}+{t['warmup']} launches each)",
             reference,
         ))
     for key, (label, _) in labels.items():

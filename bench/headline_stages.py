@@ -170,7 +170,7 @@ def _outcome(future: Any) -> Any:
 
 
 def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool, iterations: int, warmup: int,
-               workers: int, results_dir: str) -> dict[str, Any]:
+               workers: int, results_dir: str, min_configs: int = 0) -> dict[str, Any]:
     """Start an executor on the recording and sweep the space exhaustively (see ``sweep``)."""
     from mneme.recording.execution import RecordedExecution
 
@@ -180,7 +180,7 @@ def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool
     executor = _executor(database, record_id, iterations, warmup, workers, results_dir)
     try:
         startup_s = time.perf_counter() - start
-        out = sweep(executor, space, compile_key)
+        out = sweep(executor, space, compile_key, min_configs)
     finally:
         executor.shutdown()
     out.update({"space": space_name, "iterations": iterations, "warmup": warmup, "workers": workers,
@@ -188,7 +188,7 @@ def run_tuning(database: str, record_id: str, space_name: str, has_bitcode: bool
     return out
 
 
-def sweep(executor: Any, space: Any, compile_key: str) -> dict[str, Any]:
+def sweep(executor: Any, space: Any, compile_key: str, min_configs: int = 0) -> dict[str, Any]:
     """Replay the baseline, then every valid configuration of ``space``; count, time, rank.
 
     Every configuration is submitted at once and the results are gathered as
@@ -196,10 +196,16 @@ def sweep(executor: Any, space: Any, compile_key: str) -> dict[str, Any]:
     throughput counts verified configurations over the sweep's wall time,
     apart from the baseline, as the reference's 7.09 s for 80 configurations
     did. The baseline must verify: speedups over a wrong result mean nothing.
+    With ``min_configs``, the space is swept again and again until that many
+    configurations are in the sweep (a sweep of 80 configurations lasts a
+    fraction of a second: fixed latencies and noise would be the rate);
+    ``passes`` says how many times.
     """
     from tuner.strategies.sample_strategy import ExhaustiveSamplingStrategy
 
-    configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
+    space_configs = [c for c in ExhaustiveSamplingStrategy(space) if c.is_valid()]
+    passes = max(1, -(-min_configs // len(space_configs))) if space_configs else 1
+    configs = space_configs * passes
     start = time.perf_counter()
     baseline = executor.evaluate(space.baseline())
     baseline_s = time.perf_counter() - start
@@ -220,6 +226,8 @@ def sweep(executor: Any, space: Any, compile_key: str) -> dict[str, Any]:
     out: dict[str, Any] = {
         "compile_dimension": compile_key,
         "configurations": len(configs),
+        "space_configurations": len(space_configs),
+        "passes": passes,
         "verified": len(verified),
         "statuses": dict(statuses),
         "baseline_s": baseline_s,
@@ -254,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--has-bitcode", action="store_true")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--results-dir", default="results")
+    parser.add_argument("--min-configs", type=int, default=0, help="sweep the space until this many configurations")
     args = parser.parse_args(argv)
     try:
         if args.stage == "fidelity":
@@ -262,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.space:
                 parser.error("tune needs --space")
             payload = run_tuning(args.database, args.record_id, args.space, args.has_bitcode, args.iterations,
-                                 args.warmup, args.workers, args.results_dir)
+                                 args.warmup, args.workers, args.results_dir, args.min_configs)
         status = 0
     except Exception as exc:  # reported in the table: the parent shows the message
         payload = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}

@@ -21,6 +21,14 @@ by side in one process on one GPU:
 * overhead per launch: GPU time of the whole replay loop (resets, event
   records, launches, comparisons) minus the kernels' time, divided by the
   launches (target: <= 10 us), and the host's wall time the same way.
+
+``--neighbours 1`` measures what a second worker on the same GPU does to the
+timing (``mneme serve --workers 2``: two processes, two CUDA contexts that the
+GPU time-slices): the default mode is measured alone, then while another
+process replays the same recording's baseline without pause on the same GPU
+(its own context, as a second worker), and the table gives both times and
+their difference (target: within 3 %). ``--modes default`` measures only the
+default mode.
 """
 
 from __future__ import annotations
@@ -142,12 +150,71 @@ OVERHEAD_TARGET_NS = 10_000
 COMMITTED = Path(__file__).resolve().parents[1] / "tests" / "data" / "recordings" / "vecadd"
 
 
+def neighbour_main(path: str, stop_file: str) -> int:
+    """A second worker on the GPU: replay the recording's baseline without pause until ``stop_file`` exists."""
+    from mneme.recording.execution import RecordedExecution
+    from mneme.replay import Replayer
+
+    recording = RecordedExecution.from_json(path)
+    instance = recording.single_instance()
+    with Replayer(recording, instance.record_id) as replayer:
+        baseline = replayer.baseline()
+        print("ready", flush=True)
+        while not Path(stop_file).exists():
+            replayer.run(baseline, iterations=5, warmup=2)
+    return 0
+
+
+def with_neighbours(path: Path, count: int, measure) -> tuple:
+    """``measure()`` while ``count`` other processes replay ``path``'s baseline on the same GPU."""
+    import subprocess
+
+    stop = Path(tempfile.mkdtemp(prefix="mneme-neighbours-")) / "stop"
+    procs = [subprocess.Popen([sys.executable, __file__, "--neighbour", str(path), str(stop)], stdout=subprocess.PIPE,
+                              text=True) for _ in range(count)]
+    try:
+        for proc in procs:
+            if proc.stdout.readline().strip() != "ready":
+                raise SystemExit("a neighbour process did not start")
+        return measure()
+    finally:
+        stop.touch()
+        for proc in procs:
+            proc.wait(timeout=60)
+
+
+def neighbours_table(paths: list[Path], launches: int, count: int) -> None:
+    """The default mode's replayed kernel time alone and beside ``count`` other contexts on the GPU."""
+    from mneme.recording.execution import RecordedExecution
+
+    print(f"\nreplayed kernel time alone and with {count} other process(es) replaying on the same GPU "
+          f"(a server's --workers {count + 1})")
+    header = ("instance", "alone us", f"with {count} neighbour(s) us", "diff %", f"within {FIDELITY_TARGET_PCT:g} %")
+    print(" | ".join(header))
+    print(" | ".join("---" for _ in header))
+    for path in paths:
+        recording = RecordedExecution.from_json(str(path))
+        instance = recording.single_instance()
+        alone = replay_times(recording, instance, launches)["kernel_ns"]
+        beside = with_neighbours(path, count, lambda: replay_times(recording, instance, launches))["kernel_ns"]
+        diff = 100 * (beside - alone) / alone
+        label = f"{recording.kernel_name} grid={instance.grid_dim.x} block={instance.block_dim.x}"
+        print(f"{label} | {alone / 1e3:.2f} | {beside / 1e3:.2f} | {diff:+.2f} | "
+              f"{'yes' if abs(diff) <= FIDELITY_TARGET_PCT else 'NO'}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="65536,1048576,4194304,16777216", help="vector-add sizes (elements)")
     parser.add_argument("--launches", type=int, default=200)
     parser.add_argument("--recording", action="append", default=[], help="recording databases to measure instead")
+    parser.add_argument("--neighbours", type=int, default=0,
+                        help="also measure the default mode beside this many processes replaying on the same GPU")
+    parser.add_argument("--modes", choices=("all", "default"), default="all", help="replay modes to measure")
+    parser.add_argument("--neighbour", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.neighbour:
+        return neighbour_main(*args.neighbour)
 
     from mneme.recording.execution import RecordedExecution
 
@@ -165,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         instance = recording.single_instance()
         app = in_app_time_ns(recording, instance, args.launches)
         label = f"{recording.kernel_name} grid={instance.grid_dim.x} block={instance.block_dim.x}"
-        for mode, kwargs in MODES:
+        for mode, kwargs in (MODES if args.modes == "all" else MODES[:1]):
             m = replay_times(recording, instance, args.launches, **kwargs)
             timer = kwargs.get("timing", "events")  # compare like with like: the same timer in the app
             app_ns = app[timer]
@@ -182,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         overhead_ok = "yes" if gpu_ovh <= OVERHEAD_TARGET_NS else "NO"
         print(f"{label} | {mode} | {how} | {'yes' if resets else 'no'} | {app / 1e3:.2f} | {rep / 1e3:.2f} | "
               f"{diff:+.2f} | {fidelity_ok} | {gpu_ovh / 1e3:.2f} | {overhead_ok} | {wall_ovh / 1e3:.2f}")  # fmt: skip
+    if args.neighbours:
+        neighbours_table(paths, args.launches, args.neighbours)
     tmp.cleanup()
     return 0
 

@@ -125,6 +125,11 @@ def identity(store: str, engine_spec: str | None, token_path: Path, keep_alive: 
     }
 
 
+#: How many replay servers share this host's CPUs: set by the client that starts one server per GPU
+#: (``replay_server.client.local_servers``); a server sizes its compile pool by its share (unset: one).
+SERVERS_ON_HOST_ENV = "MNEME_SERVERS_ON_HOST"
+
+
 def spread_workers(workers: int, gpus: int) -> list[int]:
     """Workers per GPU: ``workers`` spread over ``gpus`` as evenly as possible, the first ones first."""
     return [workers // gpus + (1 if i < workers % gpus else 0) for i in range(gpus)]

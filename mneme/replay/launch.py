@@ -29,7 +29,7 @@ from mneme.model.experiment import (
     ExperimentConfiguration,
 )
 from mneme.replay import engine as eng
-from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for
+from mneme.replay.compile import CompiledCode, CompileError, CompileOptions, compile_for, needs_recompile
 from mneme.replay.launch_attrs import LaunchPlan
 from mneme.replay.state import DeviceState
 from mneme.replay.textures import split_resets
@@ -94,6 +94,7 @@ class LoadedCode:
     args: bytes  # the argument buffer with pointers translated for this module
     param_offsets: list[int]  # where each parameter starts in args (empty: pass args as one buffer)
     load_seconds: float  # the driver's module load, counted once: by the run that loaded it
+    check_plan: Any = None  # (the bounds it was planned with, judge.CheckPlan): the replayer's, per code
 
 
 class Launcher:
@@ -128,6 +129,7 @@ class Launcher:
         self.state, self.settings, self.compile_options = state, settings, compile_options
         self.healthy = True
         self._modules: OrderedDict[str, LoadedCode] = OrderedDict()
+        self._recorded: CompiledCode | None = None  # the recorded launch's code, once made
 
     # -- code --------------------------------------------------------------------------------
     def compile(self, config: ExperimentConfiguration) -> CompiledCode:
@@ -140,6 +142,15 @@ class Launcher:
             The compiled code (the recorded cubin for the baseline).
         """
         return compile_for(self.recording, self.instance, config, self.arch, self.compile_options)
+
+    def _code(self, config: ExperimentConfiguration) -> CompiledCode:
+        """:meth:`compile`, with the recorded launch's code kept once made (the same for every
+        configuration that runs it: a launch-shape sweep asks for it once per configuration)."""
+        if needs_recompile(config, self.compile_options):
+            return self.compile(config)
+        if self._recorded is None:
+            self._recorded = self.compile(config)
+        return self._recorded
 
     def load(self, code: CompiledCode) -> LoadedCode:
         """``code`` loaded in this context (cached by the code's key), its globals located and the
@@ -212,7 +223,7 @@ class Launcher:
                 ``runtime_error`` (loading destroyed the context).
         """
         try:
-            code = compiled if compiled is not None else self.compile(config)
+            code = compiled if compiled is not None else self._code(config)
         except ConfigurationError as exc:
             raise RunFailure(STATUS_INVALID_CONFIG, str(exc)) from None
         except (CompileError, MnemeError) as exc:
@@ -364,6 +375,66 @@ class Launcher:
             loaded.args, resets=state.full_reset_copies(homes), l2_flush_bytes=2 * self.ctx.l2_cache_size,
             timeout_s=self.settings.timeout_s, attributes=list(plan.attributes), param_offsets=loaded.param_offsets,
         )
+
+    def batch_item(
+        self,
+        loaded: LoadedCode,
+        config: ExperimentConfiguration,
+        launches: int,
+        plan: LaunchPlan,
+        *,
+        before: list,
+        resets: list,
+        checks: list,
+        check_launches: list[int],
+    ) -> tuple:
+        """One configuration of an engine call shared by several (:meth:`start_batch`): as :meth:`launch`'s
+        timed replay from the recorded memory, with the full reset as the item's first copies.
+
+        Args:
+            loaded: the loaded code.
+            config: the launch shape.
+            launches: how many launches.
+            plan: the recorded launch attributes.
+            before: (dst, src, size) copies before the first launch (``DeviceState.full_reset_copies``).
+            resets: (dst, src, size) copies before each launch.
+            checks: the engine's comparisons.
+            check_launches: the launches after which they are made.
+
+        Returns:
+            The engine's batch item.
+        """
+        return (loaded.function, config.grid.as_tuple(), config.block.as_tuple(), config.shared_mem, loaded.args,
+                launches, before, resets, checks, check_launches, list(plan.attributes), loaded.param_offsets)
+
+    def start_batch(self, items: list[tuple]) -> Any:
+        """Enqueue several configurations in one engine call (``Context.start_batch``) without waiting for
+        the GPU: the next batch can be enqueued while this one runs.
+
+        Args:
+            items: :meth:`batch_item`'s tuples.
+
+        Returns:
+            The engine's batch: its ``wait(timeout_s)`` gives the output of each configuration, as
+            :meth:`launch` gives it, or raises the engine's CudaError (which configuration caused it is
+            not known).
+
+        Raises:
+            Exception: the engine's CudaError when the driver refused to enqueue.
+        """
+        return self.ctx.start_batch(items)
+
+    def wait_batch(self, batch: Any) -> list[dict]:
+        """What a batch of :meth:`start_batch` gave, once the GPU is done (the replayer's watchdog bounds
+        the wait).
+
+        Args:
+            batch: the engine's batch.
+
+        Returns:
+            The engine's output of each configuration.
+        """
+        return batch.wait(timeout_s=self.settings.timeout_s)
 
     def run_failure(self, exc: Exception) -> RunFailure:
         """What a configuration's replay that raised ``exc`` in :meth:`launch` reports.

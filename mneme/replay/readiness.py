@@ -295,6 +295,6 @@ class Readiness:
         Returns:
             (``result.nondeterminism``, what the error adds); empty for any other configuration.
         """
-        if config.ground().hash() == self.baseline.ground().hash() and (found or self._probe is not None):
+        if (found or self._probe is not None) and config.ground() == self.baseline.ground():
             return judge.baseline_findings(self.probe(plan), self.probe_error, found, self.mode)
         return [], ""

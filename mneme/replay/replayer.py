@@ -14,6 +14,7 @@ server's worker processes are for.
 from __future__ import annotations
 
 import datetime as _dt
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -44,11 +45,101 @@ from mneme.replay.readiness import RESET_POLICIES, Readiness
 from mneme.replay.state import DeviceState, heap_relocation
 from mneme.replay.tolerance import judged_overrides
 
-__all__ = ["Replayer", "RESET_POLICIES", "device_arch"]
+__all__ = ["Replayer", "ReplayBatch", "RESET_POLICIES", "device_arch", "BatchLost"]
+
+
+class BatchLost(Exception):
+    """The CUDA context was lost inside an engine call shared by several configurations
+    (:meth:`Replayer.run_many`): which configuration did it is not known. The process must be
+    replaced and each configuration replayed alone.
+    """
+
+
+class ReplayBatch:
+    """Configurations whose launches were enqueued together (:meth:`Replayer.start_many`)."""
+
+    def __init__(self, replayer: "Replayer", results: list, planned: list, handle: Any, before: Any = None,
+                 alone: bool = False) -> None:
+        self._replayer, self._results, self._planned, self._handle = replayer, results, planned, handle
+        self._before = before  # the measurer's reading before the launches
+        self._alone = alone  # the driver refused the shared call: each planned one replays by itself
+        self._done = False
+
+    def ready(self) -> bool:
+        """Whether :meth:`results` would not wait for the GPU.
+
+        Returns:
+            True once the GPU is done with the batch (or it failed).
+        """
+        handle = self._handle
+        return handle is None or not hasattr(handle, "done") or bool(handle.done())
+
+    def results(self) -> list[ExperimentResult]:
+        """Wait for the GPU and judge each configuration (once).
+
+        Returns:
+            One result per request, in their order.
+
+        Raises:
+            BatchLost: the shared engine call destroyed the CUDA context (which configuration did it is not
+                known: replay each alone in a fresh process).
+        """
+        if self._done:
+            return self._results
+        replayer, results, planned = self._replayer, self._results, self._planned
+        self._done = True
+        outs: list[Any] = []
+        if planned and self._handle is not None:
+            try:
+                outs = replayer._launcher.wait_batch(self._handle)
+            except Exception as exc:
+                replayer._batch_failed(exc, len(planned))
+                self._alone = True
+            finally:
+                self._handle = None
+        for position, (index, one) in enumerate(planned):
+            try:
+                # Each alone (the driver refused the shared call), judged before the next one's launches.
+                out = replayer._alone(one) if self._alone else outs[position]
+                if isinstance(out, RunFailure):
+                    results[index] = one.failure(out)
+                else:
+                    results[index] = replayer._conclude(one, out, self._before, fresh=self._alone)
+            except Exception as exc:
+                results[index] = replayer._internal_error(exc, one.base)
+        return results
+
+
+class _Planned:
+    """A configuration ready to launch: its code loaded, its launch checked, its comparisons planned."""
+
+    __slots__ = ("config", "launches", "warmup", "loaded", "checks", "resets_each_launch", "base", "measured")
+
+    def __init__(self, config: ExperimentConfiguration, launches: int, warmup: int, loaded: LoadedCode,
+                 checks: judge.CheckPlan, resets_each_launch: bool, base: dict, measured: dict) -> None:
+        self.config, self.launches, self.warmup, self.loaded = config, launches, warmup, loaded
+        self.checks, self.resets_each_launch, self.base, self.measured = checks, resets_each_launch, base, measured
+
+    def failure(self, failure: RunFailure) -> ExperimentResult:
+        """The failed result of this configuration's replay."""
+        return ExperimentResult.failure(failure.status, failure.error, end_time=_now(), **self.base, **self.measured,
+                                        **failure.fields)  # fmt: skip
+
+
+_second_text: tuple[int, str] = (-1, "")  # the last whole second's date and time (UTC), reused within it
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+    """``datetime.now(timezone.utc).isoformat()``, the text of a result's start and end: the date and time
+    of day made once per second (two per configuration)."""
+    global _second_text
+    now = time.time_ns()
+    second, micros = divmod(now // 1000, 1_000_000)
+    cached, text = _second_text
+    if second != cached:
+        text = _dt.datetime.fromtimestamp(second, _dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (second, text)
+    return f"{text}.{micros:06d}+00:00" if micros else f"{text}+00:00"
 
 
 class Replayer:
@@ -335,14 +426,7 @@ class Replayer:
         Returns:
             The result; a failed one (``status``, ``error``) for a configuration that cannot run.
         """
-        start = _now()
-        base = {
-            "gpu_id": self.device,
-            "start_time": start,
-            "warmup": max(int(warmup), 0),
-            "relocated": self.relocated_heap,
-            "relocation_reason": self.relocation_reason,
-        }
+        base = self._base(warmup)
         try:
             result = self._run(config, int(iterations), int(warmup), compiled, base)
             if metrics:
@@ -352,12 +436,119 @@ class Replayer:
                     result.metrics_error = f"internal error collecting hardware counters: {type(exc).__name__}: {exc}"
             return result
         except Exception as exc:  # a bug of ours, not the configuration's: say so, keep going
-            return ExperimentResult.failure(
-                STATUS_INTERNAL_ERROR,
-                f"internal error in the replay engine: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
-                end_time=_now(),
-                **base,
-            )
+            return self._internal_error(exc, base)
+
+    def run_many(
+        self, requests: "list[tuple[ExperimentConfiguration, int, int, CompiledCode | None]]"
+    ) -> list[ExperimentResult]:
+        """Replay several configurations, each as :meth:`run` would, with their launches in one engine call
+        where the engine has one: ``start_many(requests).results()``.
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            One result per request, in their order.
+
+        Raises:
+            BatchLost: the shared engine call destroyed the CUDA context (see :meth:`start_many`).
+        """
+        return self.start_many(requests).results()
+
+    def start_many(
+        self, requests: "list[tuple[ExperimentConfiguration, int, int, CompiledCode | None]]"
+    ) -> "ReplayBatch":
+        """Enqueue the launches of several configurations in one engine call (``Context.start_batch``) and
+        return without waiting for the GPU: the caller can prepare and enqueue the next batch while this
+        one runs, then take this one's results (:meth:`ReplayBatch.results`). The configurations run back
+        to back on the GPU with no host work between them. Each result is the one :meth:`run` gives; a
+        configuration that does not verify is replayed again alone, for the bytes its report reads back
+        (the memory then holds a later configuration's output). Without such an engine call (or with
+        CUPTI timing, an L2 scrub, or recorded pointers to rewrite per module), each runs as :meth:`run`.
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            The batch; its ``results()`` are in the order of ``requests``.
+
+        Raises:
+            BatchLost: enqueueing destroyed the CUDA context (``results()`` raises it too when the GPU work did).
+        """
+        if len(requests) < 2 or not self._batchable():
+            return ReplayBatch(self, [self.run(c, iterations, warmup, compiled)
+                                      for c, iterations, warmup, compiled in requests], [], None)
+        results: list[Any] = []
+        planned: list[tuple[int, _Planned]] = []
+        for index, (config, iterations, warmup, compiled) in enumerate(requests):
+            base = self._base(warmup)
+            try:
+                one = self._plan(config, int(iterations), int(warmup), compiled, base)
+            except Exception as exc:  # a bug of ours: as run() says it
+                one = self._internal_error(exc, base)
+            results.append(one)
+            if isinstance(one, _Planned):
+                planned.append((index, one))
+        if not planned:
+            return ReplayBatch(self, results, [], None)
+        launcher, state, plan = self._launcher, self._state, self.launch_plan
+        items = []
+        for _, one in planned:
+            homes = one.loaded.global_homes
+            items.append(launcher.batch_item(
+                one.loaded, one.config, one.launches, plan, before=state.full_reset_copies(homes),
+                resets=state.iteration_resets(homes) if one.resets_each_launch else [], checks=one.checks.checks,
+                check_launches=judge.checked_launches(one.launches, self.verify_every_iteration)))
+        before = self._measurer.before()
+        try:
+            handle = launcher.start_batch(items)
+        except Exception as exc:
+            self._batch_failed(exc, len(items))  # the context lost: BatchLost; a bug of ours: raised
+            return ReplayBatch(self, results, planned, None, before, alone=True)
+        return ReplayBatch(self, results, planned, handle, before)
+
+    def _batchable(self) -> bool:
+        """Whether configurations can share an engine call: the engine has one, launches are timed with
+        events without an L2 scrub, no recorded pointer needs rewriting per module, no CUDA array needs
+        filling (its full reset is no device copy of the engine call), and no energy window follows each
+        replay (it must have the GPU to itself, not share it with the next group)."""
+        return (hasattr(self.ctx, "start_batch") and self.timing == "events" and not self.l2_scrub
+                and not self.measurement.energy and self._state is not None and not self._state.has_pointer_sites
+                and not self._state.has_arrays)
+
+    def _batch_failed(self, exc: Exception, count: int) -> None:
+        """An engine call shared by ``count`` configurations raised ``exc``: BatchLost when it destroyed the
+        context, ``exc`` itself when it is not a driver error; else the driver refused it (each is then
+        replayed alone)."""
+        code_no = self._launcher.driver_failure(exc)  # a bug of ours (not a driver error) propagates
+        if code_no in eng.CONTEXT_DESTROYING:
+            raise BatchLost(f"the CUDA context was lost in an engine call of {count} configurations ({exc}); "
+                            "each is replayed alone in a fresh process") from None
+
+    def _alone(self, one: "_Planned") -> "dict | RunFailure":
+        """``one``'s launches in an engine call of its own (after the batches enqueued before it)."""
+        try:
+            return self._launch(one.loaded, one.config, one.launches, self.launch_plan, one.checks,
+                                one.resets_each_launch)  # fmt: skip
+        except RunFailure as failure:
+            return failure
+
+    def _base(self, warmup: int) -> dict:
+        return {
+            "gpu_id": self.device,
+            "start_time": _now(),
+            "warmup": max(int(warmup), 0),
+            "relocated": self.relocated_heap,
+            "relocation_reason": self.relocation_reason,
+        }
+
+    def _internal_error(self, exc: Exception, base: dict) -> ExperimentResult:
+        return ExperimentResult.failure(
+            STATUS_INTERNAL_ERROR,
+            f"internal error in the replay engine: {type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}",
+            end_time=_now(),
+            **base,
+        )
 
     def collect_metrics(
         self, config: ExperimentConfiguration, metrics: Sequence[str], result: ExperimentResult | None = None,
@@ -425,6 +616,22 @@ class Replayer:
     def _run(
         self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
     ) -> ExperimentResult:
+        planned = self._plan(config, iterations, warmup, compiled, base)
+        if isinstance(planned, ExperimentResult):
+            return planned
+        before = self._measurer.before()
+        try:
+            out = self._launch(planned.loaded, config, planned.launches, self.launch_plan, planned.checks,
+                               planned.resets_each_launch)  # fmt: skip
+        except RunFailure as failure:
+            return planned.failure(failure)
+        return self._conclude(planned, out, before)
+
+    def _plan(
+        self, config: ExperimentConfiguration, iterations: int, warmup: int, compiled: CompiledCode | None, base: dict
+    ) -> "_Planned | ExperimentResult":
+        """Everything before the launches: the checks of the request, the code loaded, the launch checks
+        and the comparisons; a failed result when the configuration cannot run."""
         measured: dict[str, Any] = {}  # what the code gives, once loaded: failures after that carry it too
         launcher, plan = self._launcher, self.launch_plan
         try:
@@ -433,16 +640,46 @@ class Replayer:
             loaded = launcher.prepare(config, compiled)
             measured = measurements(loaded.code, loaded)
             launcher.check_launch(loaded, config, plan)
-            checks = judge.plan_checks(self._state, loaded.global_homes, self.overrides, self._readiness.derived)
-            before = self._measurer.before()
-            out, found, resets_each_launch = self._replay(loaded, config, warmup + iterations, plan, checks,
-                                                          resets_each_launch)  # fmt: skip
-            conditions = self._measurer.after(before)
-            energy = {} if found else self._energy(loaded, config, plan, resets_each_launch, out, conditions)
+            checks = self._checks(loaded)
         except RunFailure as failure:
             return ExperimentResult.failure(failure.status, failure.error, end_time=_now(), **base, **measured,
                                             **failure.fields)  # fmt: skip
-        self.last_timing = launcher.timing(out, warmup + iterations, resets_each_launch)
+        return _Planned(config, warmup + iterations, warmup, loaded, checks, resets_each_launch, base, measured)
+
+    def _checks(self, loaded: LoadedCode) -> judge.CheckPlan:
+        """The comparisons of a replay of ``loaded`` (made once per loaded code and bounds: the same for
+        every configuration of one code variant)."""
+        derived = self._readiness.derived
+        cached = loaded.check_plan
+        if cached is not None and cached[0] is derived:
+            return cached[1]
+        checks = judge.plan_checks(self._state, loaded.global_homes, self.overrides, derived)
+        loaded.check_plan = (derived, checks)
+        return checks
+
+    def _conclude(self, planned: "_Planned", out: dict, before: Any, fresh: bool = True) -> ExperimentResult:
+        """The verdict of a replay whose launches gave ``out``: judged (a configuration right only from the
+        recorded memory is replayed again with resets before every launch), its conditions (``before``:
+        the measurer's reading before the launches) and energy window, reported. ``fresh``: the device
+        memory still holds what these launches left (not so for a batch's configurations: a mismatch's
+        report reads it back, so one that does not verify is replayed alone first)."""
+        launcher, plan, config = self._launcher, self.launch_plan, planned.config
+        loaded, checks, launches = planned.loaded, planned.checks, planned.launches
+        resets_each_launch = planned.resets_each_launch
+        try:
+            found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            if found and not fresh:
+                out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
+                found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            if found and not resets_each_launch and judge.first_launch_verified(found):
+                resets_each_launch = True
+                out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
+                found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            conditions = self._measurer.after(before)
+            energy = {} if found else self._energy(loaded, config, plan, resets_each_launch, out, conditions)
+        except RunFailure as failure:
+            return planned.failure(failure)
+        self.last_timing = launcher.timing(out, launches, resets_each_launch)
         nondeterminism, note = self._readiness.baseline_findings(config, found, plan)
         return ExperimentResult(
             exec_time=[int(t) for t in out["times_ns"]],
@@ -454,8 +691,8 @@ class Replayer:
             conditions=conditions,
             **energy,
             **judge.verdict(checks, out, found, self._readiness.derived, nondeterminism, note),
-            **base,
-            **measured,
+            **planned.base,
+            **planned.measured,
         )
 
     def _energy(self, loaded: LoadedCode, config: ExperimentConfiguration, plan: LaunchPlan, resets_each_launch: bool,
@@ -515,25 +752,6 @@ class Replayer:
             status, error = self._readiness.unusable()
             raise RunFailure(status, error, executed=True)
         return resets_each_launch
-
-    def _replay(
-        self, loaded: LoadedCode, config: ExperimentConfiguration, launches: int, plan: LaunchPlan,
-        checks: judge.CheckPlan, resets_each_launch: bool,
-    ) -> tuple[dict, list[dict[str, Any]], bool]:  # fmt: skip
-        """The launches and their mismatches: (engine output, mismatches, whether every launch was reset).
-
-        Idempotence was proven for the recorded launch, not for this configuration: one whose first
-        launch (from the recorded memory) verified and a later one, run on what the previous launch
-        left, did not is judged as the application runs it: replayed with the written memory reset
-        before every launch.
-        """
-        out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
-        found = judge.mismatches(checks, out, self._state, loaded.global_homes)
-        if found and not resets_each_launch and judge.first_launch_verified(found):
-            resets_each_launch = True
-            out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
-            found = judge.mismatches(checks, out, self._state, loaded.global_homes)
-        return out, found, resets_each_launch
 
     def _launch(
         self, loaded: LoadedCode, config: ExperimentConfiguration, launches: int, plan: LaunchPlan,

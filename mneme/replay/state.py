@@ -293,8 +293,9 @@ class DeviceState:
 
     def full_reset_copies(self, global_homes: dict[int, int]) -> list[tuple[int, int, int]]:
         """(dst, src, size) copies that put every region's prologue into its live memory (``full_reset``
-        as copies an engine call makes itself: before each pass of a profiled launch). CUDA arrays are not
-        among them: a profiled launch's passes find them as the configuration's full reset left them."""
+        as copies an engine call makes itself: before a batch's configuration (``start_batch``), before each
+        pass of a profiled launch). CUDA arrays are not among them: a profiled launch's passes find them as
+        the configuration's full reset left them, and a replay with arrays is not batched (``has_arrays``)."""
         out = []
         for r in self.regions:
             if r.kind == "array":
@@ -326,6 +327,11 @@ class DeviceState:
     def patch_handles(self, args: bytes) -> bytes:
         """The argument bytes with the texture and surface objects' new handles where the recording says."""
         return self.textures.patch_args(args) if self.textures is not None else args
+
+    @property
+    def has_arrays(self) -> bool:
+        """Whether a region is a CUDA array (its full reset is no device copy an engine call can make)."""
+        return any(r.kind == "array" for r in self.regions)
 
     @property
     def has_pointer_sites(self) -> bool:

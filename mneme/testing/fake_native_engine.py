@@ -66,6 +66,7 @@ class AddressSpace:
     chip: str = "GH100"  # CUPTI's name of the fake GPU's chip
     profiler_reason: str = ""  # why the profiler cannot be loaded ('' when it can)
     copied_since_run: bool = True  # device copies (resets) made since the last run
+    batches: list = field(default_factory=list)  # the size of every ``Context.run_batch`` call
     arrays: dict = field(default_factory=dict)  # handle -> FakeArray, live ones
     objects: dict = field(default_factory=dict)  # handle -> FakeObject, live ones
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
@@ -193,6 +194,29 @@ class FakeContext:
     def copy(self, dst: int, src: int, size: int) -> None:
         self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
 
+    def start_batch(self, items: list, gate_max_ns: int = 1_000_000_000) -> "FakeBatchRun":
+        """The native ``Context.start_batch``: each item (function, grid, block, shared_mem, args, launches,
+        before, resets, checks, check_launches, attributes, param_offsets) runs as its
+        function's ``run`` would, after its ``before`` copies (a reset from the recorded memory); an error
+        of any item ends the whole batch, raised by ``wait`` (as the native synchronization reports it)."""
+        self.space.batches.append(len(items))
+        outs, error = [], None
+        try:
+            for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches,
+                 attributes, param_offsets) in items:  # fmt: skip
+                if before:
+                    self.space.copied_since_run = True
+                outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,
+                                         check_launches=check_launches, attributes=attributes,
+                                         param_offsets=param_offsets))  # fmt: skip
+        except CudaError as exc:
+            error = exc
+        return FakeBatchRun(outs, error, sum(item[5] for item in items))
+
+    def run_batch(self, items: list, timeout_s: float = 0.0, gate_max_ns: int = 1_000_000_000) -> list:
+        """The native ``Context.run_batch``: ``start_batch``, then ``wait``."""
+        return self.start_batch(items, gate_max_ns).wait(timeout_s)
+
     def create_array(self, width: int, height: int, depth: int, format: int, channels: int, flags: int = 0) -> FakeArray:
         from mneme.format.textures import ArrayShape
 
@@ -286,6 +310,25 @@ class FakeKernel:
 def cuda_error(call: str, code: int, name: str) -> CudaError:
     """A CudaError as the native engine raises it (``FakeKernel.errors``)."""
     return _error(call, code, name)
+
+
+class FakeBatchRun:
+    """What ``FakeContext.start_batch`` returns: ``wait`` gives the items' outputs (or raises the error)."""
+
+    def __init__(self, outs: list, error: BaseException | None, launches: int):
+        self.outs, self.error, self.launches = outs, error, launches
+        self.waited = False
+
+    def done(self) -> bool:
+        return True
+
+    def wait(self, timeout_s: float = 0.0) -> list:
+        if self.waited:
+            raise RuntimeError("this batch's results were taken already")
+        self.waited = True
+        if self.error is not None:
+            raise self.error
+        return self.outs
 
 
 class FakeModule:

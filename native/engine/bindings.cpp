@@ -160,6 +160,59 @@ py::tuple check_result(const CheckResult& r) {
     return py::make_tuple(stats, counters);
 }
 
+std::vector<BatchItem> batch_items(const std::vector<py::tuple>& items) {
+    std::vector<BatchItem> batch(items.size());
+    for (size_t k = 0; k < items.size(); ++k) {
+        const py::tuple& t = items[k];
+        if (t.size() != 12)
+            throw std::invalid_argument(
+                "a batch item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
+                "check_launches, attributes, param_offsets)");
+        BatchItem& b = batch[k];
+        b.function = std::make_shared<Function>(t[0].cast<const Function&>());
+        b.grid = t[1].cast<std::array<unsigned, 3>>();
+        b.block = t[2].cast<std::array<unsigned, 3>>();
+        b.shared_mem = t[3].cast<unsigned>();
+        b.args = t[4].cast<std::string>();
+        b.launches = t[5].cast<int>();
+        for (const auto& [dst, src, size] : t[6].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
+            b.before.push_back({dst, src, size});
+        for (const auto& [dst, src, size] : t[7].cast<std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>>())
+            b.resets.push_back({dst, src, size});
+        for (const auto& check : t[8].cast<std::vector<py::tuple>>()) b.checks.push_back(make_check(check));
+        b.check_launches = t[9].cast<std::vector<int>>();
+        for (const auto& [id, value] : t[10].cast<std::vector<std::pair<int, py::bytes>>>())
+            b.spec.attributes.push_back({id, std::string(value)});
+        b.spec.param_offsets = t[11].cast<std::vector<size_t>>();
+    }
+    return batch;
+}
+
+// What Function.run gives: times, checked launches, their checks' results, wall and GPU span.
+py::dict run_result(const RunResult& r) {
+    py::list per_launch;
+    for (const auto& launch : r.checks) {
+        py::list one;
+        for (const auto& check : launch) one.append(check_result(check));
+        per_launch.append(one);
+    }
+    py::dict out;
+    out["times_ns"] = r.times_ns;
+    out["checked_launches"] = r.checked_launches;
+    out["checks"] = per_launch;
+    out["wall_ns"] = r.wall_ns;
+    out["gpu_span_ns"] = r.gpu_span_ns;
+    out["event_times_ns"] = r.event_times_ns;
+    return out;
+}
+
+// One dict per item, as Function.run gives.
+py::list run_results(const std::vector<RunResult>& results) {
+    py::list out;
+    for (const auto& r : results) out.append(run_result(r));
+    return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_engine, m) {
@@ -378,7 +431,44 @@ PYBIND11_MODULE(_engine, m) {
                  return out;
              },
              "Compare on the device now; each check is (actual, expected, size, dtype, mode, threshold[, hash_elem]) "
-             "and gives (stats[7], counters[11]): 5 counters, then the actual's and the expected's 3 hashes.");
+             "and gives (stats[7], counters[11]): 5 counters, then the actual's and the expected's 3 hashes.")
+        .def("start_batch",
+             [](const ContextPtr& c, const std::vector<py::tuple>& items, uint64_t gate_max_ns) {
+                 std::vector<BatchItem> batch = batch_items(items);
+                 py::gil_scoped_release release;
+                 return start_batch(c, std::move(batch), gate_max_ns);
+             },
+             py::arg("items"), py::arg("gate_max_ns") = 1'000'000'000ull,
+             "Enqueue several configurations (engine.hpp's BatchRun) and return without waiting for the GPU: "
+             "each item is (function, grid, block, shared_mem, args, launches, before, resets, checks, "
+             "check_launches, attributes, param_offsets). BatchRun.wait() gives one dict per item, "
+             "as Function.run does.")
+        .def("run_batch",
+             [](const ContextPtr& c, const std::vector<py::tuple>& items, double timeout_s, uint64_t gate_max_ns) {
+                 std::vector<BatchItem> batch = batch_items(items);
+                 std::vector<RunResult> results;
+                 {
+                     py::gil_scoped_release release;
+                     results = run_batch(c, std::move(batch), timeout_s, gate_max_ns);
+                 }
+                 return run_results(results);
+             },
+             py::arg("items"), py::arg("timeout_s") = 0.0, py::arg("gate_max_ns") = 1'000'000'000ull,
+             "start_batch, then wait: one dict per item.");
+
+    py::class_<BatchRun, std::shared_ptr<BatchRun>>(m, "BatchRun")
+        .def("wait",
+             [](BatchRun& b, double timeout_s) {
+                 std::vector<RunResult> results;
+                 {
+                     py::gil_scoped_release release;
+                     results = b.wait(timeout_s);
+                 }
+                 return run_results(results);
+             },
+             py::arg("timeout_s") = 0.0,
+             "Wait for the batch's GPU work (timeout_s > 0 bounds the wait) and give one dict per item.")
+        .def("done", &BatchRun::done, "Whether the GPU is done with the batch (or failed), without waiting.");
 
     py::class_<CudaArray, std::shared_ptr<CudaArray>>(m, "Array")
         .def_property_readonly("handle", &CudaArray::handle)
@@ -434,20 +524,7 @@ PYBIND11_MODULE(_engine, m) {
                     r = run_launches(f, grid, block, shared_mem, arg_bytes, launches, copies, cs, check_launches,
                                      queue_ahead_ns, l2_scrub_bytes, timeout_s, cupti, spec);
                 }
-                py::list per_launch;
-                for (const auto& launch : r.checks) {
-                    py::list one;
-                    for (const auto& c : launch) one.append(check_result(c));
-                    per_launch.append(one);
-                }
-                py::dict out;
-                out["times_ns"] = r.times_ns;
-                out["checked_launches"] = r.checked_launches;
-                out["checks"] = per_launch;
-                out["wall_ns"] = r.wall_ns;
-                out["gpu_span_ns"] = r.gpu_span_ns;
-                out["event_times_ns"] = r.event_times_ns;
-                return out;
+                return run_result(r);
             },
             py::arg("grid"), py::arg("block"), py::arg("shared_mem"), py::arg("args"), py::arg("launches"),
             py::arg("resets") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{},

@@ -250,3 +250,15 @@ extern "C" __global__ void mneme_l2_scrub(const uint4* p, unsigned long long n, 
     }
     if (acc == 0x9E3779B9u) *sink = acc;  // practically never: keeps the loads
 }
+
+// Holds the stream until the host has enqueued far enough ahead (run_batch's gate):
+// spins until *flag (host memory mapped into the device) reaches `value`, or for
+// `max_ns` at most, so that a host that never opens the gate cannot hang the GPU.
+extern "C" __global__ void mneme_wait_flag(const volatile unsigned* flag, unsigned value, unsigned long long max_ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        if (*flag >= value) return;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < max_ns);
+}

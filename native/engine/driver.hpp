@@ -79,6 +79,11 @@ public:
     X(cuEventRecord)                         \
     X(cuEventElapsedTime)                    \
     X(cuEventQuery)                          \
+    X(cuMemHostAlloc)                        \
+    X(cuMemHostGetDevicePointer)             \
+    X(cuMemFreeHost)                         \
+    X(cuMemcpyDtoHAsync)                     \
+    X(cuEventSynchronize)                    \
     X(cuArray3DCreate)                       \
     X(cuArrayDestroy)                        \
     X(cuMemcpy3D)                            \

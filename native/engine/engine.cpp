@@ -4,6 +4,7 @@
 #include "cupti_timer.hpp"
 #include "compare_fatbin.h"  // generated: mneme_compare_fatbin[] (compare_kernels.cu)
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -99,19 +100,16 @@ std::vector<CheckResult> unpack(const std::vector<uint64_t>& host, size_t first_
     return out;
 }
 
-// Wait for the stream; with a timeout, poll so a hanging kernel cannot block forever.
-void wait_stream(const ContextState& ctx, double timeout_s) {
-    const Driver& d = driver();
-    if (timeout_s <= 0) {
-        check(d.cuStreamSynchronize(ctx.stream), "cuStreamSynchronize");
-        return;
-    }
+// Wait until `query` (cuStreamQuery or cuEventQuery of what is awaited) stops answering NOT_READY,
+// polling, for timeout_s at most: a hanging kernel cannot block forever.
+template <typename Query>
+void poll_until_done(Query query, double timeout_s, const char* call) {
     int64_t deadline = now_ns() + static_cast<int64_t>(timeout_s * 1e9);
     int spins = 0;
     for (;;) {
-        CUresult r = d.cuStreamQuery(ctx.stream);
+        CUresult r = query();
         if (r == CUDA_SUCCESS) return;
-        if (r != CUDA_ERROR_NOT_READY) check(r, "cuStreamQuery");
+        if (r != CUDA_ERROR_NOT_READY) check(r, call);
         if (now_ns() > deadline) {
             // The kernel still runs: anything that frees memory now would wait for it forever.
             abandon_driver_cleanup();
@@ -121,6 +119,16 @@ void wait_stream(const ContextState& ctx, double timeout_s) {
         if (++spins < 2000) std::this_thread::yield();
         else std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+}
+
+// Wait for the stream; with a timeout, poll so a hanging kernel cannot block forever.
+void wait_stream(const ContextState& ctx, double timeout_s) {
+    const Driver& d = driver();
+    if (timeout_s <= 0) {
+        check(d.cuStreamSynchronize(ctx.stream), "cuStreamSynchronize");
+        return;
+    }
+    poll_until_done([&] { return d.cuStreamQuery(ctx.stream); }, timeout_s, "cuStreamQuery");
 }
 
 }  // namespace
@@ -168,6 +176,7 @@ ContextState::~ContextState() {
     d.cuCtxSetCurrent(context);
     for (CUevent e : events) d.cuEventDestroy(e);
     if (scrub_buffer) d.cuMemFree(scrub_buffer);
+    free_batch_pools();
     if (compare_module) d.cuModuleUnload(compare_module);
     if (stream) d.cuStreamDestroy(stream);
     d.cuDevicePrimaryCtxRelease(device);
@@ -611,6 +620,356 @@ std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>
     check(d.cuStreamSynchronize(ctx->stream), "cuStreamSynchronize");
     check(d.cuMemcpyDtoH(host.data(), scratch.ptr, host.size() * 8), "cuMemcpyDtoH(compare slots)");
     return unpack(host, 0, checks.size());
+}
+
+}  // namespace mneme
+
+// ------------------------------------------------------------------- batches
+namespace mneme {
+
+void ContextState::ensure_gate() {
+    if (gate_host) return;
+    const Driver& d = driver();
+    check(d.cuModuleGetFunction(&wait_flag, compare_module, "mneme_wait_flag"), "cuModuleGetFunction(mneme_wait_flag)");
+    void* host = nullptr;
+    check(d.cuMemHostAlloc(&host, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc(gate)");
+    CUdeviceptr dev = 0;
+    CUresult r = d.cuMemHostGetDevicePointer(&dev, host, 0);
+    if (r != CUDA_SUCCESS) {
+        d.cuMemFreeHost(host);
+        check(r, "cuMemHostGetDevicePointer(gate)");
+    }
+    gate_host = static_cast<volatile uint32_t*>(host);
+    *gate_host = 0;
+    gate_device = dev;
+    gate_value = 0;
+}
+
+CUevent ContextState::take_event() {
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        if (!spare_events.empty()) {
+            CUevent e = spare_events.back();
+            spare_events.pop_back();
+            return e;
+        }
+    }
+    CUevent e = nullptr;
+    check(driver().cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    return e;
+}
+
+std::pair<void*, CUdeviceptr> ContextState::take_buffers(size_t bytes) {
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        for (size_t i = 0; i < spare_buffers.size(); ++i) {
+            if (spare_buffers[i].bytes >= bytes) {
+                SpareBuffers b = spare_buffers[i];
+                spare_buffers.erase(spare_buffers.begin() + static_cast<long>(i));
+                return {b.host, b.device};
+            }
+        }
+    }
+    const Driver& d = driver();
+    bytes = std::max<size_t>(bytes, 4096);
+    void* host = nullptr;
+    check(d.cuMemHostAlloc(&host, bytes, CU_MEMHOSTALLOC_PORTABLE), "cuMemHostAlloc(batch results)");
+    CUdeviceptr dev = 0;
+    CUresult r = d.cuMemAlloc(&dev, bytes);
+    if (r != CUDA_SUCCESS) {
+        d.cuMemFreeHost(host);
+        check(r, "cuMemAlloc(batch results)");
+    }
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    buffer_sizes[host] = bytes;
+    return {host, dev};
+}
+
+void ContextState::give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used) {
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    if (host) spare_buffers.push_back({host, device, buffer_sizes[host]});
+    spare_events.insert(spare_events.end(), events_used.begin(), events_used.end());
+    events_used.clear();
+}
+
+void ContextState::give_back_when_done(void* host, CUdeviceptr device, std::vector<CUevent>& events_used) {
+    if (events_used.empty()) return give_back(host, device, events_used);
+    CUresult r = driver().cuEventQuery(events_used.back());
+    if (r == CUDA_SUCCESS) return give_back(host, device, events_used);
+    if (r != CUDA_ERROR_NOT_READY) {
+        events_used.clear();  // the context is broken: its resources go with it
+        return;
+    }
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    pending.push_back({host, device, std::move(events_used)});
+    events_used.clear();
+}
+
+void ContextState::reclaim() {
+    std::vector<Pending> done;
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        if (pending.empty()) return;
+        std::vector<Pending> still;
+        for (Pending& p : pending) {
+            CUresult r = driver().cuEventQuery(p.events.back());
+            if (r == CUDA_SUCCESS) done.push_back(std::move(p));
+            else if (r == CUDA_ERROR_NOT_READY) still.push_back(std::move(p));
+            // else: the context is broken; the resources go with it
+        }
+        pending.swap(still);
+    }
+    for (Pending& p : done) give_back(p.host, p.device, p.events);
+}
+
+void ContextState::free_batch_pools() {
+    const Driver& d = driver();
+    std::lock_guard<std::mutex> lock(pool_mutex);
+    // A batch still pending when its context goes (no BatchRun refers to it): freed if the GPU is done
+    // with it, else left (freeing memory a kernel still writes, or waiting for a hanging one, is worse).
+    for (Pending& p : pending) {
+        if (d.cuEventQuery(p.events.back()) != CUDA_SUCCESS) continue;
+        spare_events.insert(spare_events.end(), p.events.begin(), p.events.end());
+        if (p.host) spare_buffers.push_back({p.host, p.device, 0});
+    }
+    pending.clear();
+    for (CUevent e : spare_events) d.cuEventDestroy(e);
+    for (const SpareBuffers& b : spare_buffers) {
+        d.cuMemFreeHost(b.host);
+        d.cuMemFree(b.device);
+    }
+    spare_events.clear();
+    spare_buffers.clear();
+    buffer_sizes.clear();
+    if (gate_host) d.cuMemFreeHost(const_cast<uint32_t*>(gate_host));
+    gate_host = nullptr;
+    gate_device = 0;
+}
+
+namespace {
+
+// Opens the gate when it goes out of scope (an exception while enqueueing must not leave the
+// GPU waiting for its maximum).
+struct Gate {
+    ContextState& ctx;
+    uint32_t value;
+    bool open = false;
+    void release() {
+        if (open) return;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        *ctx.gate_host = value;
+        std::atomic_thread_fence(std::memory_order_seq_cst);
+        open = true;
+    }
+    ~Gate() { release(); }
+};
+
+}  // namespace
+
+// What one item's launches need, made once: kernel parameters pointing into its own copy of
+// the argument bytes, the launch attributes and configuration, its events and result slots.
+struct BatchRun::Prepared {
+    std::string args;
+    size_t arg_size = 0;
+    std::vector<void*> params;
+    void* extra[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+    std::vector<CUlaunchAttribute> attrs;
+    CUlaunchConfig config{};
+    size_t first_event = 0;
+    size_t first_slot = 0;
+    std::vector<int> checked;
+};
+
+BatchRun::BatchRun(ContextPtr ctx_, std::vector<BatchItem> items_, uint64_t gate_max_ns)
+    : ctx(std::move(ctx_)), items(std::move(items_)) {
+    const Driver& d = driver();
+    ContextState& c = *ctx;
+    c.make_current();
+    prepared.resize(items.size());
+    size_t n_events = 0;
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        Prepared& p = prepared[k];
+        if (!item.function) throw std::invalid_argument("a batch item has no function");
+        if (item.function->ctx.get() != &c) throw std::invalid_argument("a batch item's function is of another context");
+        if (item.launches < 1) throw std::invalid_argument("launches must be at least 1");
+        p.args = item.args;
+        p.arg_size = p.args.size();
+        for (size_t off : item.spec.param_offsets) {
+            if (off >= p.arg_size) throw std::invalid_argument("a parameter offset lies past the argument bytes");
+            p.params.push_back(p.args.data() + off);
+        }
+        p.extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+        p.extra[1] = p.args.data();
+        p.extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+        p.extra[3] = &p.arg_size;
+        p.extra[4] = CU_LAUNCH_PARAM_END;
+        p.attrs.resize(item.spec.attributes.size());
+        for (size_t i = 0; i < p.attrs.size(); ++i) {
+            const LaunchAttr& a = item.spec.attributes[i];
+            if (a.value.size() > sizeof(CUlaunchAttributeValue))
+                throw std::invalid_argument("a launch attribute value is longer than CUlaunchAttributeValue");
+            std::memset(&p.attrs[i], 0, sizeof(CUlaunchAttribute));
+            p.attrs[i].id = static_cast<CUlaunchAttributeID>(a.id);
+            std::memcpy(&p.attrs[i].value, a.value.data(), a.value.size());
+        }
+        CUlaunchConfig& lc = p.config;
+        lc.gridDimX = item.grid[0], lc.gridDimY = item.grid[1], lc.gridDimZ = item.grid[2];
+        lc.blockDimX = item.block[0], lc.blockDimY = item.block[1], lc.blockDimZ = item.block[2];
+        lc.sharedMemBytes = item.shared_mem;
+        lc.hStream = c.stream;
+        lc.attrs = p.attrs.data();
+        lc.numAttrs = static_cast<unsigned>(p.attrs.size());
+        for (int i : item.check_launches) {
+            if (i < 0 || i >= item.launches) throw std::invalid_argument("check_launches names a launch that does not exist");
+            if (!p.checked.empty() && i <= p.checked.back())
+                throw std::invalid_argument("check_launches must be sorted and distinct");
+            p.checked.push_back(i);
+        }
+        p.first_event = n_events;
+        p.first_slot = slots;
+        n_events += 2 * static_cast<size_t>(item.launches);
+        slots += p.checked.size() * item.checks.size();
+    }
+    c.ensure_gate();
+    c.reclaim();
+    try {
+        for (size_t i = 0; i < n_events + 1; ++i) events.push_back(c.take_event());  // the last: all done
+        auto buffers = c.take_buffers(std::max<size_t>(slots, 1) * kSlotBytes);
+        host = buffers.first;
+        device = buffers.second;
+    } catch (...) {
+        c.give_back(host, device, events);  // nothing was enqueued with them
+        host = nullptr;
+        throw;
+    }
+    uint64_t* slot_words = static_cast<uint64_t*>(host);
+    for (size_t s = 0; s < slots; ++s) init_slot(slot_words + s * kSlotWords);
+    try {
+        enqueue(gate_max_ns);
+    } catch (...) {
+        // Nothing waits for this batch (the gate is open again by now): its buffers and events go back
+        // once the stream is done with what was enqueued, which the last event, recorded now, says without
+        // waiting; a context that is gone, or a stream that takes no more, keeps them.
+        if (!driver_cleanup_abandoned() && d.cuEventRecord(events.back(), c.stream) == CUDA_SUCCESS)
+            c.give_back_when_done(host, device, events);
+        host = nullptr;
+        throw;
+    }
+}
+
+void BatchRun::enqueue(uint64_t gate_max_ns) {
+    const Driver& d = driver();
+    ContextState& c = *ctx;
+    // In the stream, not synchronous: a batch is enqueued while the one before it runs.
+    if (slots) check(d.cuMemcpyHtoDAsync(device, host, slots * kSlotBytes, c.stream), "cuMemcpyHtoDAsync(compare slots)");
+    t0 = now_ns();
+    Gate gate{c, ++c.gate_value};
+    {
+        CUdeviceptr flag = c.gate_device;
+        unsigned value = gate.value;
+        unsigned long long max_ns = gate_max_ns;
+        void* params[] = {&flag, &value, &max_ns};
+        check(d.cuLaunchKernel(c.wait_flag, 1, 1, 1, 1, 1, 1, 0, c.stream, params, nullptr), "cuLaunchKernel(gate)");
+    }
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        Prepared& p = prepared[k];
+        void** params_ptr = p.params.empty() ? nullptr : p.params.data();
+        void** extra_ptr = (p.arg_size && !params_ptr) ? p.extra : nullptr;
+        for (const Copy& cp : item.before)
+            check(d.cuMemcpyDtoDAsync(cp.dst, cp.src, cp.size, c.stream), "cuMemcpyDtoDAsync(full reset)");
+        size_t checked = 0;
+        for (int i = 0; i < item.launches; ++i) {
+            for (const Copy& cp : item.resets)
+                check(d.cuMemcpyDtoDAsync(cp.dst, cp.src, cp.size, c.stream), "cuMemcpyDtoDAsync(reset)");
+            for (const ArrayCopy& ac : item.spec.array_resets) copy_array(c, ac, true, c.stream);
+            check(d.cuEventRecord(events[p.first_event + 2 * i], c.stream), "cuEventRecord");
+            if (p.attrs.empty())
+                check(d.cuLaunchKernel(item.function->fn, item.grid[0], item.grid[1], item.grid[2], item.block[0],
+                                       item.block[1], item.block[2], item.shared_mem, c.stream, params_ptr,
+                                       extra_ptr),
+                      "cuLaunchKernel");
+            else
+                check(d.cuLaunchKernelEx(&p.config, item.function->fn, params_ptr, extra_ptr), "cuLaunchKernelEx");
+            check(d.cuEventRecord(events[p.first_event + 2 * i + 1], c.stream), "cuEventRecord");
+            if (checked < p.checked.size() && p.checked[checked] == i) {
+                for (const ArrayCopy& ac : item.spec.array_readbacks) copy_array(c, ac, false, c.stream);
+                for (size_t ch = 0; ch < item.checks.size(); ++ch)
+                    enqueue_check(c, item.checks[ch],
+                                  device + (p.first_slot + checked * item.checks.size() + ch) * kSlotBytes);
+                ++checked;
+            }
+        }
+    }
+    // The comparisons' results come back in the stream too, into pinned memory: waiting for this batch
+    // then does not wait for the batches enqueued after it.
+    if (slots) check(d.cuMemcpyDtoHAsync(host, device, slots * kSlotBytes, c.stream), "cuMemcpyDtoHAsync(compare slots)");
+    check(d.cuEventRecord(events.back(), c.stream), "cuEventRecord");
+    gate.release();
+}
+
+std::vector<RunResult> BatchRun::wait(double timeout_s) {
+    const Driver& d = driver();
+    ContextState& c = *ctx;
+    if (waited) throw std::runtime_error("this batch's results were taken already");
+    c.make_current();
+    CUevent done = events.back();
+    if (timeout_s <= 0) check(d.cuEventSynchronize(done), "cuEventSynchronize");
+    else poll_until_done([&] { return d.cuEventQuery(done); }, timeout_s, "cuEventQuery");
+    waited = true;
+    int64_t wall = now_ns() - t0;
+    std::vector<RunResult> results(items.size());
+    std::vector<uint64_t> words(slots * kSlotWords);
+    if (slots) std::memcpy(words.data(), host, slots * kSlotBytes);
+    for (size_t k = 0; k < items.size(); ++k) {
+        const BatchItem& item = items[k];
+        const Prepared& p = prepared[k];
+        RunResult& r = results[k];
+        r.checked_launches = p.checked;
+        r.wall_ns = wall;
+        for (int i = 0; i < item.launches; ++i) {
+            float ms = 0;
+            check(d.cuEventElapsedTime(&ms, events[p.first_event + 2 * i], events[p.first_event + 2 * i + 1]),
+                  "cuEventElapsedTime");
+            r.times_ns.push_back(static_cast<int64_t>(std::llround(static_cast<double>(ms) * 1e6)));
+        }
+        r.event_times_ns = r.times_ns;
+        float span_ms = 0;
+        check(d.cuEventElapsedTime(&span_ms, events[p.first_event], events[p.first_event + 2 * item.launches - 1]),
+              "cuEventElapsedTime");
+        r.gpu_span_ns = static_cast<int64_t>(std::llround(static_cast<double>(span_ms) * 1e6));
+        size_t n = item.checks.size();
+        for (size_t ch = 0; ch < p.checked.size(); ++ch) r.checks.push_back(unpack(words, p.first_slot + ch * n, n));
+    }
+    c.give_back(host, device, events);
+    host = nullptr;
+    return results;
+}
+
+bool BatchRun::done() const {
+    if (waited || events.empty()) return true;
+    ctx->make_current();
+    return driver().cuEventQuery(events.back()) != CUDA_ERROR_NOT_READY;
+}
+
+BatchRun::~BatchRun() {
+    if (host == nullptr || driver_cleanup_abandoned()) return;  // given back, or the context is gone: leave it
+    ContextState& c = *ctx;
+    // Not waited for (dropped, or wait() failed): its buffers and events are reused only once the GPU
+    // is done with them, which is not waited for here (a hanging kernel must not hang whoever drops it).
+    if (driver().cuCtxSetCurrent(c.context) == CUDA_SUCCESS) c.give_back_when_done(host, device, events);
+}
+
+std::shared_ptr<BatchRun> start_batch(const ContextPtr& ctx, std::vector<BatchItem> items, uint64_t gate_max_ns) {
+    if (items.empty()) throw std::invalid_argument("a batch needs at least one item");
+    return std::make_shared<BatchRun>(ctx, std::move(items), gate_max_ns);
+}
+
+std::vector<RunResult> run_batch(const ContextPtr& ctx, std::vector<BatchItem> items, double timeout_s,
+                                 uint64_t gate_max_ns) {
+    if (items.empty()) return {};
+    return start_batch(ctx, std::move(items), gate_max_ns)->wait(timeout_s);
 }
 
 }  // namespace mneme

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,34 @@ public:
     int sm_count = 0;
     std::vector<CUevent> events;                   // pool, grows on demand
     void ensure_events(size_t n);
+    // run_batch's gate: a word of pinned host memory the device reads (mapped), the value that
+    // opens the next gate, and the kernel that waits for it (all made on first use).
+    volatile uint32_t* gate_host = nullptr;
+    CUdeviceptr gate_device = 0;
+    uint32_t gate_value = 0;
+    CUfunction wait_flag = nullptr;
+    void ensure_gate();
+    // Batches in flight own events and result buffers (pinned host + device) taken from these pools
+    // and given back once waited for, so that enqueueing a batch allocates nothing.
+    struct SpareBuffers { void* host; CUdeviceptr device; size_t bytes; };
+    std::vector<CUevent> spare_events;
+    std::vector<SpareBuffers> spare_buffers;
+    std::map<void*, size_t> buffer_sizes;
+    // Batches whose GPU work may still run when nobody waits for them any more (dropped, or an error
+    // while enqueueing): their buffers and events go back to the pools once `fence` (the last of
+    // `events`, recorded after all their work) has completed, seen without waiting (reclaim).
+    struct Pending { void* host; CUdeviceptr device; std::vector<CUevent> events; };
+    std::vector<Pending> pending;
+    // The pools and pending are touched with the GIL released, and a BatchRun may be dropped in
+    // another thread than the one that waits for another batch.
+    std::mutex pool_mutex;
+    CUevent take_event();
+    std::pair<void*, CUdeviceptr> take_buffers(size_t bytes);
+    void give_back(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
+    // Gives back at once when the last event has completed, else later (reclaim); never waits.
+    void give_back_when_done(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
+    void reclaim();
+    void free_batch_pools();
 };
 using ContextPtr = std::shared_ptr<ContextState>;
 
@@ -197,6 +226,58 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
                        const std::vector<Check>& checks, const std::vector<int>& check_launches,
                        uint64_t queue_ahead_ns, uint64_t l2_scrub_bytes, double timeout_s, bool cupti = false,
                        const LaunchSpec& spec = {});
+
+// One configuration of a batch (start_batch): the launches of `function` with `before` copied first
+// (the full reset from the recorded memory), then per launch as run_launches does them.
+struct BatchItem {
+    std::shared_ptr<Function> function;
+    std::array<unsigned, 3> grid{1, 1, 1}, block{1, 1, 1};
+    unsigned shared_mem = 0;
+    std::string args;
+    int launches = 1;
+    std::vector<Copy> before;
+    std::vector<Copy> resets;
+    std::vector<Check> checks;
+    std::vector<int> check_launches;
+    LaunchSpec spec;
+};
+
+// Several configurations enqueued in one call, then waited for once: each item's copies, launches
+// (events around each) and comparisons go into the stream behind a gate (a kernel waiting for a
+// host-written word) that opens once all of them are enqueued, so the events time kernels, not
+// enqueueing, and the GPU runs the items back to back. Nothing in enqueueing waits for the GPU (the
+// comparisons' results come back by an asynchronous copy into pinned memory): the next batch is
+// enqueued while this one runs, and its gate is open before the GPU reaches it. No CUPTI, no L2 scrub.
+class BatchRun {
+public:
+    BatchRun(ContextPtr ctx, std::vector<BatchItem> items, uint64_t gate_max_ns);
+    ~BatchRun();
+    BatchRun(const BatchRun&) = delete;
+    BatchRun& operator=(const BatchRun&) = delete;
+    // One RunResult per item, once the GPU is done (timeout_s > 0 bounds the wait); wall_ns is the
+    // batch's, from its first enqueue.
+    std::vector<RunResult> wait(double timeout_s);
+    // Whether the GPU is done with it (or failed: wait() says how), without waiting.
+    bool done() const;
+
+private:
+    struct Prepared;
+    void enqueue(uint64_t gate_max_ns);
+    ContextPtr ctx;
+    std::vector<BatchItem> items;
+    std::vector<Prepared> prepared;
+    std::vector<CUevent> events;  // two per launch, then one after everything
+    void* host = nullptr;         // pinned: the comparisons' results
+    CUdeviceptr device = 0;
+    size_t slots = 0;
+    int64_t t0 = 0;
+    bool waited = false;
+};
+
+std::shared_ptr<BatchRun> start_batch(const ContextPtr& ctx, std::vector<BatchItem> items, uint64_t gate_max_ns);
+// start_batch, then wait.
+std::vector<RunResult> run_batch(const ContextPtr& ctx, std::vector<BatchItem> items, double timeout_s,
+                                 uint64_t gate_max_ns);
 
 // Compare once, now (outside a run).
 std::vector<CheckResult> compare(const ContextPtr& ctx, const std::vector<Check>& checks);

@@ -329,6 +329,13 @@ class AsyncReplayExecutor:
         """The servers that take work (``host:port``)."""
         return [s.address for s in self._scheduler.servers if not s.retired]
 
+    @property
+    def capacity(self) -> int:
+        """How many configurations the servers hold at once (``server_capacity`` of each; the rest wait
+        in the client): what a caller keeps submitted to keep every worker busy."""
+        held = sum(s.capacity for s in self._scheduler.servers if not s.retired)
+        return held or server_capacity(self.num_workers)
+
     # -- servers that join and leave (replay_server.discovery) -----------------------------------
     def add_server(self, address: str) -> None:
         """Use one more replay server from now on (it prepares the instance first, as the others did).

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from mneme._internal.child_process import child_env, mneme_command
 from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError, NotAvailableError
-from replay_server.kept_servers import spread_workers
+from replay_server.kept_servers import SERVERS_ON_HOST_ENV, spread_workers
 
 if TYPE_CHECKING:
     from replay_server.client.connection import ConnectionSettings
@@ -185,8 +185,9 @@ class LocalServers:
             shares = list(zip(gpus, spread_workers(num_workers, len(gpus))))
             if started.servers and shares[0] != (0, num_workers):  # GPU 0 gets only its share: restart it
                 started.servers.pop().stop()
+            shared = {**(server_env or {}), SERVERS_ON_HOST_ENV: str(len(shares))}  # (the pools' share of the CPUs)
             for gpu, workers in shares[1 if started.servers else 0:]:
-                started._start(gpu, workers, store, server_args, server_env, watchdog)
+                started._start(gpu, workers, store, server_args, shared, watchdog)
         except BaseException:
             _stop_all(started.servers)  # (and wait: nothing of a failed start outlives it)
             raise

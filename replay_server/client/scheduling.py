@@ -44,7 +44,9 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     ``unary``: two waiting per worker and four to spare, at most 48: a server
     answers RESOURCE_EXHAUSTED beyond 60 calls at once (``rpc_threads`` 64
     less 4). ``stream``: one call carries them all, and no thread limit holds,
-    so the queue is deeper, six per worker and eight to spare: answers reach
+    so the queue is deeper, 24 per worker and eight to spare: a worker takes up
+    to 8 ready configurations of an instance in one message and has two
+    messages in hand, and its next 8 wait in the server's queue; answers reach
     the client in bursts, and with two waiting per worker the workers sat idle
     part of a sweep in the per-request traces.
 
@@ -58,7 +60,7 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     workers = max(1, workers)
     if transport == "unary":
         return min(workers * 4 + 4, 48)
-    return min(workers * 8 + 8, 256)
+    return min(workers * 24 + 8, 512)
 
 
 @dataclass(slots=True)  # one per configuration submitted: slots make it cheaper to create

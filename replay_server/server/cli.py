@@ -36,7 +36,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--watchdog", type=float, default=30.0,
                         help="seconds a replay may run before its worker is killed as hung (default 30)")
     parser.add_argument("--compile-processes", type=int, default=0,
-                        help="CPU compile pool size (default min(4, CPUs); -1 disables the pool)")
+                        help="CPU compile pool size (default: this server's share of the CPUs, less its workers "
+                             "and itself, at least min(4, CPUs); -1 disables the pool)")
+    parser.add_argument("--batch", type=int, default=8,
+                        help="configurations of one instance a worker replays in one engine call at most (default 8)")
     parser.add_argument("--prepared-cache-gib", type=float, default=0.0,
                         help="device memory each worker may hold in prepared instances, LRU-evicted "
                              "(default 0: half the GPU's memory, shared by the workers)")
@@ -90,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
         watchdog=args.watchdog,
         engine=args.engine,
         compile_processes=args.compile_processes,
+        batch=args.batch,
         prepared_cache_bytes=int(args.prepared_cache_gib * (1 << 30)),
         announce=args.announce,
         announce_address=args.announce_address,

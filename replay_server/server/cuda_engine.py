@@ -73,6 +73,29 @@ class CudaPreparedInstance:
             return self._replayer.run(config, iterations=iterations, warmup=warmup, compiled=compiled, **extra)
         return self._replayer.run(config, iterations=iterations, warmup=warmup, **extra)
 
+    def start_many(self, requests: list[tuple]) -> Any:
+        """Enqueue several configurations in one engine call (``Replayer.start_many``): the returned batch's
+        ``results()`` waits for them; meanwhile the next batch can be enqueued.
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            The batch.
+        """
+        return self._replayer.start_many(requests)
+
+    def run_many(self, requests: list[tuple]) -> list[ExperimentResult]:
+        """``start_many(requests).results()``.
+
+        Args:
+            requests: (configuration, iterations, warmup, compiled code or None) per configuration.
+
+        Returns:
+            One result per request.
+        """
+        return self._replayer.run_many(requests)
+
     def close(self) -> None:
         self._replayer.close()
 

@@ -27,11 +27,15 @@ class RequestError(Exception):
 
 @dataclass
 class JobOutcome:
-    result: ExperimentResult
+    """What a job came to: its result (as the worker serialized it, ``result_bytes``: a ``Result``
+    message the service sends on as it is; else ``result``), the worker, and its times."""
+
+    result: ExperimentResult | None
     worker: str
     queued_seconds: float
     server_seconds: float
     device_bytes: int = 0
+    result_bytes: bytes = b""
 
 
 @dataclass(eq=False)
@@ -54,6 +58,10 @@ class Job:
     dispatched_at: float = 0.0
     started: bool = False  # handed to a worker once (its future is RUNNING)
     compile_hit: bool = False  # its code came from the compile cache
+    solo: bool = False  # replayed alone: it was in a group whose worker died and which of them did it is unknown
+    # Set by callbacks, read without a lock by the workers that look through the queue many times a second:
+    code_done: bool = False  # its compile finished (compiled or failed)
+    cancelled: bool = False  # its caller cancelled it
 
     def claim(self) -> bool:
         """Mark as running before the first dispatch; False when the caller cancelled it."""
@@ -101,6 +109,40 @@ class JobQueue:
                     return None
                 self._cond.wait(remaining)
 
+    def get_many(self, timeout: float, ready: Callable[[Job], bool] | None, limit: int) -> list[Job]:
+        """``get``, and with the job it takes up to ``limit - 1`` more of the next ``LOOKAHEAD`` queued jobs
+        that are ready and replay the same instance, for one worker message (none with a ``solo`` job, nor
+        with hardware counters to collect: those are profiled alone, after their own timed launches).
+
+        Args:
+            timeout: seconds to wait for the first job.
+            ready: whether a job's code is compiled (None: every job is).
+            limit: the most jobs to take.
+
+        Returns:
+            The jobs, in queue order (empty after ``timeout``).
+        """
+        first = self.get(timeout, ready)
+        if first is None:
+            return []
+        jobs = [first]
+        if limit <= 1 or first.solo or first.metrics or first.kind != "run":
+            return jobs
+        with self._cond:
+            taken = []
+            for i, job in enumerate(itertools.islice(self._items, LOOKAHEAD)):
+                if len(jobs) >= limit:
+                    break
+                if (job.kind == "run" and not job.solo and not job.metrics and not job.cancelled
+                        and job.instance == first.instance and (ready is None or ready(job))):
+                    jobs.append(job)
+                    taken.append(i)
+            for i in reversed(taken):
+                del self._items[i]
+            if taken:
+                self._changed()
+        return jobs
+
     def wake(self) -> None:
         """A queued job may have become ready (its compile finished): waiting workers look again."""
         with self._cond:
@@ -111,7 +153,7 @@ class JobQueue:
             return list(self._items)
 
     def _take(self, ready: Callable[[Job], bool] | None) -> Job | None:
-        while self._items and self._items[0].future.cancelled():
+        while self._items and self._items[0].cancelled:
             self._items.popleft()
             self._changed()
         if not self._items:
@@ -120,7 +162,7 @@ class JobQueue:
             index: int | None = 0
         else:
             candidates = enumerate(itertools.islice(self._items, LOOKAHEAD))
-            index = next((i for i, job in candidates if not job.future.cancelled() and ready(job)), None)
+            index = next((i for i, job in candidates if not job.cancelled and ready(job)), None)
         if index is None:
             return None
         job = self._items[index]

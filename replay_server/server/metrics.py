@@ -71,7 +71,7 @@ class ServerMetrics:
         self.build_info = Info("mneme_build", "Build of this replay server", registry=r)
         self.build_info.info({"version": mneme.__version__, "gpu": str(gpu), "engine": engine})
 
-    def count_result(self, status: str, failed: bool, verified: bool) -> None:
+    def count_result(self, status: str, failed: bool, verified: bool, count: int = 1) -> None:
         if status == "timeout":
             outcome = "timeout"
         elif verified:
@@ -80,7 +80,7 @@ class ServerMetrics:
             outcome = "failed"
         else:
             outcome = "unverified"
-        self.replays.labels(outcome).inc()
+        self.replays.labels(outcome).inc(count)
 
     def serve_http(self, port: int, addr: str = "127.0.0.1") -> None:
         """Expose /metrics over HTTP (prometheus-client's own server thread).

@@ -30,5 +30,17 @@ def when_parent_gone(parent_pid: int, action: Callable[[], None], every: float =
 
 
 def exit_with_parent(parent_pid: int) -> None:
-    """Initializer of a pool process: exit at once when ``parent_pid`` is gone (nothing to save)."""
+    """Initializer of a compile process: exit at once when ``parent_pid`` is gone (nothing to save)."""
+    name_process("mneme-compile")
     when_parent_gone(parent_pid, lambda: os._exit(0))
+
+
+def name_process(name: str) -> None:
+    """Give this process a name that ``ps``, ``top`` and ``/proc/PID/comm`` show (Linux; at most 15
+    bytes): a server's workers and compile processes are otherwise all ``python``."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):  # not Linux
+        pass

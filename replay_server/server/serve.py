@@ -17,6 +17,7 @@ from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError
 from mneme.store.keys import is_local_store, local_store_root
 from replay_server.protocol import health_pb2_grpc, replay_pb2_grpc
+from replay_server.kept_servers import SERVERS_ON_HOST_ENV
 from replay_server.server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.server.clocks import LOCK_MODES, ServerClocks
 from replay_server.server.compile_cache import CompileCache
@@ -49,8 +50,9 @@ class ServerOptions:
     token_file: str | None = None
     watchdog: float = 30.0
     engine: object = None  # None/"cuda": the CUDA engine; "module:factory" or an EngineSpec (tests)
-    compile_processes: int = 0  # 0: min(4, CPUs); -1: no compile pool
+    compile_processes: int = 0  # 0: default_compile_processes(); -1: no compile pool
     depth: int = 2
+    batch: int = 8  # configurations of one instance a worker message (one engine call) carries at most
     max_start_failures: int = 3
     startup_timeout: float = 120.0
     prepared_cache_bytes: int = 0  # per worker; 0: half the device memory, shared by the workers
@@ -70,6 +72,8 @@ class ServerOptions:
             raise ConfigurationError(f"--gpu {self.gpu}: give a GPU index (0, 1, ...)")
         if self.workers < 1:
             raise ConfigurationError(f"--workers {self.workers}: at least one worker process is needed")
+        if self.batch < 1:
+            raise ConfigurationError(f"--batch {self.batch}: give at least 1 (1: one configuration per engine call)")
         if self.watchdog <= 0:
             raise ConfigurationError(f"--watchdog {self.watchdog}: give a positive number of seconds")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -87,6 +91,32 @@ class ServerOptions:
                                      "(or 0: run until stopped)")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
+
+
+def default_compile_processes(workers: int, cpus: int | None = None, servers: int | None = None) -> int:
+    """The compile pool's default size: this server's share of the host's CPUs (``$MNEME_SERVERS_ON_HOST``
+    servers share them), less one for each of its workers and one for itself, and never fewer than
+    ``min(4, CPUs)`` (the size before: a small host's compiles still run beside each other).
+
+    Args:
+        workers: the server's worker processes.
+        cpus: the CPUs this process may use (default: its affinity).
+        servers: the servers sharing them (default: ``$MNEME_SERVERS_ON_HOST``, else 1).
+
+    Returns:
+        The number of compile processes.
+    """
+    if cpus is None:
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            cpus = os.cpu_count() or 1
+    if servers is None:
+        try:
+            servers = max(1, int(os.environ.get(SERVERS_ON_HOST_ENV, "1")))
+        except ValueError:
+            servers = 1
+    return max(min(4, cpus), cpus // servers - workers - 1, 1)
 
 
 def listen_address(host: str) -> str:
@@ -122,7 +152,7 @@ class ReplayServer:
         self.metrics = ServerMetrics(options.gpu, self.spec.name)
         self.health = HealthService()
         settings = PoolSettings(
-            gpu=options.gpu, workers=options.workers, depth=options.depth,
+            gpu=options.gpu, workers=options.workers, depth=options.depth, batch=options.batch,
             startup_timeout=options.startup_timeout, max_start_failures=options.max_start_failures,
             prepared_cache_bytes=options.prepared_cache_bytes,
         )
@@ -130,7 +160,7 @@ class ReplayServer:
         self.compile_cache: CompileCache | None = None
         compiler = self.spec.compiler() if options.compile_processes >= 0 else None
         if compiler is not None:
-            processes = options.compile_processes or min(4, os.cpu_count() or 1)
+            processes = options.compile_processes or default_compile_processes(options.workers)
             self.compile_cache = CompileCache(compiler, processes, self.metrics)
             self.pool.compile_cache = self.compile_cache
         self.service = ReplayService(

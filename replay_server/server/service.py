@@ -415,9 +415,13 @@ def _compile_errors(compiling: list[Future | str]) -> list[str]:
 
 
 def _response(request_id: str, outcome: JobOutcome) -> replay_pb2.ReplayResponse:
+    """The response of a finished job: its result as the worker serialized it (parsed in C, not converted
+    from the model again), or the model's result converted."""
+    result = (replay_pb2.Result.FromString(outcome.result_bytes) if outcome.result_bytes
+              else result_to_proto(outcome.result))
     return replay_pb2.ReplayResponse(
         request_id=request_id,
-        result=result_to_proto(outcome.result),
+        result=result,
         worker=outcome.worker,
         queued_seconds=outcome.queued_seconds,
         server_seconds=outcome.server_seconds,

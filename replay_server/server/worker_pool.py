@@ -1,11 +1,14 @@
 """Worker processes of one server, each watched by its own control thread.
 
 A control thread starts its worker (spawn), waits for the self-test, feeds it
-jobs from the shared queue (up to ``depth`` at a time, so the GPU never waits
-for the pipe), enforces the per-replay watchdog, and replaces the worker when
-it dies or hangs: the job it was running fails with the reason (the guilty
-one), the jobs queued behind it go back to the front of the queue (the
-innocent). A slot that cannot start a healthy worker ``max_start_failures``
+jobs from the shared queue (up to ``depth`` messages at a time, so the GPU
+never waits for the pipe; a message carries up to ``batch`` ready jobs of one
+instance, which the worker replays in one engine call), enforces the
+per-replay watchdog, and replaces the worker when it dies or hangs: the job it
+was running fails with the reason (the guilty one), the jobs queued behind it
+go back to the front of the queue (the innocent). When the worker was running
+several jobs at once, which one is guilty is not known: they all go back, each
+to be replayed alone (``Job.solo``), so the guilty one is found by itself. A slot that cannot start a healthy worker ``max_start_failures``
 times in a row gives up; when every slot has, the server is NOT_SERVING.
 """
 
@@ -29,7 +32,7 @@ from mneme.model.experiment import (
 from mneme.model.verification import ResetDecision
 from replay_server.server.jobs import Job, JobOutcome, JobQueue, RequestError
 from replay_server.server.metrics import ServerMetrics
-from replay_server.server.worker import worker_main
+from replay_server.server.worker import pack_config, worker_main
 
 log = logging.getLogger("mneme.serve")
 
@@ -46,6 +49,10 @@ _ERROR_CODES = {
 }
 
 
+#: ``Result.compile_cached = true`` as serialized bytes (field 19, varint 1). Appended to a serialized
+#: ``Result``, it sets the field: protobuf keeps the last value of a field that occurs twice.
+COMPILE_CACHED_FIELD = b"\x98\x01\x01"
+
 #: A replay's default watchdog, once the kernel's time is known: this many times the kernel's time for each
 #: launch, plus the slack (a compile in the worker, resets, comparisons), at least the minimum.
 WATCHDOG_FACTOR = 20
@@ -57,7 +64,8 @@ MIN_WATCHDOG_S = 5.0
 class PoolSettings:
     gpu: int
     workers: int = 1
-    depth: int = 2  # jobs handed to a worker at once (pipelining)
+    depth: int = 2  # messages handed to a worker at once (pipelining)
+    batch: int = 8  # jobs of one instance a message carries at most (one engine call)
     startup_timeout: float = 120.0  # spawn + self-test
     prepare_timeout: float = 600.0  # load + restore one instance
     max_start_failures: int = 3
@@ -79,7 +87,7 @@ class WorkerSlot:
         self.held_bytes = 0
         self.start_failures = 0
         self.last_start_error = ""
-        self.inflight: collections.deque[Job] = collections.deque()
+        self.inflight: collections.deque[list[Job]] = collections.deque()  # the messages sent, their jobs
         self.directed: collections.deque[Job] = collections.deque()  # jobs for this worker only (prepare)
         self._deadline = 0.0
         self._deadline_is_watchdog = False
@@ -173,29 +181,31 @@ class WorkerSlot:
         self.pool.slot_changed()
 
     # -- feeding ---------------------------------------------------------------
-    def _next_job(self) -> Job | None:
-        """This worker's own jobs first, then the first queued job whose code is ready (it goes ahead of
-        those still compiling, which stay queued). With a replay in flight it does not wait (the running
-        job's watchdog is watched meanwhile); an idle worker waits a little for a job to become ready."""
+    def _next_jobs(self) -> list[Job]:
+        """This worker's own jobs first (one), then the first queued job whose code is ready and more of
+        the same instance that are (they go ahead of those still compiling, which stay queued). With a
+        replay in flight it does not wait (the running job's watchdog is watched meanwhile); an idle
+        worker waits a little for a job to become ready."""
         with self._lock:
             if self.directed:
-                return self.directed.popleft()
-        return self.pool.queue.get(0.0 if self.inflight else 0.1, ready=self._code_ready)
+                return [self.directed.popleft()]
+        return self.pool.queue.get_many(0.0 if self.inflight else 0.1, self._code_ready, self.pool.settings.batch)
 
     def _fill(self) -> None:
         while len(self.inflight) < self.pool.settings.depth and not self.pool.stopping and not self.retiring:
-            job = self._next_job()
-            if job is None:
+            jobs = self._next_jobs()
+            if not jobs:
                 return
-            if not job.claim():  # cancelled by its caller (counted when it was cancelled)
+            jobs = [job for job in jobs if job.claim()]  # not those cancelled by their caller (counted then)
+            if not jobs:
                 continue
             try:
-                self._send(job)
+                self._send(jobs)
             except (OSError, ValueError):  # the worker is gone; the loop notices and replaces it
-                self._give_back(job)
+                self._give_back(jobs)
                 return
-            self.inflight.append(job)
-            self.pool.in_flight_changed(+1)
+            self.inflight.append(jobs)
+            self.pool.in_flight_changed(+len(jobs))
             if len(self.inflight) == 1:
                 self._arm_prepare_deadline()
 
@@ -203,34 +213,36 @@ class WorkerSlot:
         """Its compile is done (or failed: the worker then compiles and reports), or none was requested
         (no compile pool; the arch was unknown at submission: ``_send`` requests it and waits), or it has
         been compiling longer than a prepare may take (``_send`` gives up on it, the worker compiles)."""
-        compiled = job.compiled
-        return (compiled is None or compiled.done()
+        return (job.compiled is None or job.code_done
                 or time.monotonic() - job.submitted_at > self.pool.settings.prepare_timeout)
 
-    def _give_back(self, job: Job) -> None:
-        if job.kind == "prepare":
+    def _give_back(self, jobs: list[Job]) -> None:
+        if jobs and jobs[0].kind == "prepare":
             with self._lock:
-                self.directed.appendleft(job)
-        else:
-            self.pool.queue.put_front([job])
+                self.directed.extendleft(reversed(jobs))
+        elif jobs:
+            self.pool.queue.put_front(jobs)
 
-    def _send(self, job: Job) -> None:
-        job.dispatched_at = time.monotonic()
-        decision = self.pool.reset_decisions.get(job.instance)
-        if job.kind == "prepare":
-            self.conn.send(("prepare", job.id, job.instance, decision))
+    def _send(self, jobs: list[Job]) -> None:
+        now = time.monotonic()
+        for job in jobs:
+            job.dispatched_at = now
+        first = jobs[0]
+        decision = self.pool.reset_decisions.get(first.instance)
+        if first.kind == "prepare":
+            self.conn.send(("prepare", first.id, first.instance, decision))
             return
-        compiled = None
-        self.pool.request_compile(job, self.info.get("arch", ""))  # when the arch was unknown at submission
-        if job.compiled is not None:
-            try:
-                compiled = job.compiled.result(timeout=self.pool.settings.prepare_timeout)
-            except Exception:  # a compile error: the worker compiles and reports it in the result
-                compiled = None
-        self.conn.send(
-            ("run", job.id, job.instance, job.config.to_dict(), job.iterations, job.warmup, compiled, job.metrics,
-             decision)
-        )
+        runs = []
+        for job in jobs:
+            compiled = None
+            self.pool.request_compile(job, self.info.get("arch", ""))  # when the arch was unknown at submission
+            if job.compiled is not None:
+                try:
+                    compiled = job.compiled.result(timeout=self.pool.settings.prepare_timeout)
+                except Exception:  # a compile error: the worker compiles and reports it in the result
+                    compiled = None
+            runs.append((job.id, pack_config(job.config), job.iterations, job.warmup, compiled, job.metrics))
+        self.conn.send(("runs", first.instance, decision, runs))
 
     def _arm_prepare_deadline(self) -> None:
         self._deadline = time.monotonic() + self.pool.settings.prepare_timeout
@@ -256,46 +268,68 @@ class WorkerSlot:
             self.process.join(1)
 
     def _handle(self, message: tuple) -> None:
-        kind, job_id = message[0], message[1]
+        kind = message[0]
         head = self.inflight[0] if self.inflight else None
-        if head is None or head.id != job_id:
+        if kind == "results":
+            job_id = message[1][0][0] if message[1] else (head[0].id if head else None)
+        else:
+            job_id = message[1]
+        if head is None or head[0].id != job_id:
             log.error("%s: unexpected %s for job %s; replacing the worker", self.name, kind, job_id)
             _kill(self.process)
             return
         if kind == "begin":
-            head.watchdog = self.pool.replay_watchdog(head)
-            self._deadline = time.monotonic() + head.watchdog
+            watchdog = self.pool.batch_watchdog(head)
+            for job in head:
+                job.watchdog = watchdog
+            self._deadline = time.monotonic() + watchdog
             self._deadline_is_watchdog = True
             return
         self.inflight.popleft()
-        self.pool.in_flight_changed(-1)
+        self.pool.in_flight_changed(-len(head))
         if self.inflight:
             self._arm_prepare_deadline()
-        if kind == "result":
-            result = ExperimentResult.from_dict(message[2])
-            self.held_bytes, self.retiring = message[3], message[4]
-            self.pool.learn(head.instance, message[5])
-            self.pool.complete(head, result, self.name)
-        elif kind == "redo":  # the proof lost the context: a fresh worker does the job with resets every launch
-            self.pool.decide(head.instance, message[2])
+        first = head[0]
+        if kind == "results":
+            answers = {answer[0]: answer for answer in message[1]}
+            self.held_bytes, self.retiring = message[2], message[3]
+            self.pool.learn(first.instance, message[4])
+            done = [(job, answers[job.id]) for job in head if job.id in answers]
+            self.pool.complete_answers(done, self.name)
+            self._give_back([job for job in head if job.id not in answers])  # after a lost context: innocent
+        elif kind == "lost":  # a shared engine call lost the context: which job did it is unknown
+            log.warning("%s: the context was lost in a replay of %d configurations; each is replayed alone",
+                        self.name, len(head))
+            self.retiring = True
+            self._requeue_alone(head)
+        elif kind == "redo":  # the proof lost the context: a fresh worker does the jobs with resets every launch
+            self.pool.decide(first.instance, message[2])
             self.held_bytes, self.retiring = message[3], True
             self.inflight.appendleft(head)  # innocent: given back when the worker is replaced
-            self.pool.in_flight_changed(+1)
+            self.pool.in_flight_changed(+len(head))
         elif kind == "prepared":
             self.held_bytes, problem, self.retiring = message[3], message[4], message[5]
-            self.pool.learn(head.instance, message[6])
+            self.pool.learn(first.instance, message[6])
             if problem:
-                self.pool.fail(head, RequestError(
+                self.pool.fail(first, RequestError(
                     "FAILED_PRECONDITION",
                     f"{self.name} restored the instance but cannot replay it: {problem}"
                     + ("; the worker was replaced" if self.retiring else ""),
                 ))
             else:
-                self.pool.complete_prepare(head, message[2], self.name)
+                self.pool.complete_prepare(first, message[2], self.name)
         elif kind == "error":
             code = _ERROR_CODES.get(message[2], "INTERNAL")
-            self.pool.fail(head, RequestError(code, message[3]))
+            for job in head:
+                self.pool.fail(job, RequestError(code, message[3]))
         self.pool.slot_changed()
+
+    def _requeue_alone(self, jobs: list[Job]) -> None:
+        """Jobs of a message whose worker died or hung, with no way to tell which of them did it: back to
+        the front of the queue, each to be replayed alone (the guilty one then fails by itself)."""
+        for job in jobs:
+            job.solo = True
+        self._give_back(jobs)
 
     def _on_worker_died(self) -> None:
         if self.retiring:  # it answered its last job and said so: the rest are innocent
@@ -305,8 +339,13 @@ class WorkerSlot:
         log.warning("%s: worker %d %s (%s)", self.name, self.process.pid,
                     "retired after a context-destroying fault" if self.retiring else "died", reason)
         if self.inflight and not self.retiring:
-            guilty = self.inflight.popleft()
-            self.pool.in_flight_changed(-1)
+            head = self.inflight.popleft()
+            self.pool.in_flight_changed(-len(head))
+            if len(head) > 1:
+                self._requeue_alone(head)
+                self._replace()
+                return
+            guilty = head[0]
             self.pool.fail_guilty(
                 guilty, STATUS_RUNTIME_ERROR,
                 f"the replay worker died ({reason}) while running this configuration: the kernel probably "
@@ -316,10 +355,15 @@ class WorkerSlot:
         self._replace()
 
     def _on_deadline(self) -> None:
-        guilty = self.inflight.popleft()
-        self.pool.in_flight_changed(-1)
+        head = self.inflight.popleft()
+        self.pool.in_flight_changed(-len(head))
         _kill(self.process)
-        if self._deadline_is_watchdog:
+        guilty = head[0]
+        if self._deadline_is_watchdog and len(head) > 1:
+            log.warning("%s: watchdog: %d configurations replayed together ran past %.3gs; killing the worker, "
+                        "each is replayed alone", self.name, len(head), guilty.watchdog)
+            self._requeue_alone(head)
+        elif self._deadline_is_watchdog:
             watchdog = guilty.watchdog or guilty.timeout
             log.warning("%s: watchdog: job %d ran past %.3gs; killing the worker", self.name, guilty.id, watchdog)
             derived = (f" ({WATCHDOG_FACTOR}x the kernel's {self.pool.kernel_ns.get(guilty.instance, 0) / 1e3:.4g} us x "
@@ -344,9 +388,9 @@ class WorkerSlot:
         _kill(self.process)  # a retiring worker that does not manage to exit is ended too
         innocent = list(self.inflight)
         self.inflight.clear()
-        self.pool.in_flight_changed(-len(innocent))
-        for job in reversed(innocent):  # back in front of everything else, in their order
-            self._give_back(job)
+        self.pool.in_flight_changed(-sum(len(jobs) for jobs in innocent))
+        for jobs in reversed(innocent):  # back in front of everything else, in their order
+            self._give_back(jobs)
         self.pool.metrics.worker_restarts.inc()
         self.pool.restarts += 1
         self._discard_process()
@@ -417,6 +461,21 @@ class WorkerPool:
         derived = WATCHDOG_FACTOR * kernel_ns * launches / 1e9 + WATCHDOG_SLACK_S
         return min(job.timeout, max(MIN_WATCHDOG_S, derived))
 
+    def batch_watchdog(self, jobs: list[Job]) -> float:
+        """The watchdog of a worker message: its job's (:meth:`replay_watchdog`); for several jobs replayed
+        together, once the kernel's time is known, ``WATCHDOG_FACTOR`` x its time x all their launches +
+        ``WATCHDOG_SLACK_S`` (within ``MIN_WATCHDOG_S`` and the longest of their timeouts), else the
+        longest of their timeouts."""
+        if len(jobs) == 1:
+            return self.replay_watchdog(jobs[0])
+        first = jobs[0]
+        longest = max(job.timeout for job in jobs)
+        kernel_ns = self.kernel_ns.get(first.instance)
+        if not kernel_ns or not all(job.derived_watchdog for job in jobs):
+            return longest
+        launches = sum(job.iterations + job.warmup for job in jobs)
+        return min(longest, max(MIN_WATCHDOG_S, WATCHDOG_FACTOR * kernel_ns * launches / 1e9 + WATCHDOG_SLACK_S))
+
     def learn(self, instance: Any, kernel_ns: int | None) -> None:
         """A worker measured (or read) ``instance``'s kernel time: the longest seen is kept."""
         if kernel_ns and kernel_ns > self.kernel_ns.get(instance, 0):
@@ -436,7 +495,7 @@ class WorkerPool:
                 slot.thread.join(10)
         leftovers = self.queue.drain()
         for slot in self.slots:
-            leftovers += list(slot.inflight) + list(slot.directed)
+            leftovers += [job for jobs in slot.inflight for job in jobs] + list(slot.directed)
         for job in leftovers:
             self.fail(job, RequestError("UNAVAILABLE", "the replay server is shutting down; retry on another server"))
 
@@ -488,13 +547,14 @@ class WorkerPool:
     def submit(self, job: Job) -> Job:
         if not self.serving or self.stopping:
             raise self.unavailable() if not self.serving else RequestError("UNAVAILABLE", "server shutting down")
-        job.future.add_done_callback(self._on_job_done)
+        job.future.add_done_callback(lambda future, job=job: self._on_job_done(job, future))
         self.request_compile(job)  # compiles start on arrival, ahead of the workers
         self.queue.put(job)
         return job
 
-    def _on_job_done(self, future: Any) -> None:
+    def _on_job_done(self, job: Job, future: Any) -> None:
         if future.cancelled():  # the caller hung up: its job leaves the queue now
+            job.cancelled = True
             self.metrics.cancelled.inc()
             self.queue.discard_cancelled()
 
@@ -510,7 +570,12 @@ class WorkerPool:
                 return
             compiled, job.compile_hit = self.compile_cache.request_counted(job.instance, job.config, arch)
             job.compiled = compiled
-        compiled.add_done_callback(lambda _: self.queue.wake())
+        compiled.add_done_callback(lambda _, job=job: self._compiled(job))
+
+    def _compiled(self, job: Job) -> None:
+        """``job``'s compile ended: the workers waiting for a ready job look again."""
+        job.code_done = True
+        self.queue.wake()
 
     def prepare_everywhere(self, job_factory: Callable[[], Job]) -> list[Job]:
         """One prepare job per live worker (each holds its own prepared instances)."""
@@ -525,6 +590,31 @@ class WorkerPool:
         if not jobs:
             raise self.unavailable()
         return jobs
+
+    def complete_answers(self, answers: list[tuple[Job, tuple]], worker: str) -> None:
+        """Jobs and their worker's answers ((job_id, result_bytes, summary): the ``Result`` message
+        serialized, and its status, failed, verified, executed and mean measured ns): counted (the
+        metrics once per message), and sent on as they are."""
+        now = time.monotonic()
+        outcomes: collections.Counter = collections.Counter()
+        ready = []
+        for job, (_, result_bytes, summary) in answers:
+            if job.compile_hit and job.compiled is not None and job.compiled.exception() is None:
+                result_bytes += COMPILE_CACHED_FIELD
+            status, failed, verified, executed, mean_ns = summary
+            outcomes[(status, failed, verified)] += 1
+            self.metrics.replay_latency.observe(now - job.submitted_at)
+            if executed and mean_ns:
+                self.metrics.kernel_time.observe(mean_ns / 1e9)
+            ready.append((job, result_bytes))
+        for (status, failed, verified), count in outcomes.items():
+            self.metrics.count_result(status, failed, verified, count)
+        with self._lock:
+            self.completed += len(answers)
+        for job, result_bytes in ready:  # (counted first: a caller that has its result finds it counted)
+            if not job.future.done():
+                job.future.set_result(JobOutcome(None, worker, job.dispatched_at - job.submitted_at,
+                                                 now - job.submitted_at, result_bytes=result_bytes))
 
     def complete(self, job: Job, result: ExperimentResult, worker: str) -> None:
         if job.compile_hit and job.compiled is not None and job.compiled.exception() is None:

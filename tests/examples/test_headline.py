@@ -313,6 +313,16 @@ def test_sweep_counts_times_and_ranks_results():
     assert out["baseline_mean_us"] == 100.0
 
 
+def test_a_long_sweep_repeats_the_space_and_says_so():
+    space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
+    executor = _ScriptedExecutor()
+    out = stages.sweep(executor, space, key, min_configs=1000)
+    assert (out["passes"], out["space_configurations"], out["configurations"]) == (7, 160, 1120)
+    assert len(executor.submitted) == 1120 and out["verified"] == 7 * 144
+    assert out["best"]["block_dim_x"] == 1024
+    assert headline.parse_args(["--out", "x"]).tune_min_configs == 1000
+
+
 def test_sweep_refuses_an_unverified_baseline():
     space, key = stages.make_space("spmv", _kernel(Dim3(2000), Dim3(256)), has_bitcode=False)
     with pytest.raises(RuntimeError, match="baseline replay did not verify .*buffer 2 differs"):

@@ -440,3 +440,62 @@ def test_cli_replay_prints_config_and_result(vecadd_path):
     )  # fmt: skip
     assert plain.returncode == 1
     assert plain.stdout.startswith('"Replay-config": {') and '"Result": {' in plain.stdout
+
+
+# -- several configurations in one engine call (Replayer.start_many / run_many) ---------------------------------
+
+def test_a_batch_of_configurations_gives_what_each_alone_gives(vecadd):
+    """One engine call, one synchronization: the same statuses and fields as one call each, kernel times
+    within a few percent, and the mismatch report of the one that leaves work undone read from its own
+    output (it is replayed alone for it)."""
+    _, _, replayer = vecadd
+    n = 1 << 20
+    shapes = [(256, n // 256), (512, n // 512), (128, n // 256), (1024, n // 1024), (64, n // 64)]
+    configs = [replayer.baseline().replace(block={"x": b, "y": 1, "z": 1}, grid={"x": g, "y": 1, "z": 1})
+               for b, g in shapes]
+    alone = [replayer.run(c, iterations=20, warmup=2) for c in configs]
+    together = replayer.run_many([(c, 20, 2, None) for c in configs])
+    assert [r.status for r in together] == [r.status for r in alone] == \
+        ["verified", "verified", "failed_verification", "verified", "verified"]
+    for a, b in zip(alone, together):
+        assert len(a.exec_time) == len(b.exec_time) == 22 and a.reg_usage == b.reg_usage
+        if a.verified:
+            ratio = (sum(b.measured_times) / len(b.measured_times)) / (sum(a.measured_times) / len(a.measured_times))
+            assert 0.9 < ratio < 1.1, (a.measured_times, b.measured_times)
+    (mismatch,) = together[2].mismatches
+    assert mismatch["first_mismatch_offset"] == (1 << 20) // 2 * 4 and "at_first_mismatch" in mismatch
+    assert mismatch == alone[2].mismatches[0]
+
+
+def test_the_next_batch_is_enqueued_while_one_runs(vecadd):
+    _, _, replayer = vecadd
+    n = 1 << 20
+    configs = [replayer.baseline().replace(block={"x": b, "y": 1, "z": 1}, grid={"x": n // b, "y": 1, "z": 1})
+               for b in (128, 256, 512, 1024)]
+    first = replayer.start_many([(c, 50, 2, None) for c in configs[:2]])
+    second = replayer.start_many([(c, 50, 2, None) for c in configs[2:]])
+    assert [r.status for r in first.results() + second.results()] == ["verified"] * 4
+    assert replayer.run(replayer.baseline()).status == "verified"  # and a single replay after them
+
+
+def test_a_batch_dropped_without_waiting_spoils_nothing_after_it(vecadd):
+    """A batch nobody waits for (dropped while the GPU runs it) gives its buffers and events back once the GPU
+    is done with it, seen without waiting where it is dropped: the batches after it take them and verify."""
+    _, _, replayer = vecadd
+    n = 1 << 20
+    configs = [replayer.baseline().replace(block={"x": b, "y": 1, "z": 1}, grid={"x": n // b, "y": 1, "z": 1})
+               for b in (128, 256, 512, 1024)]
+    for _ in range(3):
+        dropped = replayer.start_many([(c, 100, 2, None) for c in configs[:2]])
+        del dropped  # the engine's batch goes with it, unwaited
+        kept = replayer.start_many([(c, 20, 2, None) for c in configs[2:]])
+        assert [r.status for r in kept.results()] == ["verified"] * 2
+    assert [r.status for r in replayer.run_many([(c, 5, 2, None) for c in configs])] == ["verified"] * 4
+
+
+def test_a_batch_of_recompiled_variants_verifies(vecadd):
+    _, _, replayer = vecadd
+    configs = [replayer.baseline().replace(codegen_opt=opt) for opt in (0, 1, 2, 3, 4)]
+    compiled = [replayer.compile(c) for c in configs]
+    results = replayer.run_many([(c, 5, 2, code) for c, code in zip(configs, compiled)])
+    assert [r.status for r in results] == ["verified"] * 5, [r.error for r in results]

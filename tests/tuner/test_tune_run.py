@@ -366,3 +366,13 @@ def test_exact_tolerance_sends_nothing(tmp_path, loader):
     assert rc == 0 and ex.verifications == []
     with pytest.raises(ConfigurationError, match="--tolerance"):
         resolve_options({"record_database": "a.json", "record_id": "1", "tolerance": "loose"})
+
+
+def test_the_loop_keeps_the_servers_capacity_in_flight():
+    from types import SimpleNamespace
+
+    from tuner.run import in_flight
+
+    assert in_flight(SimpleNamespace(capacity=56), workers=2) == 56  # what the servers hold at once
+    assert in_flight(object(), workers=3) == 6  # an executor that does not say: two per worker
+    assert in_flight(SimpleNamespace(capacity=56), workers=2, shared=True) == 4  # a shared study: two per worker

@@ -238,9 +238,11 @@ def make_sampler(name: str, space: SearchSpace, seed: int | None, n_objectives: 
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "tpe":
+        # constant_liar: the trials still replaying count as the worst value, so the candidates asked
+        # for while many replay (the loop keeps the servers' capacity in flight) spread out.
         if n_objectives > 1:
-            return optuna.samplers.TPESampler(seed=seed)
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True)
+            return optuna.samplers.TPESampler(seed=seed, constant_liar=True)
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, constant_liar=True)
     if name == "nsga2":
         return optuna.samplers.NSGAIISampler(seed=seed, population_size=16)
     if name == "grid":

@@ -347,3 +347,121 @@ def test_the_proofs_watchdog_comes_from_the_kernels_time():
     assert proof_watchdog(None) == pytest.approx(1.0)  # unknown: 20 x 50 ms
     assert proof_watchdog(1000) == pytest.approx(0.05)  # short kernels: the floor
     assert proof_watchdog(10_000_000) == pytest.approx(0.2)  # 10 ms: 20 x
+
+
+# -- several configurations in one engine call (Replayer.run_many) ------------------------------------------
+
+_VOLATILE = ("start_time", "end_time", "codegen_time")
+
+
+def _same(a, b) -> bool:
+    """Two results alike but for their times of day and the module's load time (counted once)."""
+    da, db = a.to_dict(), b.to_dict()
+    return {k: v for k, v in da.items() if k not in _VOLATILE} == {k: v for k, v in db.items() if k not in _VOLATILE}
+
+
+def _shapes(replayer, blocks=(128, 256, 512)):
+    return [replayer.baseline().replace(grid={"x": N // b}, block={"x": b}) for b in blocks]
+
+
+def test_run_many_gives_what_run_gives_in_one_engine_call(kernel, vecadd_db):
+    space_batches = eng._engine.Context().space.batches
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        configs = _shapes(replayer)
+        one_by_one = [replayer.run(c, iterations=3, warmup=2) for c in configs]
+        runs_before = len(kernel.runs)
+        together = replayer.run_many([(c, 3, 2, None) for c in configs])
+    assert space_batches == [3]
+    assert all(_same(a, b) for a, b in zip(one_by_one, together)) and all(r.verified for r in together)
+    batch_runs = kernel.runs[runs_before:]
+    assert [r.block for r in batch_runs] == [(128, 1, 1), (256, 1, 1), (512, 1, 1)]
+    assert all(r.from_recorded and r.resets == [] and r.check_launches == [0, 4] for r in batch_runs)
+
+
+def test_run_many_answers_invalid_configurations_alone_and_runs_the_rest(kernel, vecadd_db):
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        good = _shapes(replayer, (128, 256))
+        bad = replayer.baseline().replace(block={"x": 2048})
+        results = replayer.run_many([(good[0], 3, 2, None), (bad, 3, 2, None), (good[1], 3, 2, None)])
+    assert [r.status for r in results] == ["verified", "invalid_config", "verified"]
+
+
+def test_run_many_replays_a_configuration_right_only_from_the_recorded_memory_with_resets(kernel, vecadd_db):
+    kernel.differs = lambda run, launch, check: 3 if check == C and run.block == (512, 1, 1) and launch > 0 \
+        and not run.resets else 0
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        results = replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer)])
+    assert [r.status for r in results] == ["verified"] * 3
+    assert [r.reset_each_launch for r in results] == [False, False, True]
+
+
+def test_a_launch_the_driver_refuses_in_a_shared_call_is_replayed_alone(kernel, vecadd_db):
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        configs = _shapes(replayer)
+        # the shared call fails at its first item; alone, the second configuration is refused again
+        kernel.errors += [cuda_error("cuLaunchKernel", 1, "CUDA_ERROR_INVALID_VALUE"), None,
+                          cuda_error("cuLaunchKernel", 1, "CUDA_ERROR_INVALID_VALUE")]
+        results = replayer.run_many([(c, 3, 2, None) for c in configs])
+        assert replayer.healthy
+    assert [r.status for r in results] == ["verified", "invalid_launch", "verified"]
+
+
+def test_a_shared_call_that_destroys_the_context_says_which_is_unknown(kernel, vecadd_db):
+    from mneme.replay.replayer import BatchLost
+
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        kernel.errors.append(cuda_error("cuLaunchKernel", 700, "CUDA_ERROR_ILLEGAL_ADDRESS"))
+        with pytest.raises(BatchLost, match="replayed alone"):
+            replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer)])
+        assert not replayer.healthy
+
+
+def test_run_many_without_an_engine_call_for_several_runs_each(kernel, vecadd_db, monkeypatch):
+    from mneme.testing.fake_native_engine import FakeContext
+
+    monkeypatch.delattr(FakeContext, "start_batch")
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        results = replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer)])
+    assert [r.status for r in results] == ["verified"] * 3
+
+
+def test_a_configuration_of_a_batch_that_does_not_verify_is_replayed_alone_for_its_report(kernel, vecadd_db):
+    """After a shared call the memory holds the last configuration's output: a mismatch's report (the bytes
+    read back) comes from a replay of its own."""
+    kernel.differs = lambda run, launch, check: 5 if check == C and run.block == (512, 1, 1) else 0
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        before = len(kernel.runs)
+        results = replayer.run_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 512, 1024))])
+    assert [r.status for r in results] == ["verified", "failed_verification", "verified"]
+    assert [r.block[0] for r in kernel.runs[before:]] == [128, 512, 1024, 512]
+    assert results[1].mismatches[0]["failed_launches"] == [0, 4]
+
+
+def test_the_next_batch_is_enqueued_before_the_last_ones_results_are_taken(kernel, vecadd_db):
+    space_batches = eng._engine.Context().space.batches
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        first = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 256))])
+        second = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (512, 1024))])
+        assert space_batches == [2, 2] and [r.block[0] for r in kernel.runs[-4:]] == [128, 256, 512, 1024]
+        assert [r.status for r in first.results() + second.results()] == ["verified"] * 4
+        assert first.results() is first.results()  # taken once
+
+
+def test_a_batch_whose_gpu_work_destroys_the_context_raises_when_its_results_are_taken(kernel, vecadd_db):
+    from mneme.replay.replayer import BatchLost
+
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        kernel.errors.append(cuda_error("cuLaunchKernel", 702, "CUDA_ERROR_LAUNCH_TIMEOUT"))
+        batch = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer)])
+        with pytest.raises(BatchLost):
+            batch.results()
+        assert not replayer.healthy

@@ -74,15 +74,18 @@ def test_local_servers_on_every_gpu_with_more_workers_than_gpus(store, tmp_path)
 @pytest.mark.parametrize("transport", TRANSPORTS)
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM], ids=["killed", "stopped"])
 def test_a_server_killed_mid_run_loses_nothing_and_counts_nothing_twice(store, tmp_path, transport, how):
-    doomed, doomed_address = start_server(store, tmp_path / "log-a", "--workers", "2")
+    # (--batch 1: each answer leaves as its replay ends, so the doomed server has answered some when killed)
+    doomed, doomed_address = start_server(store, tmp_path / "log-a", "--workers", "2", "--batch", "1")
     survivor, survivor_address = start_server(store, tmp_path / "log-b", "--workers", "2")
     try:
         executor = AsyncReplayExecutor(
             record_db=str(store / RECORD_DB), record_id=RECORD_ID, iterations=1, warmup=0,
             results_db_dir=str(tmp_path / "results"), servers=[doomed_address, survivor_address],
             connection=ConnectionSettings(transport=transport),
+            compile_ahead=[config("slow:0.05")],  # (both get their share at once: see the test below)
         )
         with executor:
+            executor.wait_prepared(timeout=30)
             futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(40)]
             while not (tmp_path / "log-a" / "runs.log").exists():
                 time.sleep(0.01)
@@ -199,8 +202,11 @@ def test_work_is_spread_over_both_servers_at_once(store, tmp_path):
     addresses = [address for _, address in started]
     infos = [replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(a)).GetServerInfo for a in addresses]
     try:
+        # The code compiled by both servers' Prepare: otherwise the first to answer for a variant still
+        # compiling elsewhere takes its whole window (56 places) of it.
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0, servers=addresses,
-                                 results_db_dir=str(tmp_path / "results")) as executor:
+                                 results_db_dir=str(tmp_path / "results"),
+                                 compile_ahead=[config("slow:0.05")]) as executor:
             executor.wait_prepared(timeout=30)
             futures = [executor.submit(config("slow:0.05", block_x=i + 1)) for i in range(60)]
             both_busy = False
@@ -337,23 +343,23 @@ def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tm
     send = executor_module._Stream.send
     monkeypatch.setattr(executor_module._Stream, "send",
                         lambda stream, requests: (messages.append(len(requests)), send(stream, requests))[1])
-    server, address = start_server(store, tmp_path / "log", "--workers", "2", replay_seconds=0.5)
+    server, address = start_server(store, tmp_path / "log", "--workers", "2", replay_seconds=0.3)
     info = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(address)).GetServerInfo
     try:
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
                                  servers=[address], connection=ConnectionSettings(transport=transport)) as executor:
             executor.wait_prepared(timeout=30)
-            futures = [executor.submit(config(block_x=i + 1)) for i in range(40)]
+            futures = [executor.submit(config(block_x=i + 1)) for i in range(60)]
             held = 0
-            deadline = time.monotonic() + 0.4  # before the first answer (0.5 s of replay)
+            deadline = time.monotonic() + 0.25  # before the first answer (0.3 s of replay)
             while time.monotonic() < deadline:
                 state = info(replay_pb2.ServerInfoRequest())
                 held = max(held, state.in_flight + state.queue_depth)
-            assert held == server_capacity(2, transport) == {"stream": 24, "unary": 12}[transport]
+            assert held == server_capacity(2, transport) == {"stream": 56, "unary": 12}[transport]
             if transport == "stream":
                 assert messages[0] <= executor_module.FIRST_MESSAGE < held, messages
                 assert sum(messages[:3]) >= held, messages
-            assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 41))
+            assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 61))
     finally:
         server.kill()
         server.wait()

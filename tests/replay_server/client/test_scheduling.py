@@ -53,9 +53,9 @@ class Sent:
 
 
 def test_capacity_per_transport():
-    assert server_capacity(2) == 24 and server_capacity(2, "unary") == 12
-    assert server_capacity(0) == 16  # at least one worker
-    assert server_capacity(100, "unary") == 48 and server_capacity(100) == 256
+    assert server_capacity(2) == 56 and server_capacity(2, "unary") == 12
+    assert server_capacity(0) == 32  # at least one worker
+    assert server_capacity(100, "unary") == 48 and server_capacity(100) == 512
 
 
 def test_work_goes_to_the_least_loaded_server_and_is_counted():

@@ -11,7 +11,9 @@ from replay_server.client.connection import ConnectionSettings
 from replay_server.client.executor import AsyncReplayExecutor
 from replay_server.protocol import replay_pb2
 from replay_server.protocol.convert import result_from_proto
+from replay_server.server.jobs import Job, JobQueue
 from replay_server.server.worker import _run
+from replay_server.server.engine import InstanceKey
 from replay_server.testing.fake_engine import NO_COUNTERS_ERROR, fake_metric_value
 from replay_server.testing.servers import (  # noqa: F401
     RECORD_DB,
@@ -72,10 +74,23 @@ def test_an_engine_that_does_not_profile_says_so():
 
             return ExperimentResult(verified=True, status="verified", exec_time=[1] * (iterations + warmup))
 
-    result = _run(OldEngine(), _config().to_dict(), 1, 0, None, ("dram_bytes",))
+    result = _run(OldEngine(), _config(), 1, 0, None, ("dram_bytes",))
     assert result.verified and result.metrics_error == (
         "hardware counters cannot be collected: this server's engine does not profile")
-    assert _run(OldEngine(), _config().to_dict(), 1, 0, None).metrics_error == ""
+    assert _run(OldEngine(), _config(), 1, 0, None).metrics_error == ""
+
+
+def test_a_job_with_counters_is_sent_alone():
+    """A job that collects hardware counters is profiled after its own timed launches: never in a worker
+    message with other jobs (one engine call), neither as the first of a group nor taken into one."""
+    instance = InstanceKey("/store", RECORD_DB, RECORD_ID)
+    queue = JobQueue()
+    jobs = [Job("run", instance, _config(32 * (i + 1)), metrics=("dram_bytes",) if i in (0, 2) else ())
+            for i in range(5)]
+    for job in jobs:
+        queue.put(job)
+    taken = [queue.get_many(0.0, None, 8) for _ in range(3)]
+    assert taken == [[jobs[0]], [jobs[1], jobs[3], jobs[4]], [jobs[2]]]
 
 
 def test_the_executor_sends_the_counters_with_every_request(store, tmp_path):

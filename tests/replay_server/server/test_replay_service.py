@@ -242,7 +242,7 @@ def test_innocent_work_queued_behind_a_crash_is_not_lost(serve, tmp_path):
 
 
 def test_a_cancelled_stream_takes_its_queued_work_with_it(serve, tmp_path):
-    server, stub = serve(workers=1, depth=1)
+    server, stub = serve(workers=1, depth=1, batch=1)  # one job in the worker's hands: the rest stay queued
     # All of the same code, so that they are ready together and run in their order (the recorded code's
     # would need no compile and go ahead of the first while its compile process starts).
     call = stub.ReplayStream(iter([request("slow:0.5", 1, "a")] + [request("slow:0.5", i, str(i)) for i in (2, 3, 4)]))
@@ -264,7 +264,7 @@ def _messages(stub, requests, hold: float) -> list[tuple[float, list[str]]]:
 
 
 def test_a_batch_stream_holds_responses_while_its_requests_wait_in_the_queue(serve):
-    _, stub = serve(workers=1, depth=2)
+    _, stub = serve(workers=1, depth=2, batch=1)  # (several per engine call would be ready together anyway)
     requests = [request("slow:0.02", 64, f"held{i}") for i in range(12)]
     held = _messages(stub, requests, hold=5.0)
     assert sorted(i for _, ids in held for i in ids) == sorted(r.request_id for r in requests)
@@ -383,3 +383,21 @@ def test_a_database_written_again_is_prepared_again(serve, store, tmp_path, monk
     (store / RECORD_DB).write_text('{"recorded": "again"}')
     stub.Prepare(prepare, timeout=20)
     assert len(opens.read_text().splitlines()) == 2, "the rewritten database: restored again"
+
+
+def test_a_worker_replays_ready_configurations_of_one_instance_together(serve, tmp_path):
+    """Up to ``batch`` queued configurations go to a worker in one message (one engine call where the
+    engine has one), and their answers come back with every field, in one message."""
+    server, stub = serve(workers=1, depth=1, batch=4)
+    held = _messages(stub, [request("slow:0.02", 64 + i, f"b{i}") for i in range(8)], hold=0.0)
+    assert sorted(i for _, ids in held for i in ids) == sorted(f"b{i}" for i in range(8))
+    assert max(len(ids) for _, ids in held) >= 4, held
+
+
+def test_when_a_worker_dies_in_a_group_each_is_replayed_alone_and_only_the_guilty_fails(serve, tmp_path):
+    server, stub = serve(workers=1, depth=1, batch=8)
+    stream = [request("default<O3>", 10 + i, f"ok{i}") for i in range(3)] + [request("crash", 64, "crash")] \
+        + [request("default<O3>", 20 + i, f"late{i}") for i in range(3)]  # fmt: skip
+    answers = {r.request_id: result_from_proto(r.result) for r in stub.ReplayStream(iter(stream), timeout=60)}
+    assert answers["crash"].status == "runtime_error" and "worker died" in answers["crash"].error
+    assert all(r.verified for rid, r in answers.items() if rid != "crash") and len(answers) == 7

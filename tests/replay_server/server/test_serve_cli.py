@@ -50,3 +50,14 @@ def test_a_taken_port_is_a_clear_error(store, tmp_path):
         second.stop()
     finally:
         first.stop()
+
+
+def test_the_compile_pool_takes_the_servers_share_of_the_cpus():
+    from replay_server.server.serve import default_compile_processes
+
+    assert default_compile_processes(1, cpus=16, servers=1) == 14  # less the worker and the supervisor
+    assert default_compile_processes(2, cpus=16, servers=1) == 13
+    assert default_compile_processes(1, cpus=16, servers=2) == 6  # two servers (one per GPU) share the host
+    assert default_compile_processes(1, cpus=16, servers=8) == 4  # never fewer than min(4, CPUs)
+    assert default_compile_processes(1, cpus=2, servers=1) == 2
+    assert default_compile_processes(1, cpus=1, servers=1) == 1
