@@ -27,8 +27,9 @@ from types import SimpleNamespace
 sys.path.append(str(Path(__file__).resolve().parents[1]))  # an installed mneme wins over the checkout
 sys.path.append(str(Path(__file__).resolve().parent))
 
-from mneme.model.experiment import Dim3  # noqa: E402
 from tpe_efficiency import synthetic_time  # noqa: E402
+
+from mneme.model.experiment import Dim3  # noqa: E402
 from tuner.space.builtin import BuiltinSearchSpace, preset_settings  # noqa: E402
 from tuner.strategies.sample_strategy import OptunaSamplingStrategy  # noqa: E402
 

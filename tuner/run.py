@@ -358,7 +358,7 @@ class TuneRun:
             budget = max(0, o.trials - len(previous)) if o.trials is not None else None
             loop = TuningLoop(strategy=strategy, executor=executor, results=results, objective=objective,
                               reporter=reporter, log=self.log, state=state, budget=budget, timeout=o.timeout,
-                              in_flight=in_flight(executor, o.workers, shared=bool(o.optuna_storage)),
+                              in_flight=in_flight(executor, o.workers),
                               fail_fast=o.fail_fast, adaptive_invalid_ban=o.adaptive_invalid_ban)
             total = o.trials if o.trials is not None else description.get("size")
             reporter.start(total)
@@ -535,23 +535,21 @@ class TuneRun:
         return 1 if state.stopped == "fail-fast" else 0
 
 
-def in_flight(executor: Any, workers: int, shared: bool = False) -> int:
+def in_flight(executor: Any, workers: int) -> int:
     """Candidates the loop keeps submitted: as many as the servers hold at once (the executor's
     ``capacity``: each worker's configurations in hand and the next ones queued behind them), so that
     the servers never wait for the sampler, which asks for the next candidates while they replay;
-    executors that do not say, and studies shared with other processes, two per worker (with many
-    trials asked at once, two processes of a shared study sometimes both evaluate one configuration:
-    its claim is not yet decided against a trial enqueued in the study and taken later).
+    executors that do not say, two per worker. A study shared with other processes too: each
+    candidate's configuration is claimed study-wide when it is asked.
 
     Args:
         executor: the run's executor.
         workers: the run's ``--workers``.
-        shared: the study is shared with other processes (``--optuna-storage``).
 
     Returns:
         The number of candidates in flight.
     """
-    capacity = None if shared else getattr(executor, "capacity", None)
+    capacity = getattr(executor, "capacity", None)
     return max(1, int(capacity)) if isinstance(capacity, int) else 2 * max(1, workers)
 
 

@@ -80,6 +80,7 @@ class ChangeLog:
 
         self._storage = storage
         self._lock = threading.Lock()
+        self._create_lock = threading.Lock()  # new trials go in the log in the order of their numbers
         self._log: list[tuple[int, int]] = []  # (study id, trial id) of each change, in order; a cursor is an index
         self._study_of: dict[int, int] = {t._trial_id: study._study_id for study in storage.get_all_studies()
                                           for t in storage.get_all_trials(study._study_id, deepcopy=False)}
@@ -101,7 +102,15 @@ class ChangeLog:
                 self._log.append((self._study_of.get(trial_id, -1), trial_id))
             return result
 
-        return write
+        if name != "create_new_trial":
+            return write
+
+        def create(*args: Any, **kwargs: Any) -> Any:
+            # One at a time (a database's threads would race): a tuner that sees trial N+1 sees trial N.
+            with self._create_lock:
+                return write(*args, **kwargs)
+
+        return create
 
     def changes(self, study_id: int, since: int, generation: str) -> tuple[list[Any], int]:
         """(the study's trials changed at or after cursor ``since``, or all of them when ``generation`` is not
@@ -121,8 +130,10 @@ class Claims:
     The first trial to claim a hash owns it while it is not released: FAIL without a ``status`` (a stopped
     tuner fails its running trials: the hash is free again; a configuration that failed is FAIL with its
     ``status`` and stays claimed); claims already in the study when the server starts (trials tagged
-    ``mneme:hash``, not duplicates, not released) count, the lowest-numbered first, as tuners on a shared
-    storage decide. Every tuner of a study must go through this server for the claims to hold.
+    ``mneme:hash``, not duplicates, not released, not WAITING) count, the lowest-numbered first, as tuners
+    on a shared storage decide. A WAITING trial (an enqueued point, tagged when enqueued) claims when a tuner
+    takes it. Every trial's claim, the WAITING ones' included, goes through here: every tuner of a study
+    must go through this server for the claims to hold.
     """
 
     def __init__(self, storage: Any) -> None:
@@ -160,6 +171,8 @@ class Claims:
         owners: dict[str, int] = {}
         for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
             key = trial.system_attrs.get(HASH_ATTR)
+            if trial.state.name == "WAITING":  # tagged when enqueued: its claim is made when a tuner takes it
+                continue
             if key is not None and DUPLICATE_ATTR not in trial.system_attrs and not _released(trial):
                 owners.setdefault(key, trial._trial_id)
         return owners
@@ -177,9 +190,14 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
     of its own trials in order (``create_new_trial`` STUDY, ``set_trial_param`` TRIAL NAME VALUE
     DISTRIBUTION_JSON, ``set_trial_system_attr`` TRIAL KEY VALUE, ``set_trial_user_attrs`` TRIAL {..},
     ``set_trial_state_values`` TRIAL STATE VALUES, ``claim`` STUDY TRIAL HASH) and answers
-    ``{"results": [...]}``, one per operation. ``Changes``: ``{"study_id": S, "since": C, "generation": G}`` ->
-    a JSON head (cursor, generation) and Optuna's ``GetTrialsReply`` of the trials changed since C.
+    ``{"results": [...]}``, one per operation; with ``"changes": {"study_id": S, "since": C, "generation": G}``
+    in the request, the answer's ``"changes"`` holds what ``Changes`` would (``cursor``, ``generation``,
+    ``trials``: the ``GetTrialsReply`` in base64), so that a trial's end brings the study's news back in the
+    same round trip. ``Changes``: ``{"study_id": S, "since": C, "generation": G}`` -> a JSON head (cursor,
+    generation) and Optuna's ``GetTrialsReply`` of the trials changed since C.
     Returns the service name and, per method, (function, response serializer)."""
+    import base64
+
     import grpc
     from optuna.distributions import json_to_distribution
     from optuna.exceptions import UpdateFinishedTrialError
@@ -231,9 +249,14 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except (TypeError, ValueError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return {"results": results}
+        if "changes" not in request:
+            return {"results": results}
+        cursor, reply = changed(request["changes"], context)
+        return {"results": results, "changes": {"cursor": cursor, "generation": storage.generation,
+                                                "trials": base64.b64encode(reply).decode("ascii")}}
 
-    def changes(request: dict, context: Any) -> bytes:
+    def changed(request: Any, context: Any) -> tuple[int, bytes]:
+        """(the cursor, the ``GetTrialsReply`` of the trials changed since ``request``'s cursor)."""
         try:
             study_id, since, generation = int(request["study_id"]), int(request["since"]), str(request["generation"])
         except (KeyError, TypeError, ValueError):
@@ -242,8 +265,11 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
             trials, cursor = storage.changes(study_id, since, generation)
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
+        return cursor, api_pb2.GetTrialsReply(trials=[_to_proto_trial(t) for t in trials]).SerializeToString()
+
+    def changes(request: dict, context: Any) -> bytes:
+        cursor, reply = changed(request, context)
         head = json.dumps({"cursor": cursor, "generation": storage.generation}).encode()
-        reply = api_pb2.GetTrialsReply(trials=[_to_proto_trial(t) for t in trials]).SerializeToString()
         return len(head).to_bytes(4, "big") + head + reply
 
     def name(method: str) -> str:

@@ -16,8 +16,8 @@ from mneme._internal.network import is_loopback
 from mneme._internal.startup_trace import mark
 from mneme.errors import ConfigurationError
 from mneme.store.keys import is_local_store, local_store_root
-from replay_server.protocol import health_pb2_grpc, replay_pb2_grpc
 from replay_server.kept_servers import SERVERS_ON_HOST_ENV
+from replay_server.protocol import health_pb2_grpc, replay_pb2_grpc
 from replay_server.server.auth import BearerTokenInterceptor, read_token_file
 from replay_server.server.clocks import LOCK_MODES, ServerClocks
 from replay_server.server.compile_cache import CompileCache

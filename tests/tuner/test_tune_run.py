@@ -375,4 +375,3 @@ def test_the_loop_keeps_the_servers_capacity_in_flight():
 
     assert in_flight(SimpleNamespace(capacity=56), workers=2) == 56  # what the servers hold at once
     assert in_flight(object(), workers=3) == 6  # an executor that does not say: two per worker
-    assert in_flight(SimpleNamespace(capacity=56), workers=2, shared=True) == 4  # a shared study: two per worker

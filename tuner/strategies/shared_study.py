@@ -18,7 +18,10 @@ needs on top:
   tagged (a trial is tagged microseconds after it is created; after
   ``TAG_WAIT_S`` an untagged one is taken as abandoned), so two processes can
   never both own one hash: the higher-numbered trial always sees the lower
-  one's tag. A duplicate is told its claim's outcome once it is in the study
+  one's tag. An enqueued trial (the baseline, an unseen point) is tagged in the write that enqueues
+  it, so while it waits (WAITING) it is already a claim. Through a study server, the server decides
+  every trial's claim, an enqueued one's when a process takes it. A duplicate is told its claim's
+  outcome once it is in the study
   (its values, or ``FAIL`` for a configuration that failed: the claim's own
   state is ``FAIL`` with its ``status``); ``mneme:duplicate_of`` names the claim.
 * **Results are readable where Optuna's tools read them.** Each evaluated trial
@@ -120,14 +123,19 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
     * this process's changes of its own running trials (parameters, attributes) wait in a list and go to
       the server with the next call that needs the server (the claim, the end of the trial) in one
-      ``Apply``; ``get_trial`` of its own trials is answered from a copy kept here. A trial costs four
-      calls (the study's changes, the new trial, the claim, the end) instead of a dozen;
-    * ``get_all_trials`` fetches only the trials changed since the last call (``Changes``), and answers the
+      ``Apply``; ``get_trial`` of its own trials is answered from a copy kept here;
+    * ``get_all_trials`` fetches only the trials changed since the last look (``Changes``), and answers the
       query for WAITING trials that ``Study.ask`` makes from what it has (a trial mneme enqueues, the
-      baseline or an unseen point, is asked for after the next look).
+      baseline or an unseen point, is asked for after the next look);
+    * the claim and the end of a trial (their ``Apply``) bring the study's changes back with them, and the
+      next ``get_all_trials`` answers from them without a call of its own (a second one in a row asks the
+      server): a trial costs three calls (the new trial, the claim, the end), and a look shows the study's
+      trials as they were at this process's last call. The list of the study's trials is kept up to date in place, so
+      a look costs the changes, not the study's size.
 
     Against a plain Optuna proxy (``UNIMPLEMENTED``) it is Optuna's client.
     """
+    import base64
     import copy
     import datetime
     import json
@@ -144,15 +152,39 @@ def _grpc_storage(url: str, timeout: float) -> Any:
         raise ConfigurationError(f"--optuna-storage {url}: give grpc://HOST:PORT of a `mneme study-server`")
 
     def _changed_trials(data: bytes) -> tuple[dict, list[Any]]:
-        from optuna.storages._grpc.auto_generated import api_pb2
-        from optuna.storages._grpc.servicer import _from_proto_trial
-
         size = int.from_bytes(data[:4], "big")
-        reply = api_pb2.GetTrialsReply.FromString(data[4 + size:])
-        return json.loads(data[4:4 + size]), [_from_proto_trial(t) for t in reply.trials]
+        return json.loads(data[4:4 + size]), _trials_of(data[4 + size:])
 
     def _encode(o: Any) -> bytes:
         return json.dumps(o).encode()
+
+    def _trials_of(reply: bytes) -> list[Any]:
+        from optuna.storages._grpc.auto_generated import api_pb2
+        from optuna.storages._grpc.servicer import _from_proto_trial
+
+        return [_from_proto_trial(t) for t in api_pb2.GetTrialsReply.FromString(reply).trials]
+
+    class _View:
+        """A study's trials as this process knows them: by number (None: not seen yet), the server's
+        cursor and generation, the numbers of the WAITING ones, how many are not seen yet."""
+
+        def __init__(self, generation: str) -> None:
+            self.trials: list[Any] = []
+            self.cursor = 0
+            self.generation = generation
+            self.waiting: set[int] = set()
+            self.holes = 0
+
+    def _copy_trial(trial: Any) -> Any:
+        """A copy of ``trial`` whose dictionaries the caller may change (values are not copied: cheaper
+        than ``copy.deepcopy``, which this is asked for a few times a trial)."""
+        copied = copy.copy(trial)
+        copied.params, copied.distributions = dict(trial.params), dict(trial.distributions)
+        copied.user_attrs, copied.system_attrs = dict(trial.user_attrs), dict(trial.system_attrs)
+        copied.intermediate_values = dict(trial.intermediate_values)
+        if trial.values is not None:
+            copied.values = list(trial.values)
+        return copied
 
     class StudyServerClient(optuna.storages.GrpcStorageProxy):
         def _setup(self) -> None:
@@ -161,16 +193,25 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                                                     response_deserializer=json.loads)
             self._changes = self._channel.unary_unary(CHANGES_METHOD, request_serializer=_encode,
                                                       response_deserializer=_changed_trials)
-            self._known: dict[int, tuple[list[Any], int, str]] = {}  # study id -> (trials by number, cursor, server)
+            self._known: dict[int, _View] = {}  # study id -> its trials as this process knows them
+            self._fresh: set[int] = set()  # studies whose changes came with a call since the last look
             self._own: dict[int, Any] = {}  # trial id -> this process's copy of its running trial
+            self._study_of: dict[int, int] = {}  # trial id -> study id, of this process's running trials
             self._pending: dict[int, list[list[Any]]] = {}  # trial id -> changes not sent yet
             self._lock = threading.RLock()
             self._mneme = True  # False: a plain Optuna proxy
+            self._checked = False  # whether the server was asked if it is a mneme study server
 
         # -- sending ---------------------------------------------------------------------------
-        def _send(self, ops: list[list[Any]]) -> list[Any]:
+        def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
+            """Run ``ops`` on the server; with ``study_id`` (a study looked at before), its changes come back
+            with the answer."""
+            request: dict[str, Any] = {"ops": ops}
+            view = self._known.get(study_id) if study_id is not None else None
+            if view is not None:
+                request["changes"] = {"study_id": study_id, "since": view.cursor, "generation": view.generation}
             try:
-                return self._apply({"ops": ops})["results"]
+                reply = self._apply(request)
             except grpc.RpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.NOT_FOUND:
@@ -180,19 +221,26 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
                     raise ValueError(exc.details()) from None
                 raise
+            changes = reply.get("changes")
+            if view is not None and changes is not None:  # (a server before changes came with Apply: none)
+                self._merge(study_id, changes, _trials_of(base64.b64decode(changes["trials"])))
+                self._fresh.add(study_id)
+            return reply["results"]
 
-        def _flush_with(self, trial_id: int, op: list[Any] | None = None) -> Any:
+        def _flush_with(self, trial_id: int, op: list[Any] | None = None, study_id: int | None = None) -> Any:
             ops = self._pending.pop(trial_id, []) + ([op] if op else [])
-            return self._send(ops)[-1] if ops else None
+            return self._send(ops, study_id)[-1] if ops else None
 
         def _supported(self) -> bool:
-            if self._mneme:
+            """Whether the server is a mneme study server (asked once)."""
+            if self._mneme and not self._checked:
                 try:
                     self._apply({"ops": []})
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                         raise
                     self._mneme = False
+                self._checked = True
             return self._mneme
 
         # -- this process's trials -------------------------------------------------------------
@@ -207,6 +255,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         raise
                     self._mneme = False
                     return super().create_new_trial(study_id, template_trial)
+                self._checked = True
+                self._study_of[made["trial_id"]] = study_id
                 start = datetime.datetime.fromisoformat(made["datetime_start"])
                 self._own[made["trial_id"]] = FrozenTrial(
                     number=made["number"], state=TrialState.RUNNING, value=None, values=None,
@@ -256,7 +306,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if trial_id not in self._own:
                     return super().set_trial_state_values(trial_id, state, values)
                 changed = self._flush_with(trial_id, ["set_trial_state_values", trial_id, state.name,
-                                                      None if values is None else list(values)])
+                                                      None if values is None else list(values)],
+                                           self._study_of.get(trial_id) if state.is_finished() else None)
                 trial = self._own[trial_id]
                 if changed:
                     trial.state = state
@@ -265,6 +316,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         trial.datetime_complete = datetime.datetime.now()
                 if state.is_finished():
                     del self._own[trial_id]
+                    self._study_of.pop(trial_id, None)
                     self._finished[trial_id] = trial
                 return bool(changed)
 
@@ -272,7 +324,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 trial = self._own.get(trial_id) or self._finished.pop(trial_id, None)
                 if trial is not None:
-                    return copy.deepcopy(trial)
+                    return _copy_trial(trial)
             return super().get_trial(trial_id)
 
         def claim(self, study_id: int, trial_id: int, key: str) -> int | None:
@@ -280,44 +332,71 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             kept so far): the number of the trial that owns ``key`` (this one, or another process's), or None
             against a plain Optuna proxy (the caller tags and decides itself)."""
             with self._lock:
-                if trial_id not in self._own:
+                if not self._mneme or not self._supported():
                     return None
-                owner = int(self._flush_with(trial_id, ["claim", study_id, trial_id, key]))
-                trial = self._own[trial_id]
-                trial.system_attrs[HASH_ATTR] = key
-                if owner != trial.number:
-                    trial.system_attrs[DUPLICATE_ATTR] = owner
+                # Any trial of the study, this process's new ones and the WAITING ones it took (the baseline,
+                # an enqueued point): a claim decided here and one decided by the server would disagree.
+                owner = int(self._flush_with(trial_id, ["claim", study_id, trial_id, key], study_id))
+                trial = self._own.get(trial_id)
+                if trial is not None:
+                    trial.system_attrs[HASH_ATTR] = key
+                    if owner != trial.number:
+                        trial.system_attrs[DUPLICATE_ATTR] = owner
                 return owner
 
         # -- the study -------------------------------------------------------------------------
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             """The study's trials (this process's own as it has them): only those changed since the last
-            call are fetched; the WAITING trials ``Study.ask`` looks for come from what was fetched last."""
+            look are fetched, or none where the last call brought them; the WAITING trials ``Study.ask``
+            looks for come from what was fetched last."""
             with self._lock:
-                known = self._known.get(study_id)
-                if states is not None and tuple(states) == (TrialState.WAITING,) and known is not None:
-                    return [t for t in known[0] if t is not None and t.state == TrialState.WAITING]
+                view = self._known.get(study_id)
+                if states is not None and tuple(states) == (TrialState.WAITING,) and view is not None:
+                    return [view.trials[n] for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-                trials, cursor, generation = known or ([], 0, "")
-                try:
-                    head, changed = self._changes({"study_id": study_id, "since": cursor, "generation": generation})
-                except grpc.RpcError as exc:
-                    if exc.code() == grpc.StatusCode.NOT_FOUND:
-                        raise KeyError(exc.details()) from None
-                    raise
-                if head["generation"] != generation:  # a first look, or a new server: everything came
-                    trials = []
-                for trial in changed:
-                    if trial.number >= len(trials):
-                        trials.extend([None] * (trial.number + 1 - len(trials)))
-                    trials[trial.number] = trial
-                for trial in self._own.values():  # with what is not sent yet
-                    if trial.number < len(trials) and trials[trial.number] is not None:
-                        trials[trial.number] = trial
-                self._known[study_id] = (trials, head["cursor"], head["generation"])
-                found = [t for t in trials if t is not None and (states is None or t.state in states)]
+                if view is None or study_id not in self._fresh:
+                    since, generation = (view.cursor, view.generation) if view is not None else (0, "")
+                    try:
+                        head, changed = self._changes({"study_id": study_id, "since": since,
+                                                       "generation": generation})
+                    except grpc.RpcError as exc:
+                        if exc.code() == grpc.StatusCode.NOT_FOUND:
+                            raise KeyError(exc.details()) from None
+                        raise
+                    view = self._merge(study_id, head, changed)
+                self._fresh.discard(study_id)
+                trials = view.trials
+                if states is None:  # by number, up to the first not seen yet (the rest come next time)
+                    found = list(trials) if not view.holes else trials[:trials.index(None)]
+                else:
+                    found = [t for t in trials if t is not None and t.state in states]
                 return copy.deepcopy(found) if deepcopy else found
+
+        def _merge(self, study_id: int, head: dict, changed: list[Any]) -> _View:
+            """Take the trials that changed (and where the server is another, everything) into the view."""
+            view = self._known.get(study_id)
+            if view is None or head["generation"] != view.generation:  # a first look, or a new server
+                view = self._known[study_id] = _View(head["generation"])
+            trials = view.trials
+            for trial in changed:
+                number = trial.number
+                if number >= len(trials):
+                    view.holes += number + 1 - len(trials)
+                    trials.extend([None] * (number + 1 - len(trials)))
+                if trials[number] is None:
+                    view.holes -= 1
+                trials[number] = trial
+                if trial.state == TrialState.WAITING:
+                    view.waiting.add(number)
+                else:
+                    view.waiting.discard(number)
+            for trial in self._own.values():  # with what is not sent yet (until the server has it finished)
+                number = trial.number
+                if number < len(trials) and trials[number] is not None and not trials[number].state.is_finished():
+                    trials[number] = trial
+            view.cursor = head["cursor"]
+            return view
 
     # Each call blocks the tuner's thread while the executor's thread runs: its answer then waits for the
     # interpreter lock up to the switch interval (5 ms by default), which made a 0.2 ms call take 2-8 ms.
@@ -461,6 +540,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._foreign: dict[str, int] = {}  # hash -> number of the other process's trial that owns it
         self._waiting: dict[str, list[Any]] = {}  # hash -> our duplicate trials waiting for that owner
         self._running_elsewhere: set[str] = set()  # hashes other processes are evaluating
+        self._enqueued: set[str] = set()  # hashes of WAITING trials (enqueued, not taken yet)
         self._scanned = 0  # trials 0.._scanned-1 have been looked at
         self._open: set[int] = set()  # numbers of trials not seen finished (or not seen tagged) yet
         self._claims: dict[str, set[int]] = {}  # hash -> tagged, non-duplicate, not failed trials
@@ -472,7 +552,10 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
     # -- what the study knows ------------------------------------------------------------
     def _is_known(self, key: str) -> bool:
-        return key in self._values or key in self._in_flight or key in self._running_elsewhere
+        """Also a configuration other processes evaluate, or enqueued and not taken yet (not enqueued again;
+        the space is not used up while it waits: whoever asks next takes it)."""
+        return (key in self._values or key in self._in_flight or key in self._running_elsewhere
+                or key in self._enqueued)
 
     def _distinct_seen(self) -> int:
         return len(self._values.keys() | self._in_flight.keys() | self._running_elsewhere)
@@ -490,7 +573,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._open.update(range(self._scanned, len(trials)))
         self._scanned = len(trials)
         self._trial_list = trials
-        elsewhere = set()
+        elsewhere, enqueued = set(), set()
         for number in sorted(self._open):
             t = trials[number]
             key = t.system_attrs.get(HASH_ATTR)
@@ -499,7 +582,11 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 self._claims.setdefault(key, set()).add(number)
             elif key is not None:
                 self._claims.get(key, set()).discard(number)
-            if t.state == running or t.state == optuna.trial.TrialState.WAITING:
+            if t.state == optuna.trial.TrialState.WAITING:  # its claim counts; whoever asks next takes it
+                if key is not None and not duplicate:
+                    enqueued.add(key)
+                continue
+            if t.state == running:
                 if key is not None and not duplicate and key not in self._in_flight:
                     elsewhere.add(key)
                 continue
@@ -518,6 +605,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 continue
             self._claim_of.setdefault(key, number)
         self._running_elsewhere = elsewhere - self._values.keys()
+        self._enqueued = enqueued - self._values.keys()
         for key, owner in list(self._foreign.items()):
             if owner in self._open or owner >= self._scanned:  # running, or not seen yet (a study server's
                 continue  # claim may name a trial created after this process's last look)
@@ -579,6 +667,16 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._duplicate(trial, owner)
         self._settle_duplicate(trial, key, owner)
         return True
+
+    def _enqueue(self, params: dict[str, Any], key: str, user_attrs: dict[str, Any] | None = None) -> None:
+        """Enqueue the point tagged with its hash in the same write: the WAITING trial is a claim from its
+        creation, so a trial created after it (a higher number) that draws the same configuration is its
+        duplicate, whoever takes the WAITING trial and whenever."""
+        import optuna
+
+        self.study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.WAITING, system_attrs={"fixed_params": params, HASH_ATTR: key},
+            user_attrs=user_attrs or {}))
 
     def _settle_duplicate(self, trial: Any, key: str, owner: int) -> None:
         """Tell ``trial`` its owner's values, now or once they are in the study."""

@@ -11,9 +11,9 @@ from replay_server.client.connection import ConnectionSettings
 from replay_server.client.executor import AsyncReplayExecutor
 from replay_server.protocol import replay_pb2
 from replay_server.protocol.convert import result_from_proto
+from replay_server.server.engine import InstanceKey
 from replay_server.server.jobs import Job, JobQueue
 from replay_server.server.worker import _run
-from replay_server.server.engine import InstanceKey
 from replay_server.testing.fake_engine import NO_COUNTERS_ERROR, fake_metric_value
 from replay_server.testing.servers import (  # noqa: F401
     RECORD_DB,
