@@ -196,6 +196,11 @@ class WorkerSlot:
             jobs = self._next_jobs()
             if not jobs:
                 return
+            if self.inflight and (jobs[0].solo or any(job.solo for sent in self.inflight for job in sent)):
+                # A suspect runs alone: nothing enqueued behind it or before it (a later kernel that hangs
+                # or faults would be charged to it).
+                self._give_back(jobs)
+                return
             jobs = [job for job in jobs if job.claim()]  # not those cancelled by their caller (counted then)
             if not jobs:
                 continue
@@ -341,7 +346,10 @@ class WorkerSlot:
         if self.inflight and not self.retiring:
             head = self.inflight.popleft()
             self.pool.in_flight_changed(-len(head))
-            if len(head) > 1:
+            if len(head) > 1 or self.inflight:  # shared, or others enqueued behind it: the culprit is unknown
+                for sent in self.inflight:
+                    for job in sent:
+                        job.solo = True
                 self._requeue_alone(head)
                 self._replace()
                 return
@@ -359,9 +367,15 @@ class WorkerSlot:
         self.pool.in_flight_changed(-len(head))
         _kill(self.process)
         guilty = head[0]
-        if self._deadline_is_watchdog and len(head) > 1:
-            log.warning("%s: watchdog: %d configurations replayed together ran past %.3gs; killing the worker, "
-                        "each is replayed alone", self.name, len(head), guilty.watchdog)
+        if self._deadline_is_watchdog and (len(head) > 1 or self.inflight):
+            # Several configurations shared the engine call, or others were enqueued behind it on the GPU
+            # (a kernel that hangs there also holds up this one's results): which one hangs is unknown.
+            log.warning("%s: watchdog: %d configuration(s) ran past %.3gs with %d more enqueued behind them; "
+                        "killing the worker, each is replayed alone", self.name, len(head), guilty.watchdog,
+                        sum(len(sent) for sent in self.inflight))
+            for sent in self.inflight:
+                for job in sent:
+                    job.solo = True
             self._requeue_alone(head)
         elif self._deadline_is_watchdog:
             watchdog = guilty.watchdog or guilty.timeout
