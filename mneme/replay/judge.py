@@ -81,7 +81,8 @@ def checked_launches(launches: int, every_iteration: bool) -> list[int]:
     return sorted({0, launches - 1})
 
 
-def mismatches(plan: CheckPlan, out: dict, state: DeviceState, homes: dict[int, int]) -> list[dict[str, Any]]:
+def mismatches(plan: CheckPlan, out: dict, state: DeviceState, homes: dict[int, int],
+               read_back: bool = True) -> list[dict[str, Any]]:
     """One entry per region that failed in any checked launch, with the first failing launch's numbers.
 
     A region that differs in the last checked launch also gets the 16 bytes at its first difference,
@@ -92,6 +93,8 @@ def mismatches(plan: CheckPlan, out: dict, state: DeviceState, homes: dict[int, 
         out: the engine's output.
         state: the device state.
         homes: where the loaded module put the recorded globals.
+        read_back: read the bytes at the first difference (a synchronous copy: it waits for everything
+            enqueued on the device); False when the memory no longer holds this replay's output.
 
     Returns:
         The mismatch entries (``result.mismatches``); empty when every check passed.
@@ -121,7 +124,7 @@ def mismatches(plan: CheckPlan, out: dict, state: DeviceState, homes: dict[int, 
         }
         last = out["checked_launches"][-1]
         offset = report.get("first_mismatch_offset")
-        if offset is not None and last in failed_launches[i]:
+        if read_back and offset is not None and last in failed_launches[i]:
             live = state.live_address(region, homes)
             n = min(16, region.size - offset)
             entry["at_first_mismatch"] = {

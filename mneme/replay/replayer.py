@@ -59,11 +59,24 @@ class ReplayBatch:
     """Configurations whose launches were enqueued together (:meth:`Replayer.start_many`)."""
 
     def __init__(self, replayer: "Replayer", results: list, planned: list, handle: Any, before: Any = None,
-                 alone: bool = False) -> None:
+                 alone: bool = False, later: Any = None) -> None:
         self._replayer, self._results, self._planned, self._handle = replayer, results, planned, handle
         self._before = before  # the measurer's reading before the launches
         self._alone = alone  # the driver refused the shared call: each planned one replays by itself
+        self._later = later  # the replays not enqueued: made by results() (a callable giving the results)
         self._done = False
+
+    @property
+    def enqueued(self) -> bool:
+        """Whether this batch's GPU work is all enqueued already, so that :meth:`results` waits only for it
+        (and for what was enqueued before it). False when ``results`` replays configurations itself (one
+        alone, a group the engine cannot share a call for, a shared call the driver refused): work enqueued
+        after this batch would then come first, so take these results before enqueuing anything more.
+
+        Returns:
+            Whether work can be enqueued behind this batch before its results are taken.
+        """
+        return self._later is None and not (self._alone and self._planned)
 
     def ready(self) -> bool:
         """Whether :meth:`results` would not wait for the GPU.
@@ -74,11 +87,19 @@ class ReplayBatch:
         handle = self._handle
         return handle is None or not hasattr(handle, "done") or bool(handle.done())
 
-    def results(self) -> list[ExperimentResult]:
+    def results(self, enqueued_behind: bool = False) -> list[ExperimentResult | None]:
         """Wait for the GPU and judge each configuration (once).
 
+        Args:
+            enqueued_behind: work was enqueued on the GPU after this batch (the next batch): a configuration
+                whose verdict needs GPU work of its own (one that did not verify is replayed alone, for
+                the bytes its report reads back and the resets it may need; or the shared call failed
+                without losing the context) is not judged here, where that work would wait for what is
+                enqueued behind (a kernel there that hangs would hold this batch's results): its entry is
+                None, and it is to be replayed alone with nothing enqueued behind it.
+
         Returns:
-            One result per request, in their order.
+            One result per request, in their order (None: see ``enqueued_behind``).
 
         Raises:
             BatchLost: the shared engine call destroyed the CUDA context (which configuration did it is not
@@ -88,6 +109,9 @@ class ReplayBatch:
             return self._results
         replayer, results, planned = self._replayer, self._results, self._planned
         self._done = True
+        if self._later is not None:
+            self._results = self._later()
+            return self._results
         outs: list[Any] = []
         if planned and self._handle is not None:
             try:
@@ -99,15 +123,26 @@ class ReplayBatch:
                 self._handle = None
         for position, (index, one) in enumerate(planned):
             try:
+                if self._alone and enqueued_behind:
+                    results[index] = None  # its own replay would come after the work behind it
+                    continue
                 # Each alone (the driver refused the shared call), judged before the next one's launches.
                 out = replayer._alone(one) if self._alone else outs[position]
                 if isinstance(out, RunFailure):
                     results[index] = one.failure(out)
                 else:
-                    results[index] = replayer._conclude(one, out, self._before, fresh=self._alone)
+                    results[index] = replayer._conclude(one, out, self._before, fresh=self._alone,
+                                                        alone_now=not enqueued_behind)
+            except _NeedsAlone:
+                results[index] = None
             except Exception as exc:
                 results[index] = replayer._internal_error(exc, one.base)
         return results
+
+
+class _NeedsAlone(Exception):
+    """A batched configuration's verdict needs a replay of its own, which is not made now (work is enqueued
+    behind its batch: the replay would wait for it)."""
 
 
 class _Planned:
@@ -464,7 +499,9 @@ class Replayer:
         to back on the GPU with no host work between them. Each result is the one :meth:`run` gives; a
         configuration that does not verify is replayed again alone, for the bytes its report reads back
         (the memory then holds a later configuration's output). Without such an engine call (or with
-        CUPTI timing, an L2 scrub, or recorded pointers to rewrite per module), each runs as :meth:`run`.
+        CUPTI timing, an L2 scrub, or recorded pointers to rewrite per module), or for one configuration,
+        each runs as :meth:`run` when the results are taken (``ReplayBatch.enqueued`` is then False: take
+        the results of the batches started before first, and enqueue nothing behind it).
 
         Args:
             requests: (configuration, iterations, warmup, compiled code or None) per configuration.
@@ -476,8 +513,11 @@ class Replayer:
             BatchLost: enqueueing destroyed the CUDA context (``results()`` raises it too when the GPU work did).
         """
         if len(requests) < 2 or not self._batchable():
-            return ReplayBatch(self, [self.run(c, iterations, warmup, compiled)
-                                      for c, iterations, warmup, compiled in requests], [], None)
+            # Replayed one by one by results(), not now: the caller takes the results of what is enqueued
+            # before (they must not wait for these replays), then these (``ReplayBatch.enqueued`` is False).
+            requests = list(requests)
+            return ReplayBatch(self, [], [], None, later=lambda: [
+                self.run(c, iterations, warmup, compiled) for c, iterations, warmup, compiled in requests])
         results: list[Any] = []
         planned: list[tuple[int, _Planned]] = []
         for index, (config, iterations, warmup, compiled) in enumerate(requests):
@@ -657,18 +697,24 @@ class Replayer:
         loaded.check_plan = (derived, checks)
         return checks
 
-    def _conclude(self, planned: "_Planned", out: dict, before: Any, fresh: bool = True) -> ExperimentResult:
+    def _conclude(self, planned: "_Planned", out: dict, before: Any, fresh: bool = True,
+                  alone_now: bool = True) -> ExperimentResult:
         """The verdict of a replay whose launches gave ``out``: judged (a configuration right only from the
         recorded memory is replayed again with resets before every launch), its conditions (``before``:
         the measurer's reading before the launches) and energy window, reported. ``fresh``: the device
         memory still holds what these launches left (not so for a batch's configurations: a mismatch's
-        report reads it back, so one that does not verify is replayed alone first)."""
+        report reads it back, so one that does not verify is replayed alone first; with ``alone_now``
+        False that replay is not made here: _NeedsAlone)."""
         launcher, plan, config = self._launcher, self.launch_plan, planned.config
         loaded, checks, launches = planned.loaded, planned.checks, planned.launches
         resets_each_launch = planned.resets_each_launch
         try:
-            found = judge.mismatches(checks, out, self._state, loaded.global_homes)
+            # (not read back when not fresh: the memory holds a later configuration's output, and reading
+            # it would wait for whatever is enqueued behind)
+            found = judge.mismatches(checks, out, self._state, loaded.global_homes, read_back=fresh)
             if found and not fresh:
+                if not alone_now:
+                    raise _NeedsAlone()
                 out = self._launch(loaded, config, launches, plan, checks, resets_each_launch)
                 found = judge.mismatches(checks, out, self._state, loaded.global_homes)
             if found and not resets_each_launch and judge.first_launch_verified(found):

@@ -177,6 +177,7 @@ ContextState::~ContextState() {
     for (CUevent e : events) d.cuEventDestroy(e);
     if (scrub_buffer) d.cuMemFree(scrub_buffer);
     free_batch_pools();
+    unload_idle_modules();  // (left when the stream still runs: unloading would wait for it)
     if (compare_module) d.cuModuleUnload(compare_module);
     if (stream) d.cuStreamDestroy(stream);
     d.cuDevicePrimaryCtxRelease(device);
@@ -340,9 +341,7 @@ Module::Module(ContextPtr ctx_, const std::string& image, const std::map<std::st
             delete m;
             return;
         }
-        const Driver& dd = driver();
-        dd.cuCtxSetCurrent(keep->context);
-        dd.cuModuleUnload(*m);
+        keep->unload_when_idle(*m);  // not while work enqueued on the stream may still run
         delete m;
     });
 }
@@ -585,6 +584,7 @@ RunResult run_launches(const Function& f, std::array<unsigned, 3> grid, std::arr
     }
     wait_stream(ctx, timeout_s);
     result.wall_ns = now_ns() - t0;
+    ctx.unload_idle_modules();  // the stream is idle now
     for (int i = 0; i < launches; ++i) {
         float ms = 0;
         check(d.cuEventElapsedTime(&ms, ctx.events[2 * i], ctx.events[2 * i + 1]), "cuEventElapsedTime");
@@ -706,6 +706,7 @@ void ContextState::give_back_when_done(void* host, CUdeviceptr device, std::vect
 }
 
 void ContextState::reclaim() {
+    unload_idle_modules();
     std::vector<Pending> done;
     {
         std::lock_guard<std::mutex> lock(pool_mutex);
@@ -720,6 +721,30 @@ void ContextState::reclaim() {
         pending.swap(still);
     }
     for (Pending& p : done) give_back(p.host, p.device, p.events);
+}
+
+void ContextState::unload_when_idle(CUmodule module) {
+    const Driver& d = driver();
+    if (d.cuCtxSetCurrent(context) != CUDA_SUCCESS) return;  // the context is gone: the module with it
+    CUresult r = d.cuStreamQuery(stream);
+    if (r == CUDA_ERROR_NOT_READY) {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        idle_unloads.push_back(module);
+        return;
+    }
+    if (r == CUDA_SUCCESS) d.cuModuleUnload(module);
+    // else: the context is broken; the module goes with it
+}
+
+void ContextState::unload_idle_modules() {
+    const Driver& d = driver();
+    std::vector<CUmodule> modules;
+    {
+        std::lock_guard<std::mutex> lock(pool_mutex);
+        if (idle_unloads.empty() || d.cuStreamQuery(stream) != CUDA_SUCCESS) return;
+        modules.swap(idle_unloads);
+    }
+    for (CUmodule m : modules) d.cuModuleUnload(m);
 }
 
 void ContextState::free_batch_pools() {
@@ -944,6 +969,7 @@ std::vector<RunResult> BatchRun::wait(double timeout_s) {
     }
     c.give_back(host, device, events);
     host = nullptr;
+    c.unload_idle_modules();  // (none while another batch runs behind this one)
     return results;
 }
 

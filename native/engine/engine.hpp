@@ -70,6 +70,12 @@ public:
     void give_back_when_done(void* host, CUdeviceptr device, std::vector<CUevent>& events_used);
     void reclaim();
     void free_batch_pools();
+    // Modules no one refers to any more, unloaded once the stream is idle: cuModuleUnload may wait for
+    // the device, and a batch whose results are taken (which drops the last reference to a module)
+    // may have another batch enqueued behind it, whose kernel may never end.
+    std::vector<CUmodule> idle_unloads;
+    void unload_when_idle(CUmodule module);  // at once when the stream is idle; never waits
+    void unload_idle_modules();              // those waiting, if the stream is idle now; never waits
 };
 using ContextPtr = std::shared_ptr<ContextState>;
 

@@ -58,7 +58,8 @@ class Job:
     dispatched_at: float = 0.0
     started: bool = False  # handed to a worker once (its future is RUNNING)
     compile_hit: bool = False  # its code came from the compile cache
-    solo: bool = False  # replayed alone: it was in a group whose worker died and which of them did it is unknown
+    solo: bool = False  # replayed alone: it was in a group whose worker died or hung and which of them did it is
+    # unknown, or its verdict needed a replay of its own that was not made with work enqueued behind it
     # Set by callbacks, read without a lock by the workers that look through the queue many times a second:
     code_done: bool = False  # its compile finished (compiled or failed)
     cancelled: bool = False  # its caller cancelled it

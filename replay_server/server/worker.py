@@ -156,9 +156,12 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
     answers go out once the next group is enqueued, or at once when no message waits."""
     from replay_server.protocol.convert import result_to_proto
 
-    def answer(job_id: int, jobs: list, prepared: Any, batch: Any) -> None:
+    def answer(job_id: int, jobs: list, prepared: Any, batch: Any, behind: bool = False) -> None:
+        """Send the results of ``batch``; ``behind``: another group is enqueued after it on the GPU (a
+        configuration whose verdict needs a replay of its own is then not answered: the supervisor
+        replays it alone, with nothing behind it)."""
         try:
-            results = batch.results()
+            results = batch.results(enqueued_behind=True) if behind else batch.results()
         except Exception as exc:
             if type(exc).__name__ != "BatchLost":
                 raise
@@ -168,6 +171,8 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
             return
         answers = []
         for (one_id, *_), result in zip(jobs, results):
+            if result is None:  # not judged here (see ReplayBatch.results): given back, replayed alone
+                continue
             result.gpu_id = gpu  # the server's GPU index, not the worker's pinned device 0
             measured = result.measured_times if result.executed else []
             summary = (result.status, result.failed, result.verified, result.executed,
@@ -182,7 +187,9 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
 
     pending: tuple | None = None  # (job_id, jobs, prepared, batch): enqueued, not answered yet
     while True:
-        if pending is not None and not _next_comes_first(conn, pending[3]):  # nothing to enqueue behind it
+        if pending is not None and (not _enqueued(pending[3]) or not _next_comes_first(conn, pending[3])):
+            # nothing to enqueue behind it, or its replays are not enqueued yet (its results() makes them:
+            # they must not wait for a group enqueued behind)
             answer(*pending)
             pending = None
             continue
@@ -240,9 +247,17 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
             conn.send(("lost", pending[0] if pending is not None else job_id))
             _retire()
         if pending is not None:
-            answer(*pending)
+            # (the new group's start waited for nothing enqueued after the pending one's last event: its
+            # replays are enqueued behind it, or made later, by its results())
+            answer(*pending, behind=_enqueued(batch))
             conn.send(("begin", job_id))  # (after the answers of the one before: the supervisor's head of line)
         pending = (job_id, jobs, prepared, batch)
+
+
+def _enqueued(batch: Any) -> bool:
+    """Whether ``batch``'s GPU work is all enqueued, so that its ``results()`` wait for nothing enqueued after
+    it (an engine's batch without ``enqueued`` says so by its ``start_many``)."""
+    return bool(getattr(batch, "enqueued", True))
 
 
 def _next_comes_first(conn: Any, batch: Any) -> bool:
@@ -264,10 +279,27 @@ class _Lost(Exception):
 class _Done:
     """Results already there, as a batch gives them (``results()``)."""
 
+    enqueued = True
+
     def __init__(self, results: list[ExperimentResult]) -> None:
         self._results = results
 
-    def results(self) -> list[ExperimentResult]:
+    def results(self, enqueued_behind: bool = False) -> list[ExperimentResult]:
+        return self._results
+
+
+class _Later:
+    """Replays made when their results are taken (``results()``), not when they are started: the group
+    before them is answered first (``enqueued`` False: nothing is enqueued behind them either)."""
+
+    enqueued = False
+
+    def __init__(self, make: Any) -> None:
+        self._make, self._results = make, None
+
+    def results(self, enqueued_behind: bool = False) -> list[ExperimentResult]:
+        if self._results is None:
+            self._results = self._make()
         return self._results
 
 
@@ -288,7 +320,7 @@ def _start_many(prepared: Any, jobs: list) -> Any:
     for them (a job whose configuration does not parse makes them run one by one, now)."""
     requests = _requests(jobs)
     if any(isinstance(r[0], Exception) for r in requests):
-        return _Done(_run_many(prepared, jobs))
+        return _Later(lambda: _run_many(prepared, jobs))
     try:
         return prepared.start_many(requests)
     except Exception as exc:

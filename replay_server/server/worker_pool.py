@@ -275,8 +275,10 @@ class WorkerSlot:
     def _handle(self, message: tuple) -> None:
         kind = message[0]
         head = self.inflight[0] if self.inflight else None
-        if kind == "results":
-            job_id = message[1][0][0] if message[1] else (head[0].id if head else None)
+        if kind == "results":  # (answers for some of the head's jobs: the others are given back)
+            answered = {answer[0] for answer in message[1]}
+            fits = head is not None and answered <= {job.id for job in head}
+            job_id = head[0].id if fits else (message[1][0][0] if message[1] else None)
         else:
             job_id = message[1]
         if head is None or head[0].id != job_id:
@@ -301,7 +303,13 @@ class WorkerSlot:
             self.pool.learn(first.instance, message[4])
             done = [(job, answers[job.id]) for job in head if job.id in answers]
             self.pool.complete_answers(done, self.name)
-            self._give_back([job for job in head if job.id not in answers])  # after a lost context: innocent
+            unanswered = [job for job in head if job.id not in answers]
+            if not self.retiring:
+                # Its verdict needed a replay of its own, which the worker did not make with another group
+                # enqueued behind it on the GPU (a kernel there that hangs would hold it): replayed alone.
+                for job in unanswered:
+                    job.solo = True
+            self._give_back(unanswered)  # after a lost context: innocent
         elif kind == "lost":  # a shared engine call lost the context: which job did it is unknown
             log.warning("%s: the context was lost in a replay of %d configurations; each is replayed alone",
                         self.name, len(head))
