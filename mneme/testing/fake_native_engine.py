@@ -36,6 +36,7 @@ CUDA_ERROR_INVALID_VALUE = 1
 CUDA_ERROR_INVALID_IMAGE = 200
 CUDA_ERROR_OUT_OF_MEMORY = 2
 CUDA_ERROR_NOT_FOUND = 500
+CUDA_ERROR_LAUNCH_TIMEOUT = 702
 #: What the fake driver says of a loaded kernel (``Function.attributes``), unless the FakeKernel says otherwise.
 KERNEL_ATTRIBUTES = {
     "num_regs": 16, "local_size_bytes": 0, "const_size_bytes": 0, "shared_size_bytes": 0,
@@ -67,11 +68,22 @@ class AddressSpace:
     profiler_reason: str = ""  # why the profiler cannot be loaded ('' when it can)
     copied_since_run: bool = True  # device copies (resets) made since the last run
     batches: list = field(default_factory=list)  # the size of every ``Context.run_batch`` call
+    hung: list = field(default_factory=list)  # batches enqueued with a kernel that never ends (FakeKernel.hangs)
+    blocked: list = field(default_factory=list)  # calls that would have waited for one of them (then raised)
     arrays: dict = field(default_factory=dict)  # handle -> FakeArray, live ones
     objects: dict = field(default_factory=dict)  # handle -> FakeObject, live ones
     _next_buffer: itertools.count = field(default_factory=lambda: itertools.count(0x7E0000000000, 1 << 24))
     _next_array: itertools.count = field(default_factory=lambda: itertools.count(0x5A0000, 0x100))
     _next_object: itertools.count = field(default_factory=lambda: itertools.count(0x1001))
+
+    def wait_for_device(self, call: str) -> None:
+        """A call that waits for the work enqueued on the device (a synchronous copy, a synchronous launch's
+        wait): behind a batch whose kernel never ends it would wait forever; here it is recorded in
+        ``blocked`` and raises CUDA_ERROR_LAUNCH_TIMEOUT, as a bounded wait does."""
+        if self.hung:
+            self.blocked.append(call)
+            raise _error(f"{call} (waits for a kernel enqueued before it that never ends)", CUDA_ERROR_LAUNCH_TIMEOUT,
+                         "CUDA_ERROR_LAUNCH_TIMEOUT")
 
     def taken(self, start: int, end: int) -> bool:
         if any(s < end and start < e for s, e in self.host_mappings):
@@ -179,12 +191,14 @@ class FakeContext:
         return buf
 
     def upload(self, ptr: int, data: bytes) -> None:
+        self.space.wait_for_device("cuMemcpyHtoD")
         for buf in self.buffers.values():
             if buf.ptr <= ptr < buf.ptr + buf.size:
                 off = ptr - buf.ptr
                 buf.data[off : off + len(data)] = data
 
     def download(self, ptr: int, size: int) -> bytes:
+        self.space.wait_for_device("cuMemcpyDtoH")
         for buf in self.buffers.values():
             if buf.ptr <= ptr < buf.ptr + buf.size:
                 off = ptr - buf.ptr
@@ -192,6 +206,7 @@ class FakeContext:
         return bytes(size)
 
     def copy(self, dst: int, src: int, size: int) -> None:
+        self.space.wait_for_device("cuMemcpyDtoD")
         self.space.copied_since_run = True  # a reset: the next run starts from the recorded memory
 
     def start_batch(self, items: list, gate_max_ns: int = 1_000_000_000) -> "FakeBatchRun":
@@ -200,7 +215,7 @@ class FakeContext:
         function's ``run`` would, after its ``before`` copies (a reset from the recorded memory); an error
         of any item ends the whole batch, raised by ``wait`` (as the native synchronization reports it)."""
         self.space.batches.append(len(items))
-        outs, error = [], None
+        outs, error, hangs = [], None, False
         try:
             for (function, grid, block, shared_mem, args, launches, before, resets, checks, check_launches,
                  attributes, param_offsets) in items:  # fmt: skip
@@ -208,10 +223,14 @@ class FakeContext:
                     self.space.copied_since_run = True
                 outs.append(function.run(grid, block, shared_mem, args, launches, resets=resets, checks=checks,
                                          check_launches=check_launches, attributes=attributes,
-                                         param_offsets=param_offsets))  # fmt: skip
+                                         param_offsets=param_offsets, enqueued=True))  # fmt: skip
+                hangs = hangs or function.module.kernel.hung_last
         except CudaError as exc:
             error = exc
-        return FakeBatchRun(outs, error, sum(item[5] for item in items))
+        batch = FakeBatchRun(outs, error, sum(item[5] for item in items), hangs)
+        if hangs:
+            self.space.hung.append(batch)
+        return batch
 
     def run_batch(self, items: list, timeout_s: float = 0.0, gate_max_ns: int = 1_000_000_000) -> list:
         """The native ``Context.run_batch``: ``start_batch``, then ``wait``."""
@@ -305,6 +324,8 @@ class FakeKernel:
     counters: dict = field(default_factory=dict)  # raw metric -> what the profiler reports (absent: 0.0)
     profile_errors: list = field(default_factory=list)  # raised by the next profile calls, one each
     profiles: list = field(default_factory=list)  # every profile call's arguments (FakeProfile)
+    hangs: Callable[[FakeRun], bool] | None = None  # whether a run's kernel never ends
+    hung_last: bool = False  # (whether the last run's did)
 
 
 def cuda_error(call: str, code: int, name: str) -> CudaError:
@@ -315,17 +336,20 @@ def cuda_error(call: str, code: int, name: str) -> CudaError:
 class FakeBatchRun:
     """What ``FakeContext.start_batch`` returns: ``wait`` gives the items' outputs (or raises the error)."""
 
-    def __init__(self, outs: list, error: BaseException | None, launches: int):
-        self.outs, self.error, self.launches = outs, error, launches
+    def __init__(self, outs: list, error: BaseException | None, launches: int, hangs: bool = False):
+        self.outs, self.error, self.launches, self.hangs = outs, error, launches, hangs
         self.waited = False
 
     def done(self) -> bool:
-        return True
+        return not self.hangs
 
     def wait(self, timeout_s: float = 0.0) -> list:
         if self.waited:
             raise RuntimeError("this batch's results were taken already")
         self.waited = True
+        if self.hangs:  # (a batch enqueued before it that hangs makes it hang too: it is in ``hung`` then)
+            raise _error("cuEventQuery (a kernel of the batch never ends)", CUDA_ERROR_LAUNCH_TIMEOUT,
+                         "CUDA_ERROR_LAUNCH_TIMEOUT")
         if self.error is not None:
             raise self.error
         return self.outs
@@ -366,16 +390,22 @@ class FakeFunction:
 
     def run(self, grid, block, shared_mem, args, launches, resets=(), checks=(), check_launches=(),
             queue_ahead_ns=0, l2_scrub_bytes=0, timeout_s=0.0, cupti=False, attributes=(), param_offsets=(),
-            array_resets=(), array_readbacks=()):
+            array_resets=(), array_readbacks=(), enqueued=False):
         kernel = self.module.kernel
+        space = self.module._space
+        if not enqueued:  # the native run waits for its stream: for what was enqueued before it too
+            space.wait_for_device("cuStreamSynchronize")
         run = FakeRun(self.module.image, tuple(grid), tuple(block), int(shared_mem), int(launches), list(resets),
                       list(checks), list(check_launches), int(queue_ahead_ns), int(l2_scrub_bytes),
                       float(timeout_s), bool(cupti), list(attributes), list(param_offsets), list(array_resets),
                       list(array_readbacks), bytes(args))  # fmt: skip
-        space = self.module._space
         run.from_recorded = space.copied_since_run
         space.copied_since_run = False
         kernel.runs.append(run)
+        kernel.hung_last = bool(kernel.hangs and kernel.hangs(run))
+        if kernel.hung_last and not enqueued:  # a bounded wait gives up; the context is lost with the kernel
+            space.hung.append(run)
+            raise _error("cuStreamQuery (the kernel never ends)", CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT")
         error = kernel.errors.pop(0) if kernel.errors else None
         if error is not None:
             raise error

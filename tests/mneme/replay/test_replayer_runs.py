@@ -465,3 +465,37 @@ def test_a_batch_whose_gpu_work_destroys_the_context_raises_when_its_results_are
         with pytest.raises(BatchLost):
             batch.results()
         assert not replayer.healthy
+
+
+def test_a_batchs_results_wait_for_nothing_enqueued_after_it(kernel, vecadd_db):
+    """A batch whose results are taken with another batch enqueued behind it (a pipelined worker) waits only
+    for its own work: with a kernel that never ends behind it, its verified configurations are judged without
+    a call that waits for the device (the fake records any as ``blocked``); one that did not verify, whose
+    verdict needs a replay of its own (behind the hanging one), is left unjudged (None) to be replayed alone."""
+    space = eng._engine.Context().space
+    kernel.hangs = lambda run: run.block == (1024, 1, 1)
+    kernel.differs = lambda run, launch, check: 5 if check == C and run.block == (256, 1, 1) else 0
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        first = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 256))])
+        behind = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (512, 1024))])
+        assert first.enqueued and behind.enqueued and len(space.hung) == 1
+        results = first.results(enqueued_behind=True)
+        assert space.blocked == []
+        assert results[0].status == "verified" and results[1] is None
+        assert not behind.ready()
+        space.hung.clear()  # (the fake's context outlives the hang: closing frees its memory)
+
+
+def test_one_configuration_or_an_unbatchable_group_replays_when_its_results_are_taken(kernel, vecadd_db):
+    """start_many of what cannot share an engine call launches nothing until its results are taken (the
+    batch before it is answered first, and nothing is enqueued behind it: ``enqueued`` False)."""
+    with _replayer(vecadd_db) as replayer:
+        replayer.get_ready()
+        first = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (128, 256))])
+        runs = len(kernel.runs)
+        lone = replayer.start_many([(c, 3, 2, None) for c in _shapes(replayer, (512,))])
+        assert len(kernel.runs) == runs and not lone.enqueued and first.enqueued
+        assert [r.status for r in first.results()] == ["verified"] * 2
+        assert [r.status for r in lone.results()] == ["verified"] and len(kernel.runs) == runs + 1
+        assert lone.results() is lone.results()
