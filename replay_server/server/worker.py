@@ -161,7 +161,8 @@ def _serve(spec: Any, conn: Any, cache: Any, gpu: int) -> None:
         configuration whose verdict needs a replay of its own is then not answered: the supervisor
         replays it alone, with nothing behind it)."""
         try:
-            results = batch.results(enqueued_behind=True) if behind else batch.results()
+            # (a batch that does not say ``enqueued`` predates ``enqueued_behind`` too)
+            results = batch.results(enqueued_behind=True) if behind and hasattr(batch, "enqueued") else batch.results()
         except Exception as exc:
             if type(exc).__name__ != "BatchLost":
                 raise

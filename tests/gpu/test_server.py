@@ -107,6 +107,51 @@ def test_good_configurations_verify_while_bad_ones_fault_or_hang(faulty):
         server.stop()
 
 
+@pytest.mark.parametrize("batch", [2, 1])
+def test_a_good_group_pipelined_ahead_of_a_spinning_one_is_answered_at_once(faulty, batch):
+    """One worker, groups of ``batch``: good configurations, then a group with one that spins forever, enqueued
+    behind them on the same GPU stream (or, one configuration a group, replayed when answered). The good
+    ones ahead must be answered well within the watchdog (their results wait for nothing enqueued after
+    them), the spinning one time out, and the good one beside it verify."""
+    import time
+
+    from replay_server.server.serve import ReplayServer, ServerOptions
+
+    directory, path, record_id = faulty
+    server = ReplayServer(ServerOptions(
+        gpu=0, port=0, host="127.0.0.1", store=str(directory), workers=1, depth=2, batch=batch,
+        watchdog=WATCHDOG, startup_timeout=120,
+    ))
+    port = server.start()
+    try:
+        stub = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
+
+        def request(name: str, block_x: int) -> replay_pb2.ReplayRequest:
+            return replay_pb2.ReplayRequest(
+                request_id=f"{name}:{block_x}", iterations=5, warmup=2,
+                instance=replay_pb2.InstanceRef(record_db=path.name, record_id=record_id),
+                config=config_to_proto(_config(path, block_x)),
+            )
+
+        warm = stub.Replay(request("warm", 128), timeout=300)  # prepared, the code loaded: what follows is the GPU's
+        assert result_from_proto(warm.result).verified
+        plan = [request("ahead0", 128), request("ahead1", 256), request("spin", SPIN_BLOCK), request("beside", 512)]
+        started = time.monotonic()
+        arrived = {}
+        for response in stub.ReplayStream(iter(plan), timeout=10 * WATCHDOG + 120):
+            arrived[response.request_id] = (time.monotonic() - started, result_from_proto(response.result))
+        assert set(arrived) == {r.request_id for r in plan}
+        for name in ("ahead0:128", "ahead1:256"):
+            seconds, result = arrived[name]
+            assert result.verified, (name, result.status, result.error)
+            assert seconds < WATCHDOG / 2, f"{name} answered after {seconds:.1f}s: it waited for the spinning kernel"
+        spin = arrived[f"spin:{SPIN_BLOCK}"][1]
+        assert spin.failed and spin.status == "timeout", spin.error
+        assert arrived["beside:512"][1].verified, arrived["beside:512"][1].error
+    finally:
+        server.stop()
+
+
 def test_async_executor_with_local_servers(faulty, tmp_path):
     from replay_server.client.executor import AsyncReplayExecutor
 

@@ -102,3 +102,28 @@ def test_with_a_group_enqueued_behind_an_unjudged_configuration_is_not_answered(
                    ("results", (512, 1024), False)]
     answers = [[answer[0] for answer in m[1]] for m in sent if m[0] == "results"]
     assert answers == [[1], [3, 4]]  # job 2 (block 256) is given back by the supervisor, to be replayed alone
+
+
+def test_the_supervisor_replays_alone_what_a_results_message_left_unanswered():
+    """A "results" message answering some of its group's jobs (not the first): the message is the head's;
+    the others go back to the front of the queue, each to be replayed alone (``solo``)."""
+    from types import SimpleNamespace
+
+    from replay_server.server.engine import InstanceKey
+    from replay_server.server.jobs import Job
+    from replay_server.server.worker_pool import WorkerSlot
+
+    given_back, completed = [], []
+    pool = SimpleNamespace(
+        settings=SimpleNamespace(gpu=0, prepare_timeout=60.0), learn=lambda *a: None,
+        complete_answers=lambda done, worker: completed.extend(job.id for job, _ in done),
+        queue=SimpleNamespace(put_front=given_back.extend), in_flight_changed=lambda n: None,
+        slot_changed=lambda *a, **k: None,
+    )
+    slot = WorkerSlot(pool, 0)
+    jobs = [Job("run", InstanceKey("store", "db", "rec")) for _ in range(3)]
+    slot.inflight.append(jobs)
+    slot.process = SimpleNamespace(kill=lambda: None)
+    slot._handle(("results", [(jobs[1].id, b"", ()), (jobs[2].id, b"", ())], 0, False, None))
+    assert completed == [jobs[1].id, jobs[2].id] and not slot.inflight
+    assert given_back == [jobs[0]] and jobs[0].solo and not jobs[1].solo
