@@ -117,7 +117,7 @@ def test_async_executor_with_local_servers(faulty, tmp_path):
     ) as executor:
         futures = [executor.submit(_config(path, b)) for b in (128, TRAP_BLOCK, 256, SPIN_BLOCK, 512)]
         results = [f.result(timeout=600) for f in futures]
-    assert [r.verified for r in results] == [True, False, True, False, True]
+    assert [r.verified for r in results] == [True, False, True, False, True], [(r.status, r.error) for r in results]
     assert results[1].failed and results[3].status == "timeout"
     assert len((tmp_path / "results" / "results.jsonl").read_text().splitlines()) == 5
 
