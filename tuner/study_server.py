@@ -130,8 +130,10 @@ class Claims:
     The first trial to claim a hash owns it while it is not released: FAIL without a ``status`` (a stopped
     tuner fails its running trials: the hash is free again; a configuration that failed is FAIL with its
     ``status`` and stays claimed); claims already in the study when the server starts (trials tagged
-    ``mneme:hash``, not duplicates, not released) count, the lowest-numbered first, as tuners on a shared
-    storage decide. Every tuner of a study must go through this server for the claims to hold.
+    ``mneme:hash``, not duplicates, not released, not WAITING) count, the lowest-numbered first, as tuners
+    on a shared storage decide. A WAITING trial (an enqueued point, tagged when enqueued) claims when a tuner
+    takes it. Every trial's claim, the WAITING ones' included, goes through here: every tuner of a study
+    must go through this server for the claims to hold.
     """
 
     def __init__(self, storage: Any) -> None:
@@ -169,6 +171,8 @@ class Claims:
         owners: dict[str, int] = {}
         for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
             key = trial.system_attrs.get(HASH_ATTR)
+            if trial.state.name == "WAITING":  # tagged when enqueued: its claim is made when a tuner takes it
+                continue
             if key is not None and DUPLICATE_ATTR not in trial.system_attrs and not _released(trial):
                 owners.setdefault(key, trial._trial_id)
         return owners

@@ -380,7 +380,11 @@ class OptunaSamplingStrategy(SamplingStrategy):
             return
         key = Candidate(params, derive_checked(self.space, params)).hash
         if not self._is_known(key):
-            self.study.enqueue_trial(params, user_attrs={BASELINE_ATTR: True})
+            self._enqueue(params, key, {BASELINE_ATTR: True})
+
+    def _enqueue(self, params: dict[str, Any], key: str, user_attrs: dict[str, Any] | None = None) -> None:
+        """Enqueue the point ``params`` (configuration hash ``key``): the next ``study.ask`` takes it."""
+        self.study.enqueue_trial(params, user_attrs=user_attrs)
 
     def _settled(self, trial: Any, candidate: Candidate) -> bool:
         """True when ``trial`` needs no replay of its own: its configuration's values are known (told now)
@@ -433,10 +437,10 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 continue
             key = Candidate(params, derive_checked(self.space, params)).hash
             if not self._is_known(key):
-                unseen.append(params)
+                unseen.append((params, key))
         if not unseen:
             return False
-        self.study.enqueue_trial(self._rng.choice(unseen))
+        self._enqueue(*self._rng.choice(unseen))
         return True
 
     def annotate(self, candidate: Candidate, outcome: Any) -> None:

@@ -329,13 +329,16 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             kept so far): the number of the trial that owns ``key`` (this one, or another process's), or None
             against a plain Optuna proxy (the caller tags and decides itself)."""
             with self._lock:
-                if trial_id not in self._own:
+                if not self._mneme or not self._supported():
                     return None
+                # Any trial of the study, this process's new ones and the WAITING ones it took (the baseline,
+                # an enqueued point): a claim decided here and one decided by the server would disagree.
                 owner = int(self._flush_with(trial_id, ["claim", study_id, trial_id, key], study_id))
-                trial = self._own[trial_id]
-                trial.system_attrs[HASH_ATTR] = key
-                if owner != trial.number:
-                    trial.system_attrs[DUPLICATE_ATTR] = owner
+                trial = self._own.get(trial_id)
+                if trial is not None:
+                    trial.system_attrs[HASH_ATTR] = key
+                    if owner != trial.number:
+                        trial.system_attrs[DUPLICATE_ATTR] = owner
                 return owner
 
         # -- the study -------------------------------------------------------------------------
@@ -534,6 +537,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._foreign: dict[str, int] = {}  # hash -> number of the other process's trial that owns it
         self._waiting: dict[str, list[Any]] = {}  # hash -> our duplicate trials waiting for that owner
         self._running_elsewhere: set[str] = set()  # hashes other processes are evaluating
+        self._enqueued: set[str] = set()  # hashes of WAITING trials (enqueued, not taken yet)
         self._scanned = 0  # trials 0.._scanned-1 have been looked at
         self._open: set[int] = set()  # numbers of trials not seen finished (or not seen tagged) yet
         self._claims: dict[str, set[int]] = {}  # hash -> tagged, non-duplicate, not failed trials
@@ -545,7 +549,10 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
     # -- what the study knows ------------------------------------------------------------
     def _is_known(self, key: str) -> bool:
-        return key in self._values or key in self._in_flight or key in self._running_elsewhere
+        """Also a configuration other processes evaluate, or enqueued and not taken yet (not enqueued again;
+        the space is not used up while it waits: whoever asks next takes it)."""
+        return (key in self._values or key in self._in_flight or key in self._running_elsewhere
+                or key in self._enqueued)
 
     def _distinct_seen(self) -> int:
         return len(self._values.keys() | self._in_flight.keys() | self._running_elsewhere)
@@ -563,7 +570,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._open.update(range(self._scanned, len(trials)))
         self._scanned = len(trials)
         self._trial_list = trials
-        elsewhere = set()
+        elsewhere, enqueued = set(), set()
         for number in sorted(self._open):
             t = trials[number]
             key = t.system_attrs.get(HASH_ATTR)
@@ -572,7 +579,11 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 self._claims.setdefault(key, set()).add(number)
             elif key is not None:
                 self._claims.get(key, set()).discard(number)
-            if t.state == running or t.state == optuna.trial.TrialState.WAITING:
+            if t.state == optuna.trial.TrialState.WAITING:  # its claim counts; whoever asks next takes it
+                if key is not None and not duplicate:
+                    enqueued.add(key)
+                continue
+            if t.state == running:
                 if key is not None and not duplicate and key not in self._in_flight:
                     elsewhere.add(key)
                 continue
@@ -591,6 +602,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 continue
             self._claim_of.setdefault(key, number)
         self._running_elsewhere = elsewhere - self._values.keys()
+        self._enqueued = enqueued - self._values.keys()
         for key, owner in list(self._foreign.items()):
             if owner in self._open or owner >= self._scanned:  # running, or not seen yet (a study server's
                 continue  # claim may name a trial created after this process's last look)
@@ -652,6 +664,16 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._duplicate(trial, owner)
         self._settle_duplicate(trial, key, owner)
         return True
+
+    def _enqueue(self, params: dict[str, Any], key: str, user_attrs: dict[str, Any] | None = None) -> None:
+        """Enqueue the point tagged with its hash in the same write: the WAITING trial is a claim from its
+        creation, so a trial created after it (a higher number) that draws the same configuration is its
+        duplicate, whoever takes the WAITING trial and whenever."""
+        import optuna
+
+        self.study.add_trial(optuna.trial.create_trial(
+            state=optuna.trial.TrialState.WAITING, system_attrs={"fixed_params": params, HASH_ATTR: key},
+            user_attrs=user_attrs or {}))
 
     def _settle_duplicate(self, trial: Any, key: str, owner: int) -> None:
         """Tell ``trial`` its owner's values, now or once they are in the study."""
