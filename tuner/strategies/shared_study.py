@@ -18,7 +18,10 @@ needs on top:
   tagged (a trial is tagged microseconds after it is created; after
   ``TAG_WAIT_S`` an untagged one is taken as abandoned), so two processes can
   never both own one hash: the higher-numbered trial always sees the lower
-  one's tag. A duplicate is told its claim's outcome once it is in the study
+  one's tag. An enqueued trial (the baseline, an unseen point) is tagged in the write that enqueues
+  it, so while it waits (WAITING) it is already a claim. Through a study server, the server decides
+  every trial's claim, an enqueued one's when a process takes it. A duplicate is told its claim's
+  outcome once it is in the study
   (its values, or ``FAIL`` for a configuration that failed: the claim's own
   state is ``FAIL`` with its ``status``); ``mneme:duplicate_of`` names the claim.
 * **Results are readable where Optuna's tools read them.** Each evaluated trial
