@@ -425,6 +425,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         procs = []
         tuner_cpu = 0.0
         server_cpu = None
+        started_cpu = study_server.cpu_seconds() if study_server is not None else 0.0  # its start-up, left out
         try:
             for d in dirs:
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
@@ -438,7 +439,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                 p.returncode = os.waitstatus_to_exitcode(status)
                 tuner_cpu += usage.ru_utime + usage.ru_stime
             if study_server is not None:
-                server_cpu = study_server.cpu_seconds()
+                server_cpu = study_server.cpu_seconds() - started_cpu
         finally:
             if study_server is not None:
                 study_server.stop()
@@ -471,8 +472,9 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
         lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
                      f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
                      f"| {ceiling} |")
-    lines += ["", "CPU per trial: each process's user + system time over the trials of the run (start-up included); "
-              "server ceiling: the trials a second one core running the study server could take at that cost.", ""]
+    lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
+              "start-up included) and of the study server (from its start-up line on); server ceiling: the trials "
+              "a second one core running the study server could take at that cost.", ""]
     for r in rows:
         target = TARGET_SHARED.get(r["tuners"])
         if one and target:
