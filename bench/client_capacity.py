@@ -393,6 +393,11 @@ class StudyServer:
             raise SystemExit(f"the study server did not start: {line!r}")
         self.url = line.rsplit("--optuna-storage ", 1)[1].rstrip(")\n ")
 
+    def cpu_seconds(self) -> float:
+        """The server process's CPU time so far (user + system, from ``/proc``)."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def stop(self) -> None:
         stop_process(self.process)
 
@@ -418,6 +423,9 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         dirs = [work / f"shared-{count}-{i}" for i in range(count)]
         per = max(1, server_capacity(workers) * len(servers) // (2 * count))
         procs = []
+        tuner_cpu = 0.0
+        server_cpu = None
+        started_cpu = study_server.cpu_seconds() if study_server is not None else 0.0  # its start-up, left out
         try:
             for d in dirs:
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
@@ -427,7 +435,11 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                             "tolerance": "exact", "proteus_output": False}
                 procs.append(subprocess.Popen([sys.executable, __file__, "--tuner-process", json.dumps(settings)]))
             for p in procs:
-                p.wait()
+                _, status, usage = os.wait4(p.pid, 0)
+                p.returncode = os.waitstatus_to_exitcode(status)
+                tuner_cpu += usage.ru_utime + usage.ru_stime
+            if study_server is not None:
+                server_cpu = study_server.cpu_seconds() - started_cpu
         finally:
             if study_server is not None:
                 study_server.stop()
@@ -438,7 +450,10 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         steady = [t for t in times if first <= t <= last]
         hashes = [json.loads(line)["hash"] for d in dirs for line in (d / "trials.jsonl").read_text().splitlines()]
         rows.append({"tuners": count, "trials": len(times), "rate": (len(steady) - 1) / max(last - first, 1e-9),
-                     "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes))})
+                     "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes)),
+                     # CPU per trial over the whole run (start-up included): the server's sets its ceiling
+                     "tuner_ms": 1e3 * tuner_cpu / max(len(times), 1),
+                     "server_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1)})
     return rows
 
 
@@ -446,14 +461,20 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
     """The shared-study table and verdicts (markdown)."""
     kind = "echo servers" if echo else "test-engine servers"
     lines = [f"shared study ({storage}), {servers} {kind}, {trials} random-sampler trials per process:", "",
-             "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice |",
-             "|---|---|---|---|---|"]
+             "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice "
+             "| tuner CPU per trial | study server CPU per trial | server ceiling |",
+             "|---|---|---|---|---|---|---|---|"]
     one = next((r["rate"] for r in rows if r["tuners"] == 1), None)
     for r in rows:
         ratio = f"{r['rate'] / one:.2f}x" if one else "-"
+        server = "-" if r.get("server_ms") is None else f"{r['server_ms']:.2f} ms"
+        ceiling = "-" if not r.get("server_ms") else f"{1e3 / r['server_ms']:.0f} trials/s"
         lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
-                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} |")
-    lines.append("")
+                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
+                     f"| {ceiling} |")
+    lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
+              "start-up included) and of the study server (from its start-up line on); server ceiling: the trials "
+              "a second one core running the study server could take at that cost.", ""]
     for r in rows:
         target = TARGET_SHARED.get(r["tuners"])
         if one and target:

@@ -159,10 +159,15 @@ class TuningLoop:
                     elif self.budget is not None and self.state.evaluated_now + len(pending) >= self.budget:
                         self.state.stopped = "budget"
                     else:
-                        candidate = self.strategy.ask()
-                        if candidate is None:  # nothing new until a pending result is told
+                        room = self.in_flight - len(pending)
+                        if self.budget is not None:
+                            room = min(room, self.budget - self.state.evaluated_now - len(pending))
+                        candidates = self.strategy.ask_many(room)
+                        if not candidates:  # nothing new until a pending result is told
                             break
-                        self._dispatch(candidate, pending)
+                        for candidate in candidates:
+                            self._dispatch(candidate, pending)
+                self.strategy.flush()  # what it held back (a shared study's trial ends) goes before the wait
                 if not pending:
                     break
                 try:

@@ -20,6 +20,7 @@ import signal
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Callable
 
 from mneme._internal.network import is_loopback
@@ -57,9 +58,16 @@ def open_proxied_storage(url: str) -> Any:
     scheme = url.split(":", 1)[0].split("+", 1)[0] if isinstance(url, str) else ""
     if scheme not in ("journal", "sqlite", "postgresql", "postgres", "mysql"):
         raise ConfigurationError(f"mneme study-server {url!r}: give {STORAGE_FORMS}")
-    storage = open_storage(url)
     if scheme == "journal":
-        return storage
+        from tuner.strategies.shared_study import _journal_storage
+
+        path = Path(url[len("journal:"):]).expanduser()
+        if not str(path) or not path.parent.is_dir():
+            raise ConfigurationError(f"mneme study-server {url}: the directory {path.parent} does not exist; create it")
+        from tuner.study_journal import ServerJournal
+
+        return _journal_storage(str(path), ServerJournal(path))
+    storage = open_storage(url)
     if scheme == "sqlite":
         _sqlite_wal(storage.engine)
     return optuna.storages.get_storage(storage)  # RDBStorage -> _CachedStorage(RDBStorage)
@@ -85,6 +93,9 @@ class ChangeLog:
         self._study_of: dict[int, int] = {t._trial_id: study._study_id for study in storage.get_all_studies()
                                           for t in storage.get_all_trials(study._study_id, deepcopy=False)}
         self.generation = uuid.uuid4().hex  # a cursor of another server (or run) is not this one's
+        self._version: dict[int, int] = {}  # trial id -> the cursor after its last change
+        self._encoded: dict[int, tuple[int, bytes]] = {}  # trial id -> (version, its Trial message), latest used
+        self._encoded_lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         attribute = getattr(self._storage, name)
@@ -100,6 +111,7 @@ class ChangeLog:
                 else:
                     trial_id = args[0] if args else kwargs["trial_id"]
                 self._log.append((self._study_of.get(trial_id, -1), trial_id))
+                self._version[trial_id] = len(self._log)
             return result
 
         if name != "create_new_trial":
@@ -112,16 +124,47 @@ class ChangeLog:
 
         return create
 
-    def changes(self, study_id: int, since: int, generation: str) -> tuple[list[Any], int]:
-        """(the study's trials changed at or after cursor ``since``, or all of them when ``generation`` is not
-        this log's; the cursor to ask from next time)."""
+    def changes(self, study_id: int, since: int, generation: str) -> tuple[bytes, int]:
+        """(Optuna's ``GetTrialsReply`` of the study's trials changed at or after cursor ``since``, or of all of
+        them when ``generation`` is not this log's; the cursor to ask from next time). Each version of a trial
+        is encoded once, whichever tuners ask for it (every tuner reads every trial's changes)."""
+        from optuna.storages._grpc.servicer import _to_proto_trial
+
         with self._lock:
             cursor = len(self._log)
             fresh = generation == self.generation and 0 <= since <= cursor
             ids = {t for s, t in self._log[since:cursor] if s == study_id} if fresh else None
-        if ids is None:
-            return self._storage.get_all_trials(study_id, deepcopy=False), cursor
-        return [self._storage.get_trial(trial_id) for trial_id in ids], cursor
+            versions = self._version if ids is None else {t: self._version.get(t, 0) for t in ids}
+            versions = dict(versions)  # read before the trials: what is encoded is at least that version
+        trials = (self._storage.get_all_trials(study_id, deepcopy=False) if ids is None else
+                  [self._storage.get_trial(trial_id) for trial_id in ids])
+        parts = []
+        with self._encoded_lock:
+            for trial in trials:
+                version = versions.get(trial._trial_id, 0)
+                cached = self._encoded.pop(trial._trial_id, None)
+                if cached is None or cached[0] != version:
+                    cached = (version, _to_proto_trial(trial).SerializeToString())
+                self._encoded[trial._trial_id] = cached  # (popped and put back: the latest used last)
+                parts.append(_TRIAL_FIELD + _varint(len(cached[1])) + cached[1])
+            while len(self._encoded) > ENCODED_TRIALS_KEPT:
+                del self._encoded[next(iter(self._encoded))]
+        return b"".join(parts), cursor
+
+
+#: Encoded trials the study server keeps (the latest used): those that tuners are about to read again.
+ENCODED_TRIALS_KEPT = 8192
+_TRIAL_FIELD = b"\x0a"  # GetTrialsReply.trials: field 1, length-delimited
+
+
+def _varint(value: int) -> bytes:
+    """``value`` as a protocol buffers varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 class Claims:
@@ -190,7 +233,8 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
     of its own trials in order (``create_new_trial`` STUDY, ``set_trial_param`` TRIAL NAME VALUE
     DISTRIBUTION_JSON, ``set_trial_system_attr`` TRIAL KEY VALUE, ``set_trial_user_attrs`` TRIAL {..},
     ``set_trial_state_values`` TRIAL STATE VALUES, ``claim`` STUDY TRIAL HASH) and answers
-    ``{"results": [...]}``, one per operation; with ``"changes": {"study_id": S, "since": C, "generation": G}``
+    ``{"results": [...]}``, one per operation; the first ``"tolerate": N`` operations (changes a tuner kept for
+    later) answer a refusal as ``{"error": TEXT}`` and the rest go on, a later one's refusal fails the call; with ``"changes": {"study_id": S, "since": C, "generation": G}``
     in the request, the answer's ``"changes"`` holds what ``Changes`` would (``cursor``, ``generation``,
     ``trials``: the ``GetTrialsReply`` in base64), so that a trial's end brings the study's news back in the
     same round trip. ``Changes``: ``{"study_id": S, "since": C, "generation": G}`` -> a JSON head (cursor,
@@ -201,8 +245,6 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
     import grpc
     from optuna.distributions import json_to_distribution
     from optuna.exceptions import UpdateFinishedTrialError
-    from optuna.storages._grpc.auto_generated import api_pb2
-    from optuna.storages._grpc.servicer import _to_proto_trial
     from optuna.trial import TrialState
 
     from tuner.strategies.shared_study import APPLY_METHOD, CHANGES_METHOD
@@ -239,16 +281,19 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
         except (KeyError, TypeError, IndexError):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT,
                           f'give {{"ops": [[NAME, ARGS...], ...]}} with NAME one of {", ".join(operations)}')
-        results = []
-        try:
-            for function, args in ops:
+        tolerate = request.get("tolerate", 0) if isinstance(request.get("tolerate", 0), int) else 0
+        results: list[Any] = []
+        for function, args in ops:
+            try:
                 results.append(function(*args))
-        except KeyError as exc:
-            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        except UpdateFinishedTrialError as exc:
-            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
-        except (TypeError, ValueError) as exc:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            except (KeyError, UpdateFinishedTrialError, TypeError, ValueError) as exc:
+                if len(results) < tolerate:  # a change the tuner kept for later: it learns, the rest goes on
+                    results.append({"error": f"{type(exc).__name__}: {exc}"})
+                    continue
+                code = (grpc.StatusCode.NOT_FOUND if isinstance(exc, KeyError) else
+                        grpc.StatusCode.FAILED_PRECONDITION if isinstance(exc, UpdateFinishedTrialError) else
+                        grpc.StatusCode.INVALID_ARGUMENT)
+                context.abort(code, str(exc))
         if "changes" not in request:
             return {"results": results}
         cursor, reply = changed(request["changes"], context)
@@ -262,10 +307,10 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
         except (KeyError, TypeError, ValueError):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, 'give {"study_id": S, "since": C, "generation": G}')
         try:
-            trials, cursor = storage.changes(study_id, since, generation)
+            reply, cursor = storage.changes(study_id, since, generation)
         except KeyError as exc:
             context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
-        return cursor, api_pb2.GetTrialsReply(trials=[_to_proto_trial(t) for t in trials]).SerializeToString()
+        return cursor, reply
 
     def changes(request: dict, context: Any) -> bytes:
         cursor, reply = changed(request, context)
@@ -324,12 +369,17 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
     except ImportError as exc:  # optuna < 4.2
         raise ConfigurationError(f"Optuna's storage proxy is missing ({exc}); pip install 'optuna>=4.2'") from None
     shim = _SyncContext()
+    written = getattr(storage._storage, "flush", None) if inline else None  # a journal file: written out
 
     def wrap(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
         async def call(request: Any, context: Any) -> Any:
             try:
                 if inline:
-                    return function(request, shim)
+                    try:
+                        return function(request, shim)
+                    finally:
+                        if written is not None:
+                            written()  # before the answer: a tuner is never told of a change not in the file
                 return await asyncio.get_running_loop().run_in_executor(pool, function, request, shim)
             except _Aborted as exc:
                 await context.abort(*exc.args)
@@ -411,6 +461,9 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     finally:
         if pool is not None:
             pool.shutdown()
+        close = getattr(storage._storage, "close", None) if inline else None
+        if close is not None:  # the journal file: its last appends on disk, its lock let go
+            close()
     return 0
 
 

@@ -4,5 +4,6 @@
 * :mod:`mneme.model.verification`: ``VerificationSettings``, how replays verify (passed whole)
 * :mod:`mneme.model.json_text`: the configurations' JSON texts, made once per configuration
 
-The reference's module name for these is :mod:`mneme.mneme_types`, an alias of this package.
+The reference's module name ``mneme.mneme_types`` is :mod:`mneme.model.experiment` itself
+(declared in the distribution's metadata, :mod:`mneme._internal.reference_names`).
 """

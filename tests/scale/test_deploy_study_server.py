@@ -4,6 +4,7 @@ tuner processes on ``--optuna-storage grpc://HOST:PORT`` (loopback only)."""
 from __future__ import annotations
 
 import threading
+from collections import Counter
 
 import optuna
 import pytest
@@ -122,3 +123,104 @@ def test_the_study_server_decides_claims_in_one_call(tmp_path, study_server):
     c = open_storage(again.url)
     late = optuna.load_study(storage=c, study_name="claims").ask()
     assert c.claim(sid, late._trial_id, "h1") == third.number
+
+
+class CountedApply:
+    """The study server's ``Apply`` calls (their operations' names), counted where the server runs (a thread
+    of the test)."""
+
+    def __init__(self, monkeypatch) -> None:
+        import tuner.study_server as study_server_module
+
+        self.calls: list[list[str]] = []
+        made = study_server_module._batch_methods
+
+        def counting(storage, claims):
+            service, methods = made(storage, claims)
+            apply, serialize = methods["Apply"]
+
+            def counted(request, context):
+                self.calls.append([op[0] for op in request["ops"]])
+                return apply(request, context)
+
+            methods["Apply"] = (counted, serialize)
+            return service, methods
+
+        monkeypatch.setattr(study_server_module, "_batch_methods", counting)
+
+
+def test_a_batch_of_asks_is_one_call_and_told_trials_go_with_the_next(tmp_path, study_server, monkeypatch):
+    from test_shared_study import OnePoint
+
+    from tuner.strategies.shared_study import SharedStudyStrategy
+
+    counted = CountedApply(monkeypatch)
+    server = study_server(f"journal:{tmp_path / 'study.log'}")
+    strategy = SharedStudyStrategy(OnePoint(tuple(range(64, 64 * 4097, 64))), "random", storage=server.url,
+                                   study_name="batch", seed=3, enqueue_baseline=False)
+    asked = strategy.ask_many(8)
+    assert len(asked) == 8 and len({c.hash for c in asked}) == 8
+    claims = [ops for ops in counted.calls if "claim" in ops]
+    assert len(claims) == 1 and claims[0].count("claim") == 8, counted.calls
+    assert claims[0].count("create_new_trial") == 8  # the trials of the next asks, made ahead
+    before = len(counted.calls)
+    for candidate in asked:
+        strategy.tell(candidate, [float(candidate.params["block_dim_x"])])
+    assert len(counted.calls) == before, "a told trial waits for the next call"
+    asked = strategy.ask_many(8)  # the ends go with the claims; the trials come from those made ahead
+    assert len(counted.calls) == before + 1, counted.calls[before:]
+    assert counted.calls[-1].count("set_trial_state_values") == 8
+    assert counted.calls[-1].count("claim") == 8
+    for candidate in asked[:4]:
+        strategy.tell(candidate, [1.0])
+    strategy.flush()  # the loop asks nothing more for now: the ends go at once
+    assert counted.calls[-1] == ["set_trial_state_values"] * 4
+    strategy.close()  # the other four fail (released), and so do the trials made ahead
+    trials = optuna.load_study(study_name="batch", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
+    states = Counter(t.state.name for t in trials)
+    assert states == {"COMPLETE": 12, "FAIL": 4 + 8}, states
+    assert all("status" not in t.user_attrs for t in trials if t.state.name == "FAIL")
+
+
+def test_a_kept_change_the_server_refuses_is_logged_and_the_rest_goes_on(tmp_path, study_server, caplog):
+    server = study_server(f"journal:{tmp_path / 'study.log'}")
+    storage = open_storage(server.url)
+    storage.hold()
+    study = optuna.create_study(storage=storage, study_name="refused")
+    first, second = study.ask(), study.ask()
+    study.tell(first, 1.0)  # kept for the next call
+    other = open_storage(server.url)  # another process finishes it meanwhile
+    other.set_trial_state_values(first._trial_id, optuna.trial.TrialState.FAIL)
+    with caplog.at_level("WARNING", logger="mneme.tune.shared"):
+        assert storage.claim_many(study._study_id, [(second._trial_id, "abc")]) == [second.number]
+    assert "refused set_trial_state_values" in caplog.text
+    assert other.get_trial(first._trial_id).state.name == "FAIL"
+
+
+def test_the_servers_journal_is_optunas_file_locked_while_it_serves(tmp_path, study_server):
+    from tuner.study_journal import ServerJournal
+
+    path = tmp_path / "study.log"
+    server = study_server(f"journal:{path}")
+    study = optuna.create_study(storage=open_storage(server.url), study_name="j")
+    study.optimize(lambda t: t.suggest_int("x", 0, 9), n_trials=5)
+    with pytest.raises(ConfigurationError, match="locked by another process"):
+        ServerJournal(path)
+    server.close()
+    again = optuna.load_study(study_name="j", storage=open_storage(f"journal:{path}"))  # Optuna's own reader
+    assert [t.params["x"] for t in again.trials] == [t.params["x"] for t in study.trials]
+    with path.open("ab") as f:
+        f.write(b'{"op_code": 4, "wor')  # a crash in the middle of an append
+    journal = ServerJournal(path)
+    assert len(journal.read_logs(0)) == len(path.read_text().splitlines())
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_a_file_that_is_not_a_journal_is_refused(tmp_path):
+    from tuner.study_journal import ServerJournal
+
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(ConfigurationError, match="not a journal"):
+        ServerJournal(path)
+    assert main(["study-server", f"journal:{path}", "--port", "0"]) == 2

@@ -81,6 +81,24 @@ class SamplingStrategy:
         """
         raise NotImplementedError
 
+    def ask_many(self, count: int) -> list[Candidate]:
+        """Up to ``count`` candidates to evaluate (the loop's free places): a strategy on a shared study
+        settles them with one call to its study server.
+
+        Args:
+            count: how many the loop takes now.
+
+        Returns:
+            The candidates; fewer (or none) when the strategy has no more for now.
+        """
+        out: list[Candidate] = []
+        while len(out) < count:
+            candidate = self.ask()
+            if candidate is None:
+                break
+            out.append(candidate)
+        return out
+
     def tell(self, candidate: Candidate, values: Sequence[float] | None,
              intermediate: Sequence[float] = (), *, status: str | None = None) -> bool:
         """Report a finished candidate; returns True when the strategy pruned it.
@@ -118,6 +136,10 @@ class SamplingStrategy:
             candidate: the candidate, as ``ask`` gave it.
             outcome: what the tuner knows of its result (status, speedup, ...).
         """
+
+    def flush(self) -> None:
+        """The loop asks nothing more for now: send what the strategy holds back (a shared study's trial
+        ends wait for its next call to the study server)."""
 
     def close(self) -> None:
         """The run is over (finished, failed or interrupted): release what the strategy holds."""
@@ -351,29 +373,63 @@ class OptunaSamplingStrategy(SamplingStrategy):
         return key in self._values or key in self._in_flight
 
     def ask(self) -> Candidate | None:
+        asked = self.ask_many(1)
+        return asked[0] if asked else None
+
+    def ask_many(self, count: int) -> list[Candidate]:
+        """Up to ``count`` candidates: each draw that is not settled at once (a known configuration) is one;
+        a draw whose claim is decided elsewhere (``_settled`` answers None: a study server) waits for the
+        others of the batch, and those it loses are drawn again.
+
+        Args:
+            count: how many the loop takes now.
+
+        Returns:
+            The candidates; fewer (or none) when the space is used up or the sampler keeps proposing known
+            points.
+        """
         if self._baseline_pending:
             self._baseline_pending = False
             self._enqueue_baseline()
-        for draw in range(MAX_REDRAWS):
-            if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
-                return None
-            if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
-                self._exhausted = True
-                return None
-            trial = self.study.ask()
-            params = {name: param.suggest(trial) for name, param in self._dims.items()}
-            if not constraints_checked(self.space, params):
-                self.skipped_by_constraints += 1
-                self._fail(trial, EXCLUDED, mark=True)
-                continue
-            candidate = Candidate(params, derive_checked(self.space, params), trial.number)
-            if self._settled(trial, candidate):
-                continue
-            self._in_flight[candidate.hash] = []
-            self._claim_of[candidate.hash] = trial.number
-            self._trials[trial.number] = trial
-            return candidate
-        return None
+        out: list[Candidate] = []
+        draw = 0  # draws since the last candidate (a claim lost with the batch counts as one)
+        while len(out) < count:
+            due: list[tuple[Any, Candidate]] = []  # drawn, their claims decided together
+            while len(out) + len(due) < count and draw < MAX_REDRAWS:
+                if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
+                    break
+                if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
+                    self._exhausted = True
+                    break
+                draw += 1
+                trial = self.study.ask()
+                params = {name: param.suggest(trial) for name, param in self._dims.items()}
+                if not constraints_checked(self.space, params):
+                    self.skipped_by_constraints += 1
+                    self._fail(trial, EXCLUDED, mark=True)
+                    continue
+                candidate = Candidate(params, derive_checked(self.space, params), trial.number)
+                settled = self._settled(trial, candidate)
+                if settled:
+                    continue
+                self._in_flight[candidate.hash] = []
+                self._claim_of[candidate.hash] = trial.number
+                draw = 0
+                if settled is None:
+                    due.append((trial, candidate))
+                    continue
+                self._trials[trial.number] = trial
+                out.append(candidate)
+            if not due:
+                break
+            won = self._decide(due)
+            draw += len(due) - len(won)
+            out += won
+        return out
+
+    def _decide(self, due: list[tuple[Any, Candidate]]) -> list[Candidate]:
+        """The candidates of ``due`` whose claims this process won (only a shared study defers claims)."""
+        raise NotImplementedError
 
     def _enqueue_baseline(self) -> None:
         """The baseline's point first (``study.enqueue_trial``), unless the study knows its configuration."""
@@ -388,9 +444,10 @@ class OptunaSamplingStrategy(SamplingStrategy):
         """Enqueue the point ``params`` (configuration hash ``key``): the next ``study.ask`` takes it."""
         self.study.enqueue_trial(params, user_attrs=user_attrs)
 
-    def _settled(self, trial: Any, candidate: Candidate) -> bool:
+    def _settled(self, trial: Any, candidate: Candidate) -> bool | None:
         """True when ``trial`` needs no replay of its own: its configuration's values are known (told now)
-        or being measured (told when they come)."""
+        or being measured (told when they come); None (a shared study): decided with the batch's other
+        claims (``_decide``)."""
         key = candidate.hash
         if key in self._values:
             self.skipped_duplicates += 1
