@@ -27,8 +27,19 @@ PARAMS = (KernelParam(0, 8, "pointer"), KernelParam(8, 8, "pointer"), KernelPara
           KernelParam(24, 8, "pointer"), KernelParam(32, 4, "scalar"))
 
 
-def write_faulty_recording(directory: Path, n: int = 1 << 16, block: int = 256) -> tuple[Path, str]:
-    """Write the recording into ``directory``; returns (database path, record id)."""
+def write_faulty_recording(directory: Path, n: int = 1 << 16, block: int = 256, offset: int = 0) -> tuple[Path, str]:
+    """Write the recording into ``directory`` (a further instance when it holds one already).
+
+    Args:
+        directory: the store's folder.
+        n: the vectors' length.
+        block: the recorded block size.
+        offset: where the instance's buffers start in the window (instances that a worker holds at once
+            must not overlap: 32 MiB apart suits n up to 1 << 21).
+
+    Returns:
+        The database's path and the instance's record id.
+    """
     ptx = (DATA / "faulty.ptx").read_text()
     cubin = (DATA / "faulty.sm_90.cubin").read_bytes()
     store = open_store(str(directory))
@@ -44,7 +55,8 @@ def write_faulty_recording(directory: Path, n: int = 1 << 16, block: int = 256) 
     a = struct.pack(f"<{n}f", *(float(rng.randint(-1000, 1000)) / 8 for _ in range(n)))
     b = struct.pack(f"<{n}f", *(float(rng.randint(-1000, 1000)) / 8 for _ in range(n)))
     stride = -(-4 * n // (2 << 20)) * (2 << 20)
-    pa, pb, pc, pspin = WINDOW, WINDOW + stride, WINDOW + 2 * stride, WINDOW + 3 * stride
+    base = WINDOW + offset
+    pa, pb, pc, pspin = base, base + stride, base + 2 * stride, base + 3 * stride
     args = struct.pack("<QQQQi", pa, pb, pc, pspin, n)
 
     def regions(c: bytes) -> list[RegionSource]:

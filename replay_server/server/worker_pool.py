@@ -149,6 +149,11 @@ class WorkerSlot:
             log.info("%s: worker %d ready (%s)", self.name, process.pid, self.info)
             self.pool.slot_changed(info=self.info)
             return True
+        if message is None and not ready and self.pool.stopping:  # not a failure: the server is stopping
+            _kill(process)
+            parent.close()
+            log.info("%s: worker %d stopped during its start-up (the server stops)", self.name, process.pid)
+            return False
         if message and message[0] == "failed":
             reason = message[1]
         elif not ready:

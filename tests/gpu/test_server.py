@@ -52,10 +52,11 @@ def _cache_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("MNEME_CACHE_DIR", str(tmp_path / "cache"))  # workers and compile pool inherit it
 
 
-def _config(path, block_x: int, **knobs) -> ExperimentConfiguration:
+def _config(path, block_x: int, record_id: str | None = None, **knobs) -> ExperimentConfiguration:
     from mneme.recording.execution import RecordedExecution
 
-    instance = RecordedExecution.from_json(str(path)).single_instance()
+    execution = RecordedExecution.from_json(str(path))
+    instance = execution.instances[record_id] if record_id else execution.single_instance()
     return ExperimentConfiguration.from_dict({
         "grid": instance.grid_dim.to_dict(), "block": {"x": block_x}, "shared_mem": 0, **knobs,
     })
@@ -108,16 +109,20 @@ def test_good_configurations_verify_while_bad_ones_fault_or_hang(faulty):
 
 
 @pytest.mark.parametrize("batch", [2, 1])
-def test_a_good_group_pipelined_ahead_of_a_spinning_one_is_answered_at_once(faulty, batch):
+def test_a_good_group_pipelined_ahead_of_a_spinning_one_is_answered_at_once(tmp_path_factory, batch):
     """One worker, groups of ``batch``: good configurations, then a group with one that spins forever, enqueued
     behind them on the same GPU stream (or, one configuration a group, replayed when answered). The good
     ones ahead must be answered well within the watchdog (their results wait for nothing enqueued after
-    them), the spinning one time out, and the good one beside it verify."""
+    them), the spinning one time out, and the good one beside it verify. The good ones ahead and the spinning
+    group are of two instances, so no group mixes them, however the stream's messages arrive."""
     import time
 
     from replay_server.server.serve import ReplayServer, ServerOptions
 
-    directory, path, record_id = faulty
+    directory = tmp_path_factory.mktemp("two-instances")
+    path, ahead_id = write_faulty_recording(directory)
+    same_path, spin_id = write_faulty_recording(directory, n=1 << 15, offset=32 << 20)
+    assert same_path == path and spin_id != ahead_id
     server = ReplayServer(ServerOptions(
         gpu=0, port=0, host="127.0.0.1", store=str(directory), workers=1, depth=2, batch=batch,
         watchdog=WATCHDOG, startup_timeout=120,
@@ -126,16 +131,18 @@ def test_a_good_group_pipelined_ahead_of_a_spinning_one_is_answered_at_once(faul
     try:
         stub = replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(f"127.0.0.1:{port}"))
 
-        def request(name: str, block_x: int) -> replay_pb2.ReplayRequest:
+        def request(name: str, block_x: int, record_id: str) -> replay_pb2.ReplayRequest:
             return replay_pb2.ReplayRequest(
                 request_id=f"{name}:{block_x}", iterations=5, warmup=2,
                 instance=replay_pb2.InstanceRef(record_db=path.name, record_id=record_id),
-                config=config_to_proto(_config(path, block_x)),
+                config=config_to_proto(_config(path, block_x, record_id)),
             )
 
-        warm = stub.Replay(request("warm", 128), timeout=300)  # prepared, the code loaded: what follows is the GPU's
-        assert result_from_proto(warm.result).verified
-        plan = [request("ahead0", 128), request("ahead1", 256), request("spin", SPIN_BLOCK), request("beside", 512)]
+        for record_id in (ahead_id, spin_id):  # prepared, the code loaded: what follows is the GPU's
+            warm = stub.Replay(request("warm", 128, record_id), timeout=300)
+            assert result_from_proto(warm.result).verified
+        plan = [request("ahead0", 128, ahead_id), request("ahead1", 256, ahead_id),
+                request("spin", SPIN_BLOCK, spin_id), request("beside", 512, spin_id)]
         started = time.monotonic()
         arrived = {}
         for response in stub.ReplayStream(iter(plan), timeout=10 * WATCHDOG + 120):
