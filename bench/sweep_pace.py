@@ -21,10 +21,15 @@ an empty compile cache), timed after the baseline replay and the servers' ``Prep
   recording (its own local server, ``--workers``): trials/s from its first trial to its last, and its
   ratio to the ``compile`` row's rate on the same space (target >= 90%).
 
-Columns: ``configs/s`` (verified configurations over the sweep's wall time); ``kernel us`` (the median
-measured launch); ``floor`` (configurations/s if the GPU did only the launches: 1e9 / (launches x kernel
-ns), launches = iterations + warm-ups); ``GPU busy`` (the sum of every measured launch, warm-ups included,
-over the sweep's wall time: the fraction of the sweep the GPU spent in the kernel); ``compile ms`` (the
+Columns: ``configs/s`` (verified configurations over the sweep's wall time); ``kernel us`` and ``mean us``
+(the median and the mean measured launch: the compile row's code variants differ widely); ``floor``
+(configurations/s if the GPU did only the launches: 1e9 / (launches x mean launch ns), launches =
+iterations + warm-ups); ``GPU busy`` (the sum of every measured launch, warm-ups included, over the
+sweep's wall time: the fraction of the sweep the GPU spent in the kernel); ``replay floor`` (one
+configuration replayed back to back in the bench's own process, no server: engine calls of 8
+configurations, each enqueued while the one before runs, as a worker does; what the GPU needs for each
+configuration's full reset, launches and comparisons) and the sweep's rate as a fraction of it;
+``compile ms`` (the
 median compile time of the configurations whose code was compiled during the sweep); host CPU per
 configuration of the client (this process: the executor's threads), the server's supervisor, its
 workers and its compile processes (``/proc``, over the timed sweep).
@@ -184,6 +189,8 @@ def measure_row(args: argparse.Namespace) -> dict[str, Any]:
     else:
         configs, ahead = full_space_variants(database, record_id, args.index)[:args.configs], []
     server_args = ["--compile-processes", str(args.compile_processes)] if args.compile_processes else []
+    if args.batch:
+        server_args += ["--batch", str(args.batch)]
     connection = ConnectionSettings(local_gpus=[0], server_args=server_args,
                                     **engine_settings(args, args.test_small_kernel_us if small else args.test_kernel_us))
     started = time.perf_counter()
@@ -210,18 +217,77 @@ def measure_row(args: argparse.Namespace) -> dict[str, Any]:
     verified = [r for r in results if r.verified]
     launches = args.iterations + args.warmup
     kernel_ns = statistics.median(t for r in verified for t in r.exec_time) if verified else 0.0
-    gpu_ns = sum(sum(r.exec_time) for r in results if r.executed)
+    executed = [r for r in results if r.executed]
+    gpu_ns = sum(sum(r.exec_time) for r in executed)
+    mean_ns = gpu_ns / sum(len(r.exec_time) for r in executed) if executed else 0.0
     compiled = [r.codegen_time for r in results if r.codegen_time > 0 and not r.compile_cached]
+    replay = None
+    if args.row == "launch" or small:
+        if args.engine == "test":  # the replayer in this process on the fake engine, as the servers had it
+            import importlib
+
+            kernel_us = args.test_small_kernel_us if small else args.test_kernel_us
+            importlib.import_module(ENGINE_MODULE).install(launch_ns=int(kernel_us * 1e3), sleep=True)
+        replay = replay_floor(database, record_id, launch_space(n), args.iterations, args.warmup)
     return {
         "row": args.row, "label": args.label, "configs": len(configs), "verified": len(verified),
         "seconds": seconds, "rate": len(verified) / seconds, "kernel_us": kernel_ns / 1e3,
-        "floor": 1e9 / (launches * kernel_ns) if kernel_ns else 0.0, "busy": gpu_ns / 1e9 / seconds,
+        "mean_us": mean_ns / 1e3, "floor": 1e9 / (launches * mean_ns) if mean_ns else 0.0,
+        "busy": gpu_ns / 1e9 / seconds, "replay_floor": replay,
+        "compile_processes": args.compile_processes or default_compile_processes(args.workers),
         "compile_ms": statistics.median(compiled) * 1e3 if compiled else None, "compiled": len(compiled),
         "startup": startup, "client_us": cpu_client / len(configs) * 1e6,
         **{f"{part}_us": (after[part] - cpu_servers[part]) / len(configs) * 1e6 for part in after},
         "failures": sorted({f"{r.status}: {r.error[:100]}" for r in results if not r.verified})[:5],
         "capacity": getattr(executor, "capacity", None),
     }
+
+
+def replay_floor(database: str, record_id: str, space: list, iterations: int, warmup: int,
+                 group: int = 8) -> float | None:
+    """Configurations/s of ``space`` (one code variant) replayed back to back in this process, as a server's
+    worker pipelines them but with no server: engine calls of ``group`` configurations
+    (``Replayer.start_many``), each enqueued while the one before runs; what remains is each configuration's
+    full reset, launches and comparisons on the GPU and the engine's enqueueing. Marginal: two more passes
+    over ``space``, over the time they add (the best of three each)."""
+    from mneme.recording.execution import RecordedExecution
+    from mneme.replay.replayer import Replayer
+
+    if not hasattr(Replayer, "start_many"):  # a compared tree without engine calls of several configurations
+        return None
+    with Replayer(RecordedExecution.from_json(database), record_id) as replayer:
+        replayer.run(space[0], iterations, warmup)  # the code loaded, the reset policy settled
+
+        def take(batch: Any) -> None:
+            results = batch.results()
+            if not all(r.verified for r in results):
+                raise SystemExit(f"the replay floor's configurations did not verify: {results[0].error}")
+
+        def sweep(passes: int) -> float:
+            configs = space * passes
+            started = time.perf_counter()
+            pending = None
+            for at in range(0, len(configs), group):
+                batch = replayer.start_many([(c, iterations, warmup, None) for c in configs[at:at + group]])
+                if pending is not None:
+                    take(pending)
+                pending = batch
+            take(pending)
+            return time.perf_counter() - started
+
+        sweep(1)
+        one = min(sweep(1) for _ in range(3))
+        three = min(sweep(3) for _ in range(3))
+    return 2 * len(space) / (three - one) if three > one else 0.0
+
+
+def default_compile_processes(workers: int) -> int:
+    """The local server's compile pool (a compared tree without the function had ``min(4, CPUs)``)."""
+    try:
+        from replay_server.server.serve import default_compile_processes as servers_default
+    except ImportError:
+        return min(4, os.cpu_count() or 1)
+    return servers_default(workers)
 
 
 def measure_tune(args: argparse.Namespace) -> dict[str, Any]:
@@ -265,7 +331,7 @@ def child(args: argparse.Namespace, row: str, label: str, tree: str | None, inde
     command = [sys.executable, str(HERE), "--child", row, "--label", label, "--index", str(index), "--work",
                str(work), "--engine", args.engine, "--n", str(args.n), "--small-n", str(args.small_n),
                "--configs", str(args.configs), "--workers", str(args.workers), "--iterations", str(args.iterations),
-               "--warmup", str(args.warmup), "--compile-processes", str(args.compile_processes),
+               "--warmup", str(args.warmup), "--compile-processes", str(args.compile_processes), "--batch", str(args.batch),
                "--test-kernel-us", str(args.test_kernel_us), "--test-small-kernel-us", str(args.test_small_kernel_us),
                "--recordings", json.dumps(recordings)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=3600)
@@ -290,9 +356,10 @@ def table(args: argparse.Namespace, rows: list[dict], labels: list[str]) -> str:
              f"warm-ups per configuration; one GPU, {args.workers} worker(s); engine "
              f"{'test (no GPU: host work only)' if args.engine == 'test' else 'cuda'}; medians of "
              f"{args.repeats} run(s) each\n",
-             "| row | tree | configs | verified | s | configs/s | kernel us | floor/s | GPU busy | % of floor "
-             "| compile ms | client us/cfg | supervisor us/cfg | workers us/cfg | compile us/cfg |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| row | tree | configs | verified | s | configs/s | kernel us | mean us | floor/s | GPU busy "
+             "| replay floor/s | % of replay floor | compile ms | client us/cfg | supervisor us/cfg | workers us/cfg "
+             "| compile us/cfg |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     by: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         by.setdefault((r["row"], r["label"]), []).append(r)
@@ -305,13 +372,13 @@ def table(args: argparse.Namespace, rows: list[dict], labels: list[str]) -> str:
                     notes.append(f"* {row}, {label}: failed: {failed['error'].strip().splitlines()[-1][:300]}")
             if not runs:
                 continue
-            rate, floor = _median(runs, "rate"), _median(runs, "floor")
+            rate, floor, replay = _median(runs, "rate"), _median(runs, "floor"), _median(runs, "replay_floor")
             lines.append(
                 f"| {row} | {label} | {runs[0]['configs']} | {sum(r['verified'] for r in runs)}/"
                 f"{sum(r['configs'] for r in runs)} | {_cell(_median(runs, 'seconds'), '.2f')} | {rate:.0f} | "
-                f"{_cell(_median(runs, 'kernel_us'), '.1f')} | {_cell(floor, '.0f')} | "
-                f"{_cell(_median(runs, 'busy'), '.0%')} | "
-                f"{_cell(rate / floor if floor else None, '.0%')} | {_cell(_median(runs, 'compile_ms'), '.1f')} | "
+                f"{_cell(_median(runs, 'kernel_us'), '.1f')} | {_cell(_median(runs, 'mean_us'), '.1f')} | "
+                f"{_cell(floor, '.0f')} | {_cell(_median(runs, 'busy'), '.0%')} | {_cell(replay, '.0f')} | "
+                f"{_cell(rate / replay if replay else None, '.0%')} | {_cell(_median(runs, 'compile_ms'), '.1f')} | "
                 f"{_cell(_median(runs, 'client_us'), '.0f')} | {_cell(_median(runs, 'supervisor_us'), '.0f')} | "
                 f"{_cell(_median(runs, 'workers_us'), '.0f')} | {_cell(_median(runs, 'compile_us'), '.0f')} |")
             for r in runs:
@@ -324,16 +391,26 @@ def table(args: argparse.Namespace, rows: list[dict], labels: list[str]) -> str:
         verdicts = []
         busy = med("launch", "busy")
         if busy is not None:
+            replay, rate = med("launch", "replay_floor"), med("launch", "rate")
             verdicts.append(f"launch {busy:.0%} GPU busy (target >= {BUSY_TARGET:.0%}: "
-                            f"{'met' if busy >= BUSY_TARGET else 'NOT met'})")
+                            f"{'met' if busy >= BUSY_TARGET else 'NOT met'}"
+                            + (f"; {rate / replay:.0%} of the replay floor, which is {replay:.0f}/s: "
+                               f"{replay * (args.iterations + args.warmup) * med('launch', 'mean_us') / 1e6:.0%} "
+                               "GPU busy" if replay else "") + ")")
         small_rate, small_floor = med("small", "rate"), med("small", "floor")
         if small_rate and small_floor:
             verdicts.append(f"small {small_rate:.0f}/s against a floor of {small_floor:.0f}/s "
                             f"(gap {1 - small_rate / small_floor:.0%})")
         compile_rate = med("compile", "rate")
         if compile_rate is not None:
-            verdicts.append(f"compile {compile_rate:.0f}/s (target >= {COMPILE_TARGET:.0f} on 16 cores: "
-                            f"{'met' if compile_rate >= COMPILE_TARGET else 'NOT met'}; {os.cpu_count()} CPUs here)")
+            compile_floor, compile_ms = med("compile", "floor"), med("compile", "compile_ms")
+            processes = med("compile", "compile_processes")
+            verdicts.append(
+                f"compile {compile_rate:.0f}/s (target >= {COMPILE_TARGET:.0f} on 16 cores: "
+                f"{'met' if compile_rate >= COMPILE_TARGET else 'NOT met'}; {os.cpu_count()} CPUs here; "
+                f"{med('compile', 'busy'):.0%} GPU busy: its kernels alone allow {compile_floor:.0f}/s"
+                + (f"; the compile pool, {processes:.0f} processes of {compile_ms:.1f} ms a variant, "
+                   f"{processes * 1e3 / compile_ms:.0f}/s" if compile_ms and processes else "") + ")")
         tune_rate = med("tune", "rate")
         if tune_rate is not None and compile_rate:
             ratio = tune_rate / compile_rate
@@ -355,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--repeats", type=int, default=1, help="runs of each row and tree, interleaved (default 1)")
     p.add_argument("--compile-processes", type=int, default=0, help="the servers' compile pool (default: theirs)")
+    p.add_argument("--batch", type=int, default=0, help="the servers' --batch (default: theirs)")
     p.add_argument("--compare-tree", metavar="DIR", help="another mneme (an importable tree) run beside this one")
     p.add_argument("--compare-label", default="compared", help="the compared tree's name in the table (a commit)")
     p.add_argument("--engine", choices=("cuda", "test"), default="cuda")

@@ -147,7 +147,7 @@ fi
 # -- fidelity: the replayed baseline against the in-app kernel, alone and beside a second worker --------------
 if want fidelity; then
   run_stage "fidelity (default mode; --neighbours 1: as with 2 workers)" "$OUT/fidelity.log" 150 \
-    $PY -P bench/replay_fidelity.py --modes default --neighbours 1 --launches 200
+    $PY bench/replay_fidelity.py --modes default --neighbours 1 --launches 200  # (not -P: it imports bench/results_file.py)
 fi
 
 # -- tune: mneme tune of >= 1,000 configurations, full preset, random, on the README's vector-add recording ----

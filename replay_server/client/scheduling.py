@@ -44,11 +44,12 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     ``unary``: two waiting per worker and four to spare, at most 48: a server
     answers RESOURCE_EXHAUSTED beyond 60 calls at once (``rpc_threads`` 64
     less 4). ``stream``: one call carries them all, and no thread limit holds,
-    so the queue is deeper, 24 per worker and eight to spare: a worker takes up
+    so the queue is deeper, 48 per worker and eight to spare: a worker takes up
     to 8 ready configurations of an instance in one message and has two
-    messages in hand, and its next 8 wait in the server's queue; answers reach
-    the client in bursts, and with two waiting per worker the workers sat idle
-    part of a sweep in the per-request traces.
+    messages in hand, and several more groups wait in the server's queue while
+    answers travel back in bursts and the client sends the next requests (24
+    per worker left the worker waiting for messages: short kernels replayed
+    a quarter slower, ``bench/sweep_pace.py``).
 
     Args:
         workers: the server's worker processes (``ServerInfo.workers``).
@@ -60,7 +61,7 @@ def server_capacity(workers: int, transport: str = "stream") -> int:
     workers = max(1, workers)
     if transport == "unary":
         return min(workers * 4 + 4, 48)
-    return min(workers * 24 + 8, 512)
+    return min(workers * 48 + 8, 512)
 
 
 @dataclass(slots=True)  # one per configuration submitted: slots make it cheaper to create

@@ -39,7 +39,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="CPU compile pool size (default: this server's share of the CPUs, less its workers "
                              "and itself, at least min(4, CPUs); -1 disables the pool)")
     parser.add_argument("--batch", type=int, default=8,
-                        help="configurations of one instance a worker replays in one engine call at most (default 8)")
+                        help="configurations of one instance a worker replays in one engine call at most (1 to 32, "
+                             "default 8)")
     parser.add_argument("--prepared-cache-gib", type=float, default=0.0,
                         help="device memory each worker may hold in prepared instances, LRU-evicted "
                              "(default 0: half the GPU's memory, shared by the workers)")

@@ -72,8 +72,10 @@ class ServerOptions:
             raise ConfigurationError(f"--gpu {self.gpu}: give a GPU index (0, 1, ...)")
         if self.workers < 1:
             raise ConfigurationError(f"--workers {self.workers}: at least one worker process is needed")
-        if self.batch < 1:
-            raise ConfigurationError(f"--batch {self.batch}: give at least 1 (1: one configuration per engine call)")
+        if not 1 <= self.batch <= MAX_BATCH:
+            raise ConfigurationError(
+                f"--batch {self.batch}: give 1 to {MAX_BATCH} (1: one configuration per engine call; a larger group "
+                "can fill the GPU stream's queue while its start waits for the rest to be enqueued)")
         if self.watchdog <= 0:
             raise ConfigurationError(f"--watchdog {self.watchdog}: give a positive number of seconds")
         if bool(self.tls_cert) != bool(self.tls_key):
@@ -91,6 +93,12 @@ class ServerOptions:
                                      "(or 0: run until stopped)")
         if is_local_store(self.store) and not local_store_root(self.store).is_dir():
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
+
+
+#: The most configurations one engine call takes: a group's work is enqueued behind a gate that opens once
+#: all of it is (so events time kernels, not enqueueing); 96 configurations of 7 launches filled the
+#: stream's queue on an H200, and the enqueue then waited a second for the gate's time-out.
+MAX_BATCH = 32
 
 
 def default_compile_processes(workers: int, cpus: int | None = None, servers: int | None = None) -> int:

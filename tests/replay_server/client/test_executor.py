@@ -351,20 +351,20 @@ def test_a_server_holds_as_many_configurations_as_its_transport_allows(store, tm
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0,
                                  servers=[address], connection=ConnectionSettings(transport=transport)) as executor:
             executor.wait_prepared(timeout=30)
-            futures = [executor.submit(config(block_x=i + 1)) for i in range(60)]
+            futures = [executor.submit(config(block_x=i + 1)) for i in range(120)]
             held = 0
             submitted = time.monotonic()
             deadline = submitted + 0.25  # before the first answer (0.3 s of replay)
             while time.monotonic() < deadline:
                 state = info(replay_pb2.ServerInfoRequest())
                 held = max(held, state.in_flight + state.queue_depth)
-            assert held == server_capacity(2, transport) == {"stream": 56, "unary": 12}[transport]
+            assert held == server_capacity(2, transport) == {"stream": 104, "unary": 12}[transport]
             if transport == "stream":
                 assert messages[0] <= executor_module.FIRST_MESSAGE < held, messages
                 # (the submits race the sender: how many messages it takes varies, that they all leave at once not)
                 before_an_answer = [n for n, t in zip(messages, sent_at) if t < deadline]
                 assert sum(before_an_answer) >= held, (messages, [round(t - submitted, 3) for t in sent_at])
-            assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 61))
+            assert [f.result(timeout=60).exec_time[0] for f in futures] == list(range(1, 121))
     finally:
         server.kill()
         server.wait()

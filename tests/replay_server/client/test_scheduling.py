@@ -53,8 +53,8 @@ class Sent:
 
 
 def test_capacity_per_transport():
-    assert server_capacity(2) == 56 and server_capacity(2, "unary") == 12
-    assert server_capacity(0) == 32  # at least one worker
+    assert server_capacity(2) == 104 and server_capacity(2, "unary") == 12
+    assert server_capacity(0) == 56  # at least one worker
     assert server_capacity(100, "unary") == 48 and server_capacity(100) == 512
 
 

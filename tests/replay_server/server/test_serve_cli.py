@@ -23,6 +23,8 @@ def test_help_lists_the_flags(capsys):
     (["--tls-cert", "c.pem"], "--tls-cert and --tls-key go together"),
     (["--store", "/nonexistent/store"], "is not a directory"),
     (["--workers", "0"], "at least one worker"),
+    (["--batch", "0"], "--batch 0: give 1 to 32"),
+    (["--batch", "33"], "--batch 33: give 1 to 32"),
     (["--token-file", "/nonexistent/token"], "cannot read --token-file"),
     (["--engine", "nonexistent_module:spec"], "cannot be loaded"),
 ])
