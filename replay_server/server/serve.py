@@ -95,6 +95,9 @@ class ServerOptions:
             raise ConfigurationError(f"--store {self.store} is not a directory; give a directory or s3://bucket/prefix")
 
 
+#: The longest ``ReplayServer.wait`` waits for a begun stop to end (gRPC's grace, then each worker's slot).
+STOP_TIMEOUT_S = 60.0
+
 #: The most configurations one engine call takes: a group's work is enqueued behind a gate that opens once
 #: all of it is (so events time kernels, not enqueueing); 96 configurations of 7 launches filled the
 #: stream's queue on an H200, and the enqueue then waited a second for the gate's time-out.
@@ -179,7 +182,8 @@ class ReplayServer:
         self.clocks_line = ""  # what --lock-clocks did (the listening line says it)
         self.port = 0
         self._grpc: grpc.Server | None = None
-        self._stopped = threading.Event()
+        self._stopped = threading.Event()  # stop() began
+        self._stop_done = threading.Event()  # stop() ended: gRPC, the workers, the clocks, the metrics
 
     def _credentials(self) -> grpc.ServerCredentials | None:
         o = self.options
@@ -264,16 +268,28 @@ class ReplayServer:
         if self._stopped.is_set():
             return
         self._stopped.set()
-        if self._grpc is not None:
-            self._grpc.stop(grace)
-        self.pool.stop()
-        self.clocks.restore()  # after the workers: no replay runs at the restored clocks
-        self.metrics.stop_http()
-        if self.compile_cache is not None:
-            self.compile_cache.close()
+        try:
+            if self._grpc is not None:
+                self._grpc.stop(grace)
+            self.pool.stop()
+            self.clocks.restore()  # after the workers: no replay runs at the restored clocks
+            self.metrics.stop_http()
+            if self.compile_cache is not None:
+                self.compile_cache.close()
+        finally:
+            self._stop_done.set()
 
-    def wait(self) -> None:
+    def wait(self, stop_timeout: float = STOP_TIMEOUT_S) -> None:
+        """Until the server is stopped: stop() called (by a signal, the keep-alive, the parent's exit) and
+        ended, or ``stop_timeout`` seconds after it began (the process may then exit: an interpreter that
+        exits while gRPC still shuts down can hang in its teardown).
+
+        Args:
+            stop_timeout: the longest wait for stop() to end once it began.
+        """
         self._stopped.wait()
+        if not self._stop_done.wait(stop_timeout):
+            log.warning("the server's stop did not end within %.0f s; exiting anyway", stop_timeout)
 
     def __enter__(self) -> "ReplayServer":
         self.start()
