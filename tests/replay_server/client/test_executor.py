@@ -203,7 +203,7 @@ def test_work_is_spread_over_both_servers_at_once(store, tmp_path):
     infos = [replay_pb2_grpc.ReplayServiceStub(grpc.insecure_channel(a)).GetServerInfo for a in addresses]
     try:
         # The code compiled by both servers' Prepare: otherwise the first to answer for a variant still
-        # compiling elsewhere takes its whole window (56 places) of it.
+        # compiling elsewhere takes its whole window (104 places) of it.
         with AsyncReplayExecutor(str(store / RECORD_DB), RECORD_ID, iterations=1, warmup=0, servers=addresses,
                                  results_db_dir=str(tmp_path / "results"),
                                  compile_ahead=[config("slow:0.05")]) as executor:
