@@ -99,8 +99,8 @@ class ServerOptions:
 STOP_TIMEOUT_S = 60.0
 
 #: The most configurations one engine call takes: a group's work is enqueued behind a gate that opens once
-#: all of it is (so events time kernels, not enqueueing); 96 configurations of 7 launches filled the
-#: stream's queue on an H200, and the enqueue then waited a second for the gate's time-out.
+#: all of it is (so events time kernels, not enqueueing). On an H200 an engine call of 96 configurations of
+#: 7 launches took a second to enqueue, the gate's time-out: the stream's queue, full behind the closed gate.
 MAX_BATCH = 32
 
 
