@@ -287,7 +287,10 @@ class ReplayServer:
         Args:
             stop_timeout: the longest wait for stop() to end once it began.
         """
-        self._stopped.wait()
+        # In slices: a signal that the kernel hands to another thread (gRPC has several) does not interrupt a
+        # wait without a time-out, and Python runs the handler only once the main thread looks again.
+        while not self._stopped.wait(0.5):
+            pass
         if not self._stop_done.wait(stop_timeout):
             log.warning("the server's stop did not end within %.0f s; exiting anyway", stop_timeout)
 

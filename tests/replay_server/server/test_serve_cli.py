@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 
 import pytest
@@ -38,6 +39,28 @@ def test_sigterm_stops_the_server_and_its_workers(store, tmp_path):
     process, address = start_server(store, tmp_path / "log", "--workers", "2")
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=20) == 0
+
+
+TGKILL = {"x86_64": 234, "aarch64": 131}  # the tgkill system call's number
+
+
+@pytest.mark.skipif(os.uname().machine not in TGKILL, reason="tgkill's number is known for x86_64 and aarch64 only")
+def test_sigterm_handed_to_another_thread_stops_the_server(store, tmp_path):
+    """The kernel may hand a process's SIGTERM to any of its threads (gRPC has several); the server still
+    stops (its main thread used to wait without a time-out, and was never woken to run the handler)."""
+    import ctypes
+
+    process, address = start_server(store, tmp_path / "log", "--workers", "1")
+    try:
+        threads = sorted(int(t) for t in os.listdir(f"/proc/{process.pid}/task") if int(t) != process.pid)
+        assert threads, "the server has threads besides its main one"
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(TGKILL[os.uname().machine], process.pid, threads[-1], signal.SIGTERM) == 0
+        assert process.wait(timeout=20) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_taken_port_is_a_clear_error(store, tmp_path):
