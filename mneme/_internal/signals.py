@@ -32,6 +32,25 @@ def forward_signals(proc: subprocess.Popen) -> dict:
     return {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
 
 
+def wait_for(proc: subprocess.Popen, slice_s: float = 0.2) -> int:
+    """``proc.wait()`` in slices: a signal the kernel hands to another thread of this process does not
+    interrupt a wait without a time-out, and Python runs its handler (the forward) only once the main
+    thread looks again.
+
+    Args:
+        proc: the application.
+        slice_s: the longest a forwarded signal waits.
+
+    Returns:
+        Its return code.
+    """
+    while True:
+        try:
+            return proc.wait(timeout=slice_s)
+        except subprocess.TimeoutExpired:
+            continue
+
+
 def restore_signals(previous: dict, proc: subprocess.Popen) -> None:
     """Undo :func:`forward_signals`; an application still running then is killed (nothing outlives the run).
 

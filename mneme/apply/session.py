@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from mneme._internal.signals import exit_status, forward_signals, restore_signals
+from mneme._internal.signals import exit_status, forward_signals, restore_signals, wait_for
 from mneme.apply.device import driver_version
 from mneme.apply.plan import ApplyOptions, ApplyPlan, build_plan
 from mneme.apply.results import read_results
@@ -111,7 +111,7 @@ def run_with_apply(command: Sequence[str], results: Sequence[str], options: Appl
             raise NotAvailableError(f"cannot start {command[0]!r}: {exc.strerror}; check the path after '--'") from exc
         previous = forward_signals(proc)  # a batch system's SIGTERM reaches the application; we clean up after it
         try:
-            code = proc.wait()
+            code = wait_for(proc)
         finally:
             restore_signals(previous, proc)
         return RunResult(exit_status(code), plan, read_report(report_path))
