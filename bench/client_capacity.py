@@ -383,9 +383,10 @@ def tuner_process(settings: dict) -> int:
 class StudyServer:
     """``mneme study-server URL --port 0`` (this checkout's code) for one shared-study measurement."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, fronts: int = 0) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        self.process = subprocess.Popen([sys.executable, "-m", "mneme", "study-server", url, "--port", "0"],
+        self.process = subprocess.Popen([sys.executable, "-m", "mneme", "study-server", url, "--port", "0",
+                                         *(["--fronts", str(fronts)] if fronts else [])],
                                         stdout=subprocess.PIPE, text=True, env=env)
         line = self.process.stdout.readline()
         if "grpc://" not in line:
@@ -394,38 +395,57 @@ class StudyServer:
         self.url = line.rsplit("--optuna-storage ", 1)[1].rstrip(")\n ")
 
     def cpu_seconds(self) -> float:
-        """The server process's CPU time so far (user + system, from ``/proc``)."""
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """The server process's CPU time so far (user + system, from ``/proc``): with front processes, the core's."""
+        return _process_cpu(self.process.pid)
+
+    def children_cpu_seconds(self) -> float:
+        """The CPU time so far of the server's child processes (its fronts)."""
+        total = 0.0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == self.process.pid:
+                total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return total
 
     def stop(self) -> None:
         stop_process(self.process)
 
 
-def study_storage(storage: str, work: Path, count: int) -> tuple[str, StudyServer | None]:
+def _process_cpu(pid: int) -> float:
+    """A process's CPU time so far (user + system, from ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def study_storage(storage: str, work: Path, count: int, fronts: int = 0) -> tuple[str, StudyServer | None]:
     """(the tuners' --optuna-storage, the study server started for it or None) of ``--storage``."""
     if storage == "journal":
         return f"journal:{work / f'study-{count}.log'}", None
     if storage == "study-server" or storage.startswith("study-server:"):
         url = storage.partition(":")[2] or f"journal:{work / f'study-{count}.log'}"
-        server = StudyServer(url)
+        server = StudyServer(url, fronts)
         return server.url, server
     return storage, None
 
 
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
-                 storage: str, work: Path) -> list[dict]:
+                 storage: str, work: Path, fronts: int = 0) -> list[dict]:
     space = work / "launch_grid.py"
     space.write_text(SPACE)
     rows = []
     for count in tuners:
-        study, study_server = study_storage(storage, work, count)
+        study, study_server = study_storage(storage, work, count, fronts)
         dirs = [work / f"shared-{count}-{i}" for i in range(count)]
         per = max(1, server_capacity(workers) * len(servers) // (2 * count))
         procs = []
         tuner_cpu = 0.0
         server_cpu = None
         started_cpu = study_server.cpu_seconds() if study_server is not None else 0.0  # its start-up, left out
+        started_fronts = study_server.children_cpu_seconds() if study_server is not None else 0.0
+        fronts_cpu = 0.0
         try:
             for d in dirs:
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
@@ -440,6 +460,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                 tuner_cpu += usage.ru_utime + usage.ru_stime
             if study_server is not None:
                 server_cpu = study_server.cpu_seconds() - started_cpu
+                fronts_cpu = study_server.children_cpu_seconds() - started_fronts
         finally:
             if study_server is not None:
                 study_server.stop()
@@ -453,7 +474,8 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                      "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes)),
                      # CPU per trial over the whole run (start-up included): the server's sets its ceiling
                      "tuner_ms": 1e3 * tuner_cpu / max(len(times), 1),
-                     "server_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1)})
+                     "server_ms": None if server_cpu is None else 1e3 * (server_cpu + fronts_cpu) / max(len(times), 1),
+                     "core_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1)})
     return rows
 
 
@@ -462,19 +484,21 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
     kind = "echo servers" if echo else "test-engine servers"
     lines = [f"shared study ({storage}), {servers} {kind}, {trials} random-sampler trials per process:", "",
              "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice "
-             "| tuner CPU per trial | study server CPU per trial | server ceiling |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| tuner CPU per trial | study server CPU per trial | its core's | server ceiling |",
+             "|---|---|---|---|---|---|---|---|---|"]
     one = next((r["rate"] for r in rows if r["tuners"] == 1), None)
     for r in rows:
         ratio = f"{r['rate'] / one:.2f}x" if one else "-"
         server = "-" if r.get("server_ms") is None else f"{r['server_ms']:.2f} ms"
-        ceiling = "-" if not r.get("server_ms") else f"{1e3 / r['server_ms']:.0f} trials/s"
+        core = "-" if r.get("core_ms") is None else f"{r['core_ms']:.2f} ms"
+        ceiling = "-" if not r.get("core_ms") else f"{1e3 / r['core_ms']:.0f} trials/s"
         lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
                      f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
-                     f"| {ceiling} |")
+                     f"| {core} | {ceiling} |")
     lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
-              "start-up included) and of the study server (from its start-up line on); server ceiling: the trials "
-              "a second one core running the study server could take at that cost.", ""]
+              "start-up included) and of the study server (from its start-up line on: its core process and its "
+              "front processes, if any; its core's alone beside it); server ceiling: the trials a second one core "
+              "running the study server's core could take at that cost.", ""]
     for r in rows:
         target = TARGET_SHARED.get(r["tuners"])
         if one and target:
@@ -505,6 +529,8 @@ def main(argv: list[str] | None = None) -> int:
                         "HOLD_RESPONSES_SECONDS; 0: each at once, as before the hold existed)")
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare (default 1,2)")
+    p.add_argument("--study-fronts", type=int, default=0,
+                   help="--mode shared-study: the study server's --fronts (default 0: none)")
     p.add_argument("--storage", default="study-server",
                    help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
                         "study-server:URL, journal, or an --optuna-storage URL")
@@ -560,10 +586,11 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("shared-study", "all"):
                 n = max(counts)
                 rows = shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
-                                    [int(t) for t in args.tuners.split(",")], args.storage, work)
-                report = shared_study_report(rows, args.storage, n, args.echo_servers, args.trials)
+                                    [int(t) for t in args.tuners.split(",")], args.storage, work, args.study_fronts)
+                storage = args.storage + (f", {args.study_fronts} front processes" if args.study_fronts else "")
+                report = shared_study_report(rows, storage, n, args.echo_servers, args.trials)
                 print("\n" + report)
-                record(args, f"shared study ({args.storage}), {n} {'echo' if args.echo_servers else 'test-engine'} servers",
+                record(args, f"shared study ({storage}), {n} {'echo' if args.echo_servers else 'test-engine'} servers",
                        report)
         finally:
             servers.stop()

@@ -354,20 +354,36 @@ class _SyncContext:
         raise _Aborted(code, details)
 
 
-def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> list[Any]:
-    """Optuna's ``StorageService`` and mneme's ``StudyBatch`` as ``grpc.aio`` handlers around their synchronous
-    methods: run on the event loop's thread (``inline``: a journal file, whose operations take microseconds
-    and which wants one thread) or in ``pool`` (a database). The asyncio server costs a fraction of the CPU
-    per call of gRPC's threaded one, whose polling and hand-offs were most of this server's time."""
-    import asyncio
-
-    import grpc
-
+def _methods(storage: Any) -> dict[str, tuple[Callable[[bytes], Any], Callable[[Any, Any], Any], Callable[[Any], bytes]]]:
+    """Optuna's ``StorageService`` and mneme's ``StudyBatch``: per method path (``/SERVICE/METHOD``), its request
+    deserializer, its synchronous function (``(request, context)``; ``context.abort`` raises) and its response
+    serializer."""
     try:
         from optuna.storages._grpc.auto_generated import api_pb2
         from optuna.storages._grpc.servicer import OptunaStorageProxyService
     except ImportError as exc:  # optuna < 4.2
         raise ConfigurationError(f"Optuna's storage proxy is missing ({exc}); pip install 'optuna>=4.2'") from None
+    servicer = OptunaStorageProxyService(storage)
+    service = api_pb2.DESCRIPTOR.services_by_name["StorageService"]
+    methods = {f"/{service.full_name}/{m.name}": (getattr(api_pb2, m.input_type.name).FromString,
+                                                  getattr(servicer, m.name),
+                                                  getattr(api_pb2, m.output_type.name).SerializeToString)
+               for m in service.methods}
+    batch_service, batch = _batch_methods(storage, Claims(storage))
+    methods.update({f"/{batch_service}/{name}": (json.loads, function, serialize)
+                    for name, (function, serialize) in batch.items()})
+    return methods
+
+
+def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> list[Any]:
+    """:func:`_methods` as ``grpc.aio`` handlers around their synchronous functions: run on the event loop's
+    thread (``inline``: a journal file, whose operations take microseconds and which wants one thread) or in
+    ``pool`` (a database). The asyncio server costs a fraction of the CPU per call of gRPC's threaded one,
+    whose polling and hand-offs were most of this server's time."""
+    import asyncio
+
+    import grpc
+
     shim = _SyncContext()
     written = getattr(storage._storage, "flush", None) if inline else None  # a journal file: written out
 
@@ -386,21 +402,43 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
 
         return call
 
-    servicer = OptunaStorageProxyService(storage)
-    service = api_pb2.DESCRIPTOR.services_by_name["StorageService"]
-    methods = {m.name: grpc.unary_unary_rpc_method_handler(
-        wrap(getattr(servicer, m.name)), request_deserializer=getattr(api_pb2, m.input_type.name).FromString,
-        response_serializer=getattr(api_pb2, m.output_type.name).SerializeToString) for m in service.methods}
-    batch_service, batch = _batch_methods(storage, Claims(storage))
-    return [grpc.method_handlers_generic_handler(service.full_name, methods),
-            grpc.method_handlers_generic_handler(batch_service, {
-                name: grpc.unary_unary_rpc_method_handler(wrap(function), request_deserializer=json.loads,
-                                                          response_serializer=serialize)
-                for name, (function, serialize) in batch.items()})]
+    by_service: dict[str, dict[str, Any]] = {}
+    for path, (deserializer, function, serializer) in _methods(storage).items():
+        service, name = path.strip("/").split("/")
+        by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(
+            wrap(function), request_deserializer=deserializer, response_serializer=serializer)
+    return [grpc.method_handlers_generic_handler(service, methods) for service, methods in by_service.items()]
+
+
+def _answerer(storage: Any) -> Callable[[bytes, bytes], bytes]:
+    """The core's side of the fronts (``tuner.study_fronts``): ``(method path, request bytes) -> answer``."""
+    from tuner.study_fronts import OK, encode_abort
+
+    methods = _methods(storage)
+    shim = _SyncContext()
+
+    def answer(method: bytes, request: bytes) -> bytes:
+        entry = methods.get(method.decode("utf-8", "replace"))
+        if entry is None:
+            return encode_abort("UNIMPLEMENTED", f"{method.decode('utf-8', 'replace')}: no such method")
+        deserializer, function, serializer = entry
+        try:
+            return OK + serializer(function(deserializer(request), shim))
+        except _Aborted as exc:
+            code, details = (exc.args + ("",))[:2]
+            return encode_abort(getattr(code, "name", str(code)), str(details))
+        except ValueError as exc:  # a request that does not parse
+            return encode_abort("INVALID_ARGUMENT", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug of ours: the call fails, the server goes on
+            log.exception("study server: %s failed", method.decode("utf-8", "replace"))
+            return encode_abort("INTERNAL", f"{type(exc).__name__}: {exc}")
+
+    return answer
 
 
 def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecure: bool = False,
-          threads: int = 16, announce: Callable[[str], None] = print, stop: threading.Event | None = None) -> int:
+          threads: int = 16, announce: Callable[[str], None] = print, stop: threading.Event | None = None,
+          fronts: int = 0) -> int:
     """Serve ``url``'s storage until SIGTERM/SIGINT (or ``stop`` is set).
 
     Args:
@@ -411,6 +449,8 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
         threads: threads for a database's operations (a journal file's run on the server's one thread).
         announce: receives the one line saying where tuners connect.
         stop: an event that stops the server when set (tests; signals do the same).
+        fronts: processes that serve gRPC in front of this one (``tuner.study_fronts``; a journal file
+            only); 0: this process serves gRPC itself.
 
     Returns:
         0 after a clean stop.
@@ -427,8 +467,13 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
             f"--host {host}: Optuna's storage proxy has no authentication, so anyone who reaches the port could "
             "read and write the study; listen on 127.0.0.1, or pass --insecure where only the tuners reach it")
     warnings.filterwarnings("ignore", category=Warning, module="optuna")  # ExperimentalWarning of the proxy
+    if fronts < 0:
+        raise ConfigurationError(f"--fronts {fronts}: give 0 (no front processes) or more")
     storage = ChangeLog(open_proxied_storage(url))
     inline = _is_journal(storage._storage)  # a running trial belongs to the thread that made it (Optuna #6084)
+    if fronts and not inline:
+        raise ConfigurationError(f"--fronts {fronts}: front processes serve a journal: URL only (a database's "
+                                 "operations run on threads of this process); leave --fronts out")
     pool = None if inline else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="study")
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -436,6 +481,9 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
             signal.signal(signum, lambda *_: stop.set())
     address = f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
     shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+
+    if fronts:
+        return _serve_with_fronts(storage, url, address, shown, fronts, announce, stop)
 
     async def run() -> None:
         server = grpc.aio.server()
@@ -463,6 +511,31 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
             pool.shutdown()
         close = getattr(storage._storage, "close", None) if inline else None
         if close is not None:  # the journal file: its last appends on disk, its lock let go
+            close()
+    return 0
+
+
+def _serve_with_fronts(storage: Any, url: str, address: str, shown: str, count: int,
+                       announce: Callable[[str], None], stop: threading.Event) -> int:
+    """:func:`serve` with ``count`` front processes serving gRPC; this process runs the calls."""
+    from tuner.study_fronts import Fronts
+
+    journal = storage._storage
+    group = None
+    try:
+        group = Fronts(count, address)
+        announce(f"mneme study-server: serving {_redacted(url)} on {shown}:{group.port} with {count} front "
+                 f"process(es) (tuners: --optuna-storage grpc://{shown}:{group.port})")
+        written = getattr(journal, "flush", None)
+        if not group.serve(_answerer(storage), stop, after=written):  # (a change is in the file before its answer)
+            log.error("mneme study-server: every front process is gone; stopping (start the server again: the "
+                      "journal %s holds the study)", url)
+            return 2
+    finally:
+        if group is not None:
+            group.stop()
+        close = getattr(journal, "close", None)
+        if close is not None:
             close()
     return 0
 

@@ -15,6 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1; beyond loopback needs --insecure)")
     parser.add_argument("--port", type=int, default=13000, help="port (default 13000; 0 picks a free one)")
     parser.add_argument("--threads", type=int, default=16, help="request threads (default 16)")
+    parser.add_argument("--fronts", type=int, default=0,
+                        help="processes that serve gRPC in front of the one holding the study (a journal: URL "
+                             "only; default 0: that process serves gRPC itself)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow listening beyond loopback: the proxy has no authentication")
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
@@ -28,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads < 1:
         raise ConfigurationError(f"--threads {args.threads}: give at least 1")
     return serve(args.url, args.host, args.port, insecure=args.insecure, threads=args.threads,
-                 announce=lambda line: print(line, flush=True))
+                 announce=lambda line: print(line, flush=True), fronts=args.fronts)
 
 
 COMMANDS = [Command("study-server", "serve an Optuna study database to tuners (--optuna-storage grpc://HOST:PORT)",

@@ -19,7 +19,7 @@ from tuner.study_server import serve
 class StudyServer:
     """``tuner.study_server.serve`` in a thread of the test, on a free loopback port."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, fronts: int = 0) -> None:
         self.stop = threading.Event()
         lines: list[str] = []
         announced = threading.Event()
@@ -29,7 +29,8 @@ class StudyServer:
             announced.set()
 
         self.thread = threading.Thread(target=serve, args=(url, "127.0.0.1", 0),
-                                       kwargs={"announce": announce, "stop": self.stop}, daemon=True)
+                                       kwargs={"announce": announce, "stop": self.stop, "fronts": fronts},
+                                       daemon=True)
         self.thread.start()
         assert announced.wait(30), "the study server did not start"
         self.url = lines[0].rsplit("--optuna-storage ", 1)[1].rstrip(")")
@@ -43,8 +44,8 @@ class StudyServer:
 def study_server(request, tmp_path):
     servers = []
 
-    def start(url: str) -> StudyServer:
-        servers.append(StudyServer(url))
+    def start(url: str, fronts: int = 0) -> StudyServer:
+        servers.append(StudyServer(url, fronts))
         return servers[-1]
 
     yield start
@@ -52,12 +53,52 @@ def study_server(request, tmp_path):
         server.close()
 
 
-@pytest.mark.parametrize("backend", ["journal", "sqlite"])
-def test_two_processes_share_a_study_through_the_study_server(tmp_path, study_server, backend):
+@pytest.mark.parametrize("backend, fronts", [("journal", 0), ("sqlite", 0), ("journal", 2)])
+def test_two_processes_share_a_study_through_the_study_server(tmp_path, study_server, backend, fronts):
     url = f"journal:{tmp_path / 'study.log'}" if backend == "journal" else f"sqlite:///{tmp_path / 'study.db'}"
-    server = study_server(url)
+    server = study_server(url, fronts)
     assert server.url.startswith("grpc://127.0.0.1:")
     check_cooperation(tmp_path, server.url)  # no configuration twice, user attributes, the merged report
+
+
+def test_front_processes_carry_every_call_and_its_status(tmp_path, study_server):
+    """With --fronts, gRPC is served by other processes on one port: Optuna's methods, mneme's Apply, and a
+    refused call's status (NOT_FOUND, INVALID_ARGUMENT) reach the tuner as the single process gives them."""
+    import json
+
+    import grpc
+
+    from tuner.strategies.shared_study import APPLY_METHOD
+
+    path = tmp_path / "study.log"
+    server = study_server(f"journal:{path}", fronts=2)
+    clients = [open_storage(server.url) for _ in range(4)]  # connections the kernel spreads over the fronts
+    optuna.create_study(storage=clients[0], study_name="fronts")
+    for client in clients:
+        trial = optuna.load_study(study_name="fronts", storage=client).ask()
+        client.set_trial_user_attrs(trial._trial_id, {"status": "verified"})
+        client.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.COMPLETE, [1.0])
+    trials = optuna.load_study(study_name="fronts", storage=open_storage(server.url)).trials
+    assert len(trials) == 4 and all(t.user_attrs["status"] == "verified" for t in trials)
+    channel = grpc.insecure_channel(server.url[len("grpc://"):])
+    apply = channel.unary_unary(APPLY_METHOD, request_serializer=lambda o: json.dumps(o).encode(),
+                                response_deserializer=json.loads)
+    with pytest.raises(grpc.RpcError) as refused:
+        apply({"ops": [["no_such_operation"]]}, timeout=10)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as missing:
+        apply({"ops": [["set_trial_system_attr", 10 ** 6, "k", "v"]]}, timeout=10)
+    assert missing.value.code() == grpc.StatusCode.NOT_FOUND
+    server.close()
+    again = optuna.load_study(study_name="fronts", storage=open_storage(f"journal:{path}"))
+    assert [t.state.name for t in again.trials] == ["COMPLETE"] * 4  # the core wrote the journal
+
+
+def test_front_processes_serve_a_journal_only(tmp_path):
+    with pytest.raises(ConfigurationError, match="--fronts 2: front processes serve a journal: URL only"):
+        serve(f"sqlite:///{tmp_path / 's.db'}", "127.0.0.1", 0, fronts=2)
+    with pytest.raises(ConfigurationError, match="--fronts -1"):
+        serve(f"journal:{tmp_path / 's.log'}", "127.0.0.1", 0, fronts=-1)
 
 
 def test_the_study_server_over_postgresql(tmp_path, study_server, postgres_url):
