@@ -73,6 +73,9 @@ def open_proxied_storage(url: str) -> Any:
     return optuna.storages.get_storage(storage)  # RDBStorage -> _CachedStorage(RDBStorage)
 
 
+#: Parsed parameter distributions the server keeps (a study's parameters have one each, mostly).
+DISTRIBUTIONS_KEPT = 4096
+
 _TRIAL_WRITES = ("create_new_trial", "set_trial_param", "set_trial_state_values", "set_trial_intermediate_value",
                  "set_trial_user_attr", "set_trial_system_attr", "set_trial_user_attrs")
 
@@ -264,10 +267,20 @@ def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[C
             for name, value in dict(attrs).items():
                 storage.set_trial_user_attr(int(trial_id), name, value)
 
+    distributions: dict[str, Any] = {}  # a distribution's JSON -> the distribution (a study has a few)
+
+    def distribution(text: str) -> Any:
+        parsed = distributions.get(text)
+        if parsed is None:
+            parsed = json_to_distribution(text)
+            if len(distributions) < DISTRIBUTIONS_KEPT:
+                distributions[text] = parsed
+        return parsed
+
     operations: dict[str, Callable[..., Any]] = {
         "create_new_trial": create,
         "set_trial_param": lambda t, name, value, dist: storage.set_trial_param(
-            int(t), name, float(value), json_to_distribution(dist)),
+            int(t), name, float(value), distribution(dist)),
         "set_trial_system_attr": lambda t, key, value: storage.set_trial_system_attr(int(t), key, value),
         "set_trial_user_attrs": user_attrs,
         "set_trial_state_values": lambda t, state, values: storage.set_trial_state_values(
