@@ -69,6 +69,15 @@ class ServerJournal(BaseJournalBackend):
         self._file.write("".join(_encode(entry) + "\n" for entry in logs).encode("utf-8"))  # (buffered)
         self._logs.extend(logs)
 
+    def append_encoded(self, logs: list[dict[str, Any]], text: bytes) -> None:
+        """Append ``logs`` whose lines are ``text`` already (a study server core's batches)."""
+        self._file.write(text)
+        self._logs.extend(logs)
+
+    def replace_logs(self, start: int, logs: list[dict[str, Any]]) -> None:
+        """Put ``logs`` in the place of those from ``start`` on (the same logs in plain types)."""
+        self._logs[start:start + len(logs)] = logs
+
     def flush(self) -> None:
         """Write what was appended to the file (the server does before it answers a call: a crash of this
         process loses no change a tuner was told of); force it to disk at most every

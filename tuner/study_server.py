@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 from mneme._internal.network import is_loopback
 from mneme.errors import ConfigurationError
+from tuner.study_claims import Claims
+from tuner.study_methods import Aborted, SyncContext, optuna_methods
 
 log = logging.getLogger("mneme.study_server")
 
@@ -60,17 +62,22 @@ def open_proxied_storage(url: str) -> Any:
         raise ConfigurationError(f"mneme study-server {url!r}: give {STORAGE_FORMS}")
     if scheme == "journal":
         from tuner.strategies.shared_study import _journal_storage
-
-        path = Path(url[len("journal:"):]).expanduser()
-        if not str(path) or not path.parent.is_dir():
-            raise ConfigurationError(f"mneme study-server {url}: the directory {path.parent} does not exist; create it")
         from tuner.study_journal import ServerJournal
 
+        path = _journal_path(url)
         return _journal_storage(str(path), ServerJournal(path))
     storage = open_storage(url)
     if scheme == "sqlite":
         _sqlite_wal(storage.engine)
     return optuna.storages.get_storage(storage)  # RDBStorage -> _CachedStorage(RDBStorage)
+
+
+def _journal_path(url: str) -> Path:
+    """The file of a ``journal:PATH`` URL (its directory must exist)."""
+    path = Path(url[len("journal:"):]).expanduser()
+    if not str(path) or not path.parent.is_dir():
+        raise ConfigurationError(f"mneme study-server {url}: the directory {path.parent} does not exist; create it")
+    return path
 
 
 #: Parsed parameter distributions the server keeps (a study's parameters have one each, mostly).
@@ -133,6 +140,8 @@ class ChangeLog:
         is encoded once, whichever tuners ask for it (every tuner reads every trial's changes)."""
         from optuna.storages._grpc.servicer import _to_proto_trial
 
+        from tuner.study_replica import ENCODED_TRIALS_KEPT, TRIAL_FIELD, varint
+
         with self._lock:
             cursor = len(self._log)
             fresh = generation == self.generation and 0 <= since <= cursor
@@ -149,85 +158,10 @@ class ChangeLog:
                 if cached is None or cached[0] != version:
                     cached = (version, _to_proto_trial(trial).SerializeToString())
                 self._encoded[trial._trial_id] = cached  # (popped and put back: the latest used last)
-                parts.append(_TRIAL_FIELD + _varint(len(cached[1])) + cached[1])
+                parts.append(TRIAL_FIELD + varint(len(cached[1])) + cached[1])
             while len(self._encoded) > ENCODED_TRIALS_KEPT:
                 del self._encoded[next(iter(self._encoded))]
         return b"".join(parts), cursor
-
-
-#: Encoded trials the study server keeps (the latest used): those that tuners are about to read again.
-ENCODED_TRIALS_KEPT = 8192
-_TRIAL_FIELD = b"\x0a"  # GetTrialsReply.trials: field 1, length-delimited
-
-
-def _varint(value: int) -> bytes:
-    """``value`` as a protocol buffers varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-class Claims:
-    """Which trial evaluates each configuration hash of each study, decided here, one call at a time.
-
-    The first trial to claim a hash owns it while it is not released: FAIL without a ``status`` (a stopped
-    tuner fails its running trials: the hash is free again; a configuration that failed is FAIL with its
-    ``status`` and stays claimed); claims already in the study when the server starts (trials tagged
-    ``mneme:hash``, not duplicates, not released, not WAITING) count, the lowest-numbered first, as tuners
-    on a shared storage decide. A WAITING trial (an enqueued point, tagged when enqueued) claims when a tuner
-    takes it. Every trial's claim, the WAITING ones' included, goes through here: every tuner of a study
-    must go through this server for the claims to hold.
-    """
-
-    def __init__(self, storage: Any) -> None:
-        self.storage = storage
-        self._lock = threading.Lock()
-        self._owners: dict[int, dict[str, int]] = {}  # study id -> hash -> trial id
-
-    def claim(self, study_id: int, trial_id: int, key: str) -> int:
-        """Tag ``trial_id`` with ``key``; the number of the trial that owns ``key`` (marking this one a
-        duplicate of it when it is another)."""
-
-        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
-
-        with self._lock:
-            owners = self._owners.get(study_id)
-            if owners is None:
-                owners = self._owners[study_id] = self._existing(study_id)
-            owner_id = owners.get(key)
-            if owner_id is not None and owner_id != trial_id:
-                if _released(self.storage.get_trial(owner_id)):
-                    owner_id = None
-            if owner_id is None:
-                owners[key] = owner_id = trial_id
-            self.storage.set_trial_system_attr(trial_id, HASH_ATTR, key)
-            if owner_id == trial_id:
-                return self.storage.get_trial(trial_id).number
-            owner_number = self.storage.get_trial(owner_id).number
-            self.storage.set_trial_system_attr(trial_id, DUPLICATE_ATTR, owner_number)
-            return owner_number
-
-    def _existing(self, study_id: int) -> dict[str, int]:
-
-        from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
-
-        owners: dict[str, int] = {}
-        for trial in self.storage.get_all_trials(study_id, deepcopy=False):  # by number
-            key = trial.system_attrs.get(HASH_ATTR)
-            if trial.state.name == "WAITING":  # tagged when enqueued: its claim is made when a tuner takes it
-                continue
-            if key is not None and DUPLICATE_ATTR not in trial.system_attrs and not _released(trial):
-                owners.setdefault(key, trial._trial_id)
-        return owners
-
-
-def _released(trial: Any) -> bool:
-    """A claim that no longer holds: FAIL without a ``status`` (its tuner stopped before an outcome); a
-    configuration that failed is FAIL with its ``status`` and stays claimed."""
-    return trial.state.name == "FAIL" and "status" not in trial.user_attrs
 
 
 def _batch_methods(storage: Any, claims: Claims) -> tuple[str, dict[str, tuple[Callable, Callable]]]:
@@ -356,32 +290,11 @@ def _sqlite_wal(engine: Any) -> None:
     engine.dispose()  # connections made before the listener get the pragmas when made anew
 
 
-class _Aborted(Exception):
-    """``context.abort`` of a synchronous handler, carried out to the asyncio call."""
-
-
-class _SyncContext:
-    """What Optuna's servicer uses of a ``grpc.ServicerContext``: ``abort``."""
-
-    def abort(self, code: Any, details: str = "") -> None:
-        raise _Aborted(code, details)
-
-
 def _methods(storage: Any) -> dict[str, tuple[Callable[[bytes], Any], Callable[[Any, Any], Any], Callable[[Any], bytes]]]:
     """Optuna's ``StorageService`` and mneme's ``StudyBatch``: per method path (``/SERVICE/METHOD``), its request
     deserializer, its synchronous function (``(request, context)``; ``context.abort`` raises) and its response
     serializer."""
-    try:
-        from optuna.storages._grpc.auto_generated import api_pb2
-        from optuna.storages._grpc.servicer import OptunaStorageProxyService
-    except ImportError as exc:  # optuna < 4.2
-        raise ConfigurationError(f"Optuna's storage proxy is missing ({exc}); pip install 'optuna>=4.2'") from None
-    servicer = OptunaStorageProxyService(storage)
-    service = api_pb2.DESCRIPTOR.services_by_name["StorageService"]
-    methods = {f"/{service.full_name}/{m.name}": (getattr(api_pb2, m.input_type.name).FromString,
-                                                  getattr(servicer, m.name),
-                                                  getattr(api_pb2, m.output_type.name).SerializeToString)
-               for m in service.methods}
+    methods = optuna_methods(storage)
     batch_service, batch = _batch_methods(storage, Claims(storage))
     methods.update({f"/{batch_service}/{name}": (json.loads, function, serialize)
                     for name, (function, serialize) in batch.items()})
@@ -397,7 +310,7 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
 
     import grpc
 
-    shim = _SyncContext()
+    shim = SyncContext()
     written = getattr(storage._storage, "flush", None) if inline else None  # a journal file: written out
 
     def wrap(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
@@ -410,7 +323,7 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
                         if written is not None:
                             written()  # before the answer: a tuner is never told of a change not in the file
                 return await asyncio.get_running_loop().run_in_executor(pool, function, request, shim)
-            except _Aborted as exc:
+            except Aborted as exc:
                 await context.abort(*exc.args)
 
         return call
@@ -421,32 +334,6 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
         by_service.setdefault(service, {})[name] = grpc.unary_unary_rpc_method_handler(
             wrap(function), request_deserializer=deserializer, response_serializer=serializer)
     return [grpc.method_handlers_generic_handler(service, methods) for service, methods in by_service.items()]
-
-
-def _answerer(storage: Any) -> Callable[[bytes, bytes], bytes]:
-    """The core's side of the fronts (``tuner.study_fronts``): ``(method path, request bytes) -> answer``."""
-    from tuner.study_fronts import OK, encode_abort
-
-    methods = _methods(storage)
-    shim = _SyncContext()
-
-    def answer(method: bytes, request: bytes) -> bytes:
-        entry = methods.get(method.decode("utf-8", "replace"))
-        if entry is None:
-            return encode_abort("UNIMPLEMENTED", f"{method.decode('utf-8', 'replace')}: no such method")
-        deserializer, function, serializer = entry
-        try:
-            return OK + serializer(function(deserializer(request), shim))
-        except _Aborted as exc:
-            code, details = (exc.args + ("",))[:2]
-            return encode_abort(getattr(code, "name", str(code)), str(details))
-        except ValueError as exc:  # a request that does not parse
-            return encode_abort("INVALID_ARGUMENT", f"{type(exc).__name__}: {exc}")
-        except Exception as exc:  # a bug of ours: the call fails, the server goes on
-            log.exception("study server: %s failed", method.decode("utf-8", "replace"))
-            return encode_abort("INTERNAL", f"{type(exc).__name__}: {exc}")
-
-    return answer
 
 
 def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecure: bool = False,
@@ -482,11 +369,12 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     warnings.filterwarnings("ignore", category=Warning, module="optuna")  # ExperimentalWarning of the proxy
     if fronts < 0:
         raise ConfigurationError(f"--fronts {fronts}: give 0 (no front processes) or more")
-    storage = ChangeLog(open_proxied_storage(url))
-    inline = _is_journal(storage._storage)  # a running trial belongs to the thread that made it (Optuna #6084)
-    if fronts and not inline:
+    if fronts and not (isinstance(url, str) and url.startswith("journal:")):
         raise ConfigurationError(f"--fronts {fronts}: front processes serve a journal: URL only (a database's "
                                  "operations run on threads of this process); leave --fronts out")
+    storage = None if fronts else ChangeLog(open_proxied_storage(url))
+    inline = storage is None or _is_journal(storage._storage)  # a running trial belongs to the thread that made
+    # it (Optuna #6084)
     pool = None if inline else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="study")
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
@@ -496,7 +384,7 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
 
     if fronts:
-        return _serve_with_fronts(storage, url, address, shown, fronts, announce, stop)
+        return _serve_with_fronts(url, address, shown, fronts, announce, stop)
 
     async def run() -> None:
         server = grpc.aio.server()
@@ -528,28 +416,26 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     return 0
 
 
-def _serve_with_fronts(storage: Any, url: str, address: str, shown: str, count: int,
-                       announce: Callable[[str], None], stop: threading.Event) -> int:
-    """:func:`serve` with ``count`` front processes serving gRPC; this process runs the calls."""
+def _serve_with_fronts(url: str, address: str, shown: str, count: int, announce: Callable[[str], None],
+                       stop: threading.Event) -> int:
+    """:func:`serve` with ``count`` front processes serving gRPC; this process is the core (``tuner.study_core``)."""
+    from tuner.study_core import StudyCore
     from tuner.study_fronts import Fronts
 
-    journal = storage._storage
+    core = StudyCore(_journal_path(url), count)
     group = None
     try:
-        group = Fronts(count, address)
+        group = Fronts(count, address, core.settings())
         announce(f"mneme study-server: serving {_redacted(url)} on {shown}:{group.port} with {count} front "
                  f"process(es) (tuners: --optuna-storage grpc://{shown}:{group.port})")
-        written = getattr(journal, "flush", None)
-        if not group.serve(_answerer(storage), stop, after=written):  # (a change is in the file before its answer)
+        if not group.serve(core.answer, stop, after=core.flush, gone=core.gone):  # (written before answered)
             log.error("mneme study-server: every front process is gone; stopping (start the server again: the "
                       "journal %s holds the study)", url)
             return 2
     finally:
         if group is not None:
             group.stop()
-        close = getattr(journal, "close", None)
-        if close is not None:
-            close()
+        core.close()
     return 0
 
 

@@ -146,7 +146,7 @@ def test_a_process_that_finds_the_shared_space_evaluated_succeeds(tmp_path, load
 def test_a_study_servers_claim_holds_for_a_failed_configuration_and_not_for_a_stopped_tuner():
     """mneme study-server decides claims: a configuration that failed (FAIL with its status) stays claimed;
     a trial its tuner released (FAIL without a status) frees its configuration."""
-    from tuner.study_server import Claims
+    from tuner.study_claims import Claims
 
     storage = optuna.storages.InMemoryStorage()
     study = optuna.create_study(storage=storage, study_name="s")

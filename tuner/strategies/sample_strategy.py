@@ -393,10 +393,13 @@ class OptunaSamplingStrategy(SamplingStrategy):
             self._enqueue_baseline()
         out: list[Candidate] = []
         draw = 0  # draws since the last candidate (a claim lost with the batch counts as one)
+        seen = None  # distinct configurations known, at most (counted again only where it reaches the size)
         while len(out) < count:
             due: list[tuple[Any, Candidate]] = []  # drawn, their claims decided together
             while len(out) + len(due) < count and draw < MAX_REDRAWS:
-                if self._exhausted or (self.size is not None and self._distinct_seen() >= self.size):
+                if self.size is not None and (seen is None or seen >= self.size):
+                    seen = self._distinct_seen()
+                if self._exhausted or (seen is not None and seen >= self.size):
                     break
                 if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
                     self._exhausted = True
@@ -407,6 +410,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 if not constraints_checked(self.space, params):
                     self.skipped_by_constraints += 1
                     self._fail(trial, EXCLUDED, mark=True)
+                    seen = None
                     continue
                 candidate = Candidate(params, derive_checked(self.space, params), trial.number)
                 settled = self._settled(trial, candidate)
@@ -415,6 +419,8 @@ class OptunaSamplingStrategy(SamplingStrategy):
                 self._in_flight[candidate.hash] = []
                 self._claim_of[candidate.hash] = trial.number
                 draw = 0
+                if seen is not None:
+                    seen += 1
                 if settled is None:
                     due.append((trial, candidate))
                     continue
@@ -423,6 +429,7 @@ class OptunaSamplingStrategy(SamplingStrategy):
             if not due:
                 break
             won = self._decide(due)
+            seen = None  # (the study's news came with the claims)
             draw += len(due) - len(won)
             out += won
         return out

@@ -54,6 +54,8 @@ from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, Opt
 log = logging.getLogger("mneme.tune.shared")
 
 HASH_ATTR = "mneme:hash"
+#: The user attributes a tuner reads of the study's trials (the others' results stay in the study).
+READ_USER_ATTRS = ("status",)
 __all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
 #: How long a process waits for a lower-numbered running trial to be tagged before taking it as abandoned.
 TAG_WAIT_S = 10.0
@@ -228,6 +230,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._lock = threading.RLock()
             self._mneme = True  # False: a plain Optuna proxy
             self._checked = False  # whether the server was asked if it is a mneme study server
+            self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
 
         # -- sending ---------------------------------------------------------------------------
         def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
@@ -238,7 +241,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             request: dict[str, Any] = {"ops": queued + ops, "tolerate": len(queued)}
             view = self._known.get(study_id) if study_id is not None else None
             if view is not None:
-                request["changes"] = {"study_id": study_id, "since": view.cursor, "generation": view.generation}
+                request["changes"] = self._look(study_id, view.cursor, view.generation)
             try:
                 reply = self._apply(request)
             except grpc.RpcError as exc:
@@ -263,6 +266,29 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 self._merge(study_id, changes, _trials_of(base64.b64decode(changes["trials"])))
                 self._fresh.add(study_id)
             return results[len(queued):]
+
+        def _look(self, study_id: int, since: int, generation: str) -> dict[str, Any]:
+            """A ``Changes`` request (with the user attributes this process reads, where it said)."""
+            look: dict[str, Any] = {"study_id": study_id, "since": since, "generation": generation}
+            if self._user_attrs is not None:
+                look["user_attrs"] = self._user_attrs
+            return look
+
+        def read_user_attrs(self, names: Any) -> None:
+            """Read only these user attributes of the study's trials (the others' results are not decoded
+            here; a server that does not know the request sends them all)."""
+            self._user_attrs = list(names)
+
+        def reserve(self, study_id: int, count: int) -> None:
+            """Make the trials of the next ``count`` asks in one call (with what is kept, and the study's news
+            where it was looked at before), unless they are made already; held only (see :meth:`hold`)."""
+            with self._lock:
+                if not self._holding or not self._mneme or not self._supported():
+                    return
+                ahead = self._next.setdefault(study_id, [])
+                missing = count - len(ahead)
+                if missing > 0:
+                    ahead.extend(self._send([["create_new_trial", study_id]] * missing, study_id))
 
         def hold(self) -> None:
             """From now on the end of this process's trial waits for its next call, and a claim makes the
@@ -463,8 +489,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if view is None or study_id not in self._fresh:
                     since, generation = (view.cursor, view.generation) if view is not None else (0, "")
                     try:
-                        head, changed = self._changes({"study_id": study_id, "since": since,
-                                                       "generation": generation})
+                        head, changed = self._changes(self._look(study_id, since, generation))
                     except grpc.RpcError as exc:
                         if exc.code() == grpc.StatusCode.NOT_FOUND:
                             raise KeyError(exc.details()) from None
@@ -665,6 +690,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         hold = getattr(self._storage, "hold", None)
         if hold is not None:  # a study server's client: trial ends go with the next call (``flush``, ``close``)
             hold()
+            self._storage.read_user_attrs(READ_USER_ATTRS)
         self._study_id = self.study._study_id
         self._foreign: dict[str, int] = {}  # hash -> number of the other process's trial that owns it
         self._waiting: dict[str, list[Any]] = {}  # hash -> our duplicate trials waiting for that owner
@@ -781,6 +807,9 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
     # -- ask/tell ------------------------------------------------------------------------
     def ask_many(self, count: int) -> list[Candidate]:
+        reserve = getattr(self._storage, "reserve", None)
+        if reserve is not None:  # a study server's client: the batch's trials made in one call (with the news)
+            reserve(self._study_id, count)
         self._sync()
         return super().ask_many(count)
 
