@@ -58,6 +58,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 # The checkout first: the client runs the code of the servers it starts (PYTHONPATH=REPO), not an older
@@ -143,20 +144,33 @@ def stop_process(process: subprocess.Popen) -> None:
 
 
 class EchoServers:
-    """``count`` minimal replay servers in one child process (``--echo-process``): see ``echo_serve``."""
+    """``count`` minimal replay servers in ``processes`` child processes (``--echo-process``; default one each,
+    as real servers run): see ``echo_serve``."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, processes: int | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-        self.process = subprocess.Popen([sys.executable, __file__, "--echo-process", str(count)],
-                                        stdout=subprocess.PIPE, text=True, env=env)
-        line = self.process.stdout.readline()
-        if not line.startswith("listening"):
-            self.stop()
-            raise SystemExit(f"the echo servers did not start: {line!r}")
-        self.addresses = line.split()[1:]
+        processes = max(1, min(count, processes or count))
+        shares = [count // processes + (i < count % processes) for i in range(processes)]
+        self.processes = [subprocess.Popen([sys.executable, __file__, "--echo-process", str(share)],
+                                           stdout=subprocess.PIPE, text=True, env=env) for share in shares]
+        self.addresses: list[str] = []
+        for process in self.processes:
+            line = process.stdout.readline()
+            if not line.startswith("listening"):
+                self.stop()
+                raise SystemExit(f"the echo servers did not start: {line!r}")
+            self.addresses += line.split()[1:]
+        # (server i of a row is in process i mod processes: a row of n servers spreads over the processes)
+        self.addresses = [self.addresses[sum(shares[:p]) + k] for k in range(max(shares)) for p in range(processes)
+                          if k < shares[p]]
+
+    def cpu_seconds(self) -> list[float]:
+        """Each echo process's CPU time so far."""
+        return [_process_cpu(process.pid) for process in self.processes]
 
     def stop(self) -> None:
-        stop_process(self.process)
+        for process in self.processes:
+            stop_process(process)
 
 
 def echo_serve(count: int) -> int:
@@ -432,7 +446,8 @@ def study_storage(storage: str, work: Path, count: int, fronts: int = 0) -> tupl
 
 
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
-                 storage: str, work: Path, fronts: int = 0) -> list[dict]:
+                 storage: str, work: Path, fronts: int = 0,
+                 servers_cpu: Callable[[], list[float]] | None = None) -> list[dict]:
     space = work / "launch_grid.py"
     space.write_text(SPACE)
     rows = []
@@ -446,6 +461,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         started_cpu = study_server.cpu_seconds() if study_server is not None else 0.0  # its start-up, left out
         started_fronts = study_server.children_cpu_seconds() if study_server is not None else 0.0
         fronts_cpu = 0.0
+        echo_before, began = (servers_cpu() if servers_cpu else None), time.monotonic()
         try:
             for d in dirs:
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
@@ -458,6 +474,10 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                 _, status, usage = os.wait4(p.pid, 0)
                 p.returncode = os.waitstatus_to_exitcode(status)
                 tuner_cpu += usage.ru_utime + usage.ru_stime
+            echo = None
+            if echo_before is not None:  # the replay servers' CPU: (a trial's, their busiest process's share)
+                spent = [after - before for before, after in zip(echo_before, servers_cpu())]
+                echo = (sum(spent), max(spent) / max(time.monotonic() - began, 1e-9))
             if study_server is not None:
                 server_cpu = study_server.cpu_seconds() - started_cpu
                 fronts_cpu = study_server.children_cpu_seconds() - started_fronts
@@ -475,7 +495,9 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                      # CPU per trial over the whole run (start-up included): the server's sets its ceiling
                      "tuner_ms": 1e3 * tuner_cpu / max(len(times), 1),
                      "server_ms": None if server_cpu is None else 1e3 * (server_cpu + fronts_cpu) / max(len(times), 1),
-                     "core_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1)})
+                     "core_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1),
+                     "echo_ms": None if echo is None else 1e3 * echo[0] / max(len(times), 1),
+                     "echo_busiest": None if echo is None else echo[1]})
     return rows
 
 
@@ -484,8 +506,9 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
     kind = "echo servers" if echo else "test-engine servers"
     lines = [f"shared study ({storage}), {servers} {kind}, {trials} random-sampler trials per process:", "",
              "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice "
-             "| tuner CPU per trial | study server CPU per trial | its core's | server ceiling |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| tuner CPU per trial | study server CPU per trial | its core's | server ceiling "
+             "| replay servers' CPU per trial | their busiest process |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     one = next((r["rate"] for r in rows if r["tuners"] == 1), None)
     for r in rows:
         ratio = f"{r['rate'] / one:.2f}x" if one else "-"
@@ -494,11 +517,13 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
         ceiling = "-" if not r.get("core_ms") else f"{1e3 / r['core_ms']:.0f} trials/s"
         lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
                      f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
-                     f"| {core} | {ceiling} |")
+                     f"| {core} | {ceiling} | {_ms(r.get('echo_ms'))} | {_share(r.get('echo_busiest'))} |")
     lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
               "start-up included) and of the study server (from its start-up line on: its core process and its "
               "front processes, if any; its core's alone beside it); server ceiling: the trials a second one core "
-              "running the study server's core could take at that cost.", ""]
+              "running the study server's core could take at that cost; the replay servers' CPU: the echo "
+              "processes' over the run, and the busiest one's share of a core (under 100%: the servers were not "
+              "the limit).", ""]
     for r in rows:
         target = TARGET_SHARED.get(r["tuners"])
         if one and target:
@@ -506,6 +531,14 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
             lines.append(f"{r['tuners']} processes / 1: {ratio:.2f}x (target >= {target}x: "
                          f"{'met' if ratio >= target else 'not met'})")
     return "\n".join(lines)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
 
 
 def record(args: argparse.Namespace, title: str, body: str) -> None:
@@ -540,6 +573,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="minimal servers in one process that answer at once (the client alone is measured)")
     p.add_argument("--tuner-process", help=argparse.SUPPRESS)
     p.add_argument("--echo-process", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--echo-processes", type=int, default=None,
+                   help="--echo-servers: processes they run in (default: one a server, as real servers run)")
     args = p.parse_args(argv)
     if args.tuner_process:
         return tuner_process(json.loads(args.tuner_process))
@@ -561,9 +596,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| loop | {r['rate']:.0f} | {r['results']} | {100 * r['cpu']:.0f}% | {r['us_per_result']:.0f} us |")
             return 0
         if args.echo_servers:
-            servers = EchoServers(max(counts))
-            print(f"{max(counts)} echo servers in one process (answers at once, 2 workers each); client: one "
-                  f"process, {os.cpu_count()} CPUs on the machine")
+            servers = EchoServers(max(counts), args.echo_processes)
+            print(f"{max(counts)} echo servers in {len(servers.processes)} process(es) (answers at once, 2 workers "
+                  f"each); client: one process, {os.cpu_count()} CPUs on the machine")
         else:
             servers = Servers(max(counts), work / "store", args.workers, args.replay_us, work / "log")
             print(f"{max(counts)} test-engine servers, {args.workers} workers each, replay {args.replay_us:g} us, "
@@ -586,7 +621,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.mode in ("shared-study", "all"):
                 n = max(counts)
                 rows = shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
-                                    [int(t) for t in args.tuners.split(",")], args.storage, work, args.study_fronts)
+                                    [int(t) for t in args.tuners.split(",")], args.storage, work, args.study_fronts,
+                                    getattr(servers, "cpu_seconds", None))
                 storage = args.storage + (f", {args.study_fronts} front processes" if args.study_fronts else "")
                 report = shared_study_report(rows, storage, n, args.echo_servers, args.trials)
                 print("\n" + report)
