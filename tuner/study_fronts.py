@@ -170,11 +170,16 @@ class Front:
 
     def apply_answer(self, results: list[Any], parsed: dict[str, Any], starts: list[str | None]) -> bytes:
         """The ``Apply`` answer of the core's results (with the study's changes where the request asks)."""
-        answer: dict[str, Any] = {"results": self.batches.results(results, starts)}
-        if "changes" in parsed:
-            cursor, reply = self._changed(parsed["changes"])
-            answer["changes"] = {"cursor": cursor, "generation": self.replica.generation, "trials": _base64(reply)}
-        return json.dumps(answer).encode()
+        answer = json.dumps({"results": self.batches.results(results, starts)}).encode()
+        if "changes" not in parsed:
+            return answer
+        cursor, reply, form = self._changed(parsed["changes"])
+        head = {"cursor": cursor, "generation": self.replica.generation}
+        if form == "json":  # (the trials as they are: the tuner parses the answer once)
+            changes = json.dumps({**head, "form": "json"}).encode()[:-1] + b', "trials": ' + reply + b"}"
+        else:
+            changes = json.dumps({**head, "trials": _base64(reply)}).encode()
+        return answer[:-1] + b', "changes": ' + changes + b"}"
 
     @staticmethod
     def changes_request(request: bytes) -> Any:
@@ -186,25 +191,30 @@ class Front:
 
     def changes_answer(self, parsed: Any) -> bytes:
         """The ``Changes`` answer: a JSON head (cursor, generation), then Optuna's ``GetTrialsReply``."""
-        cursor, reply = self._changed(parsed)
-        head = json.dumps({"cursor": cursor, "generation": self.replica.generation}).encode()
-        return len(head).to_bytes(4, "big") + head + reply
+        cursor, reply, form = self._changed(parsed)
+        head = {"cursor": cursor, "generation": self.replica.generation, **({"form": form} if form != "proto" else {})}
+        encoded = json.dumps(head).encode()
+        return len(encoded).to_bytes(4, "big") + encoded + reply
 
-    def _changed(self, request: Any) -> tuple[int, bytes]:
+    def _changed(self, request: Any) -> tuple[int, bytes, str]:
+        """(the cursor, the trials changed since the request's, their form)."""
         try:
             study_id, since, generation = int(request["study_id"]), int(request["since"]), str(request["generation"])
             user_attrs = request.get("user_attrs")
             if user_attrs is not None and not (isinstance(user_attrs, list)
                                                and all(isinstance(name, str) for name in user_attrs)):
                 raise TypeError
+            form = request.get("form", "proto")
+            if form not in ("proto", "json"):
+                raise ValueError
         except (KeyError, TypeError, ValueError, AttributeError):
             raise _Refused("INVALID_ARGUMENT", 'give {"study_id": S, "since": C, "generation": G} (and '
-                           '"user_attrs": [NAME, ...] to read only those)') from None
+                           '"user_attrs": [NAME, ...] to read only those, "form": "json" for JSON trials)') from None
         try:
-            reply, cursor = self.replica.changes(study_id, since, generation, user_attrs)
+            reply, cursor = self.replica.changes(study_id, since, generation, user_attrs, form)
         except KeyError as exc:
             raise _Refused("NOT_FOUND", str(exc.args[0]) if exc.args else "no such study") from None
-        return cursor, reply
+        return cursor, reply, form
 
 
 class _Refused(Exception):

@@ -64,13 +64,9 @@ class StudyReplica:
         self._compatible: dict[tuple[str, str], str] = {}  # (earlier, new distribution) -> "" or the refusal
         self.touched: list[int] = []  # per log: the trial id it changed, or -1 (a cursor is an index)
         self._version: dict[int, int] = {}  # trial id -> the cursor after its last change
-        self.trials: list[Any] = []  # by trial id: ``api_pb2.Trial`` (``full``)
+        self.trials: list[Trial] = []  # by trial id (``full``)
         self._encoded: dict[frozenset[str] | None, dict[int, tuple[int, bytes]]] = {}  # per user attributes
         # sent (None: all): trial id -> (version, its encoding), latest used last
-        if full:
-            from optuna.storages._grpc.auto_generated import api_pb2
-
-            self._trial_message = api_pb2.Trial
 
     # -- logs --------------------------------------------------------------------------------
     def apply_all(self, logs: Iterable[dict[str, Any]]) -> None:
@@ -174,25 +170,15 @@ class StudyReplica:
             self.with_status.add(trial_id)
         self._note_system(trial_id, system_attrs)
         if self.full:
-            trial = self._trial_message(trial_id=trial_id, number=number, state=state)
             values = log.get("values")
             if values is None and log.get("value") is not None:
                 values = [log["value"]]
-            if values:
-                trial.values[:] = values
-            trial.datetime_start = _local(log.get("datetime_start"))
-            if log.get("datetime_complete"):
-                trial.datetime_complete = _local(log["datetime_complete"])
-            if distributions:
-                trial.distributions.update(distributions)
-                trial.params.update(params)
-            for key, value in user_attrs.items():
-                trial.user_attributes[key] = json.dumps(value)
-            for key, value in system_attrs.items():
-                trial.system_attributes[key] = json.dumps(value)
-            for step, value in (log.get("intermediate_values") or {}).items():
-                trial.intermediate_values[int(step)] = value
-            self.trials.append(trial)
+            self.trials.append(Trial(
+                trial_id, number, state, list(values or ()), _local(log.get("datetime_start")),
+                _local(log.get("datetime_complete")), dict(params), dict(distributions),
+                {key: json.dumps(value) for key, value in user_attrs.items()},
+                {key: json.dumps(value) for key, value in system_attrs.items()},
+                {int(step): value for step, value in (log.get("intermediate_values") or {}).items()}))
         self._changed(trial_id)
         return trial_id
 
@@ -237,7 +223,7 @@ class StudyReplica:
             self._skipped()
             return None
         if self.full:
-            self.trials[trial_id].intermediate_values[int(log["step"])] = log["intermediate_value"]
+            self.trials[trial_id].intermediate[int(log["step"])] = log["intermediate_value"]
         self._changed(trial_id)
         return None
 
@@ -275,7 +261,7 @@ class StudyReplica:
             elif state in (COMPLETE, PRUNED, FAIL):
                 trial.datetime_complete = _local(log["datetime_complete"])
             if log["values"] is not None:
-                trial.values[:] = log["values"]
+                trial.values = list(log["values"])
         self._changed(trial_id)
         return True
 
@@ -291,7 +277,7 @@ class StudyReplica:
         else:
             self._note_system(trial_id, attrs)
         if self.full:
-            target = self.trials[trial_id].user_attributes if user else self.trials[trial_id].system_attributes
+            target = self.trials[trial_id].user if user else self.trials[trial_id].system
             texts = log.get(TEXTS)  # (the values' JSON, where the front that made the log sent it)
             for key, value in attrs.items():
                 target[key] = texts[key] if texts is not None else json.dumps(value)
@@ -305,18 +291,19 @@ class StudyReplica:
             raise KeyError(NOT_FOUND)
         return self._trial_ids[study_id]
 
-    def changes(self, study_id: int, since: int, generation: str,
-                user_attrs: Iterable[str] | None = None) -> tuple[bytes, int]:
-        """Optuna's ``GetTrialsReply`` of the study's trials changed since a cursor. ``full`` only.
+    def changes(self, study_id: int, since: int, generation: str, user_attrs: Iterable[str] | None = None,
+                form: str = "proto") -> tuple[bytes, int]:
+        """The study's trials changed since a cursor. ``full`` only.
 
         Args:
             study_id: the study.
             since: the cursor of the reader's last look.
             generation: the generation of that cursor (another's: every trial of the study).
             user_attrs: the user attributes to send (None: all).
+            form: ``proto``: Optuna's ``GetTrialsReply``; ``json``: a JSON array of :meth:`Trial.json` arrays.
 
         Returns:
-            (the reply, the cursor to ask from next time). Each version of a trial is encoded once, whichever
+            (the trials, the cursor to ask from next time). Each version of a trial is encoded once, whichever
             readers ask for it.
         """
         ids = self.study_trials(study_id)
@@ -325,31 +312,73 @@ class StudyReplica:
             study_of = self.study_of
             ids = sorted({t for t in self.touched[since:cursor] if t >= 0 and study_of[t] == study_id})
         keep = None if user_attrs is None else frozenset(user_attrs)
-        encoded = self._encoded.get(keep)
+        encoded = self._encoded.get((keep, form))
         if encoded is None:
-            encoded = {} if len(self._encoded) >= 8 else self._encoded.setdefault(keep, {})
+            encoded = {} if len(self._encoded) >= 8 else self._encoded.setdefault((keep, form), {})
         parts = []
         for trial_id in ids:
             version = self._version.get(trial_id, 0)
             cached = encoded.pop(trial_id, None)
             if cached is None or cached[0] != version:
-                data = self._trimmed(self.trials[trial_id], keep).SerializeToString()
-                cached = (version, TRIAL_FIELD + varint(len(data)) + data)
+                trial = self.trials[trial_id]
+                if form == "json":
+                    cached = (version, trial.json(keep).encode("utf-8"))
+                else:
+                    data = trial.message(keep).SerializeToString()
+                    cached = (version, TRIAL_FIELD + varint(len(data)) + data)
             encoded[trial_id] = cached  # (popped and put back: the latest used last)
             parts.append(cached[1])
         while len(encoded) > ENCODED_TRIALS_KEPT:
             del encoded[next(iter(encoded))]
+        if form == "json":
+            return b"[" + b",".join(parts) + b"]", cursor
         return b"".join(parts), cursor
 
-    def _trimmed(self, trial: Any, keep: frozenset[str] | None) -> Any:
-        """``trial`` with only the user attributes in ``keep`` (None: all)."""
-        if keep is None or all(key in keep for key in trial.user_attributes):
-            return trial
-        copy = self._trial_message()
-        copy.CopyFrom(trial)
-        for key in [key for key in copy.user_attributes if key not in keep]:
-            del copy.user_attributes[key]
-        return copy
+
+class Trial:
+    """A trial as a study server sends it (attribute values as their JSON text; times as the proxy's text)."""
+
+    __slots__ = ("trial_id", "number", "state", "values", "datetime_start", "datetime_complete", "params",
+                 "distributions", "user", "system", "intermediate")
+
+    def __init__(self, trial_id: int, number: int, state: int, values: list[float], datetime_start: str,
+                 datetime_complete: str, params: dict[str, float], distributions: dict[str, str],
+                 user: dict[str, str], system: dict[str, str], intermediate: dict[int, float]) -> None:
+        self.trial_id, self.number, self.state, self.values = trial_id, number, state, values
+        self.datetime_start, self.datetime_complete = datetime_start, datetime_complete
+        self.params, self.distributions = params, distributions
+        self.user, self.system, self.intermediate = user, system, intermediate
+
+    def message(self, keep: frozenset[str] | None = None) -> Any:
+        """Optuna's proxy's ``Trial`` message (with only the user attributes in ``keep``; None: all)."""
+        from optuna.storages._grpc.auto_generated import api_pb2
+
+        return api_pb2.Trial(trial_id=self.trial_id, number=self.number, state=self.state, values=self.values,
+                             datetime_start=self.datetime_start, datetime_complete=self.datetime_complete,
+                             params=self.params, distributions=self.distributions,
+                             user_attributes=_kept(self.user, keep), system_attributes=self.system,
+                             intermediate_values=self.intermediate)
+
+    def json(self, keep: frozenset[str] | None = None) -> str:
+        """``[trial id, number, state, values, start, end, params, distributions, user attributes, system
+        attributes, intermediate values]`` as JSON: the attributes as JSON objects of their values (a reader
+        decodes a trial in one parse), the distributions as Optuna's JSON of them, the times as the proxy's."""
+        head = _json([self.trial_id, self.number, self.state, self.values, self.datetime_start,
+                      self.datetime_complete, self.params, self.distributions])
+        return (f"{head[:-1]},{_object(_kept(self.user, keep))},{_object(self.system)},"
+                f"{_json({str(step): value for step, value in self.intermediate.items()})}]")
+
+
+def _kept(attrs: dict[str, str], keep: frozenset[str] | None) -> dict[str, str]:
+    return attrs if keep is None else {key: text for key, text in attrs.items() if key in keep}
+
+
+def _object(texts: dict[str, str]) -> str:
+    """A JSON object of values given as their JSON texts."""
+    return "{" + ",".join(f"{_json(key)}:{text}" for key, text in texts.items()) + "}"
+
+
+_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _local(text: str | None) -> str:

@@ -74,9 +74,13 @@ def test_front_processes_carry_every_call_and_its_status(tmp_path, study_server)
     server = study_server(f"journal:{path}", fronts=2)
     clients = [open_storage(server.url) for _ in range(4)]  # connections the kernel spreads over the fronts
     optuna.create_study(storage=clients[0], study_name="fronts")
-    for client in clients:
+    for i, client in enumerate(clients):
         trial = optuna.load_study(study_name="fronts", storage=client).ask()
-        client.set_trial_user_attrs(trial._trial_id, {"status": "verified"})
+        trial.suggest_int("x", 1, 10)
+        trial.suggest_categorical("kind", ["a", "b"])
+        trial.report(0.5 * i, step=i)
+        client.set_trial_system_attr(trial._trial_id, "seen", {"by": i})
+        client.set_trial_user_attrs(trial._trial_id, {"status": "verified", "more": [i, None]})
         client.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.COMPLETE, [1.0])
     trials = optuna.load_study(study_name="fronts", storage=open_storage(server.url)).trials
     assert len(trials) == 4 and all(t.user_attrs["status"] == "verified" for t in trials)
@@ -92,6 +96,7 @@ def test_front_processes_carry_every_call_and_its_status(tmp_path, study_server)
     server.close()
     again = optuna.load_study(study_name="fronts", storage=open_storage(f"journal:{path}"))
     assert [t.state.name for t in again.trials] == ["COMPLETE"] * 4  # the core wrote the journal
+    assert [vars(t) for t in trials] == [vars(t) for t in again.trials]  # and the fronts sent it as it is
 
 
 def test_front_processes_serve_a_journal_only(tmp_path):

@@ -47,13 +47,19 @@ class Server:
         return json.loads(self.fronts[front].apply_answer(body, parsed, starts))
 
     def look(self, front: int, study_id: int, since: int = 0, generation: str = "", user_attrs=None) -> tuple:
+        """(the head, the trials) of a ``Changes`` call, in Optuna's form; the JSON form says the same."""
         self.fronts[front].take(self.core.answer(front, SYNC, b""))
         request = {"study_id": study_id, "since": since, "generation": generation,
                    **({"user_attrs": user_attrs} if user_attrs is not None else {})}
         data = self.fronts[front].changes_answer(request)
         size = int.from_bytes(data[:4], "big")
         head = json.loads(data[4:4 + size])
-        return head, list(api_pb2.GetTrialsReply.FromString(data[4 + size:]).trials)
+        trials = list(api_pb2.GetTrialsReply.FromString(data[4 + size:]).trials)
+        data = self.fronts[front].changes_answer({**request, "form": "json"})
+        size = int.from_bytes(data[:4], "big")
+        assert json.loads(data[4:4 + size]) == {**head, "form": "json"}
+        assert [from_row(row) for row in json.loads(data[4 + size:])] == [plain(t) for t in trials]
+        return head, trials
 
 
 def plain(trial: api_pb2.Trial) -> dict:
@@ -64,6 +70,14 @@ def plain(trial: api_pb2.Trial) -> dict:
             "user": {k: json.loads(v) for k, v in trial.user_attributes.items()},
             "system": {k: json.loads(v) for k, v in trial.system_attributes.items()},
             "intermediate": dict(trial.intermediate_values)}
+
+
+def from_row(row: list) -> dict:
+    """A trial of the JSON form as :func:`plain` has it."""
+    trial_id, number, state, values, start, end, params, distributions, user, system, steps = row
+    return {"trial_id": trial_id, "number": number, "state": state, "values": values, "datetime_start": start,
+            "datetime_complete": end, "params": params, "distributions": distributions, "user": user,
+            "system": system, "intermediate": {int(step): value for step, value in steps.items()}}
 
 
 def as_optuna_sends(path) -> list[dict]:
@@ -128,7 +142,7 @@ def test_the_journal_is_the_study_optuna_reads_and_the_replicas_send_it(tmp_path
     assert expected[t2]["system"] == {HASH_ATTR: "h1", DUPLICATE_ATTR: 1}
     assert expected[t1]["user"]["mneme"] == {"worker": "w", "t": [1, 2]}
     for front in server.fronts:
-        assert [plain(t) for t in front.replica.trials] == expected
+        assert [plain(t.message()) for t in front.replica.trials] == expected
 
     # A new server on the journal: the same study, the claims in it hold.
     again = Server(path)
