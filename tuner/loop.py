@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Protocol
 
+from mneme._internal.heap import Heap
 from mneme.model.experiment import (
     STATUS_INVALID_CONFIG,
     STATUS_INVALID_LAUNCH,
@@ -149,6 +150,7 @@ class TuningLoop:
         start = self._start = time.monotonic()
         self._next_progress = start + PROGRESS_SECONDS
         pending: dict[cf.Future, tuple[Candidate, float]] = {}
+        heap = Heap()  # (the run's trials stay: the collector looks only at what is new)
         # Futures put themselves here when done: waiting costs the same with 2 or 500 in flight.
         self._done: "queue.SimpleQueue[cf.Future]" = queue.SimpleQueue()
         try:
@@ -187,12 +189,14 @@ class TuningLoop:
                     self.results.flush()  # the batch's records in one write, before a signal stops the run
                 if time.monotonic() >= self._next_progress:
                     self._log_progress()
+                heap.settle()
         except KeyboardInterrupt:
             for future in pending:
                 future.cancel()
             self.state.stopped = "interrupted"
             raise
         finally:
+            heap.release()
             self._log_progress()
         if not self.state.stopped:
             self.state.stopped = "exhausted"

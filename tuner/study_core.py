@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from mneme._internal.heap import Heap
 from tuner.study_replica import FAIL, SET_TRIAL_SYSTEM_ATTR, WAITING, StudyReplica
 
 log = logging.getLogger("mneme.study_server")
@@ -63,6 +64,7 @@ class StudyCore:
         self._ingested = len(logs)
         self._chunks: list[bytes] = [marshal.dumps(logs)] if logs else []
         self._positions: list[int | None] = [0] * count  # per front: the first chunk it has not had
+        self._heap = Heap()  # (the study's logs stay: the collector looks only at what is new)
 
     def settings(self) -> dict[str, str]:
         """What a front needs to know of the core: the worker id of its logs, the generation of cursors."""
@@ -94,6 +96,7 @@ class StudyCore:
             log.exception("study server: %s failed", method.decode("utf-8", "replace"))
             status, body = ABORTED, ("INTERNAL", f"{type(exc).__name__}: {exc}")
         self._ingest()
+        self._heap.settle()
         position = self._positions[front] or 0
         chunks = self._chunks[position:]
         self._positions[front] = len(self._chunks)

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 log = logging.getLogger("mneme.study_server")
 
+from mneme._internal.heap import Heap
 from tuner.study_replica import SET_TRIAL_SYSTEM_ATTR, SET_TRIAL_USER_ATTR, TEXTS
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # the journal's lines (``tuner.study_journal``)
@@ -149,12 +150,14 @@ class Front:
 
         self.replica = StudyReplica(full=True, generation=settings["generation"])
         self.batches = Batches(settings["worker_id"])
+        self._heap = Heap()  # (the replica stays: the collector looks only at what is new)
 
     def take(self, data: bytes) -> tuple[int, Any]:
         """A core's answer (``tuner.study_core``'s wire form): its logs into the replica; (status, body)."""
         status, body, chunks = marshal.loads(data)
         for chunk in chunks:
             self.replica.apply_all(marshal.loads(chunk))
+        self._heap.settle()
         return status, body
 
     def apply_request(self, request: bytes) -> tuple[bytes, dict[str, Any], list[str | None]]:
