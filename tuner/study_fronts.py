@@ -27,6 +27,8 @@ from mneme._internal.heap import Heap
 from tuner.study_replica import SET_TRIAL_SYSTEM_ATTR, SET_TRIAL_USER_ATTR, TEXTS
 
 _encode = json.JSONEncoder(separators=(",", ":")).encode  # the journal's lines (``tuner.study_journal``)
+#: A front fetches the others' logs while idle: every (first) seconds while they come, backing off to (second).
+KEEP_UP_S = (0.002, 0.1)
 
 
 def front_main(conn: Any, address: str, index: int, settings: dict[str, str]) -> None:
@@ -88,6 +90,17 @@ async def _serve(conn: Any, address: str, settings: dict[str, str]) -> None:
             raise _Refused(*body)
         return body
 
+    async def keep_up() -> None:
+        """While no call waits, fetch the other fronts' logs (every 2 ms while they come, up to every 0.1 s):
+        a tuner's call then waits for its own work, not for the replica to take in everyone's."""
+        pause = KEEP_UP_S[0]
+        while not closed.is_set():
+            await asyncio.sleep(pause)
+            if pending:
+                continue
+            await core(SYNC, b"")
+            pause = KEEP_UP_S[0] if front.news else min(KEEP_UP_S[1], 2 * pause)
+
     async def apply(request: bytes) -> bytes:
         payload, parsed, starts = front.apply_request(request)
         return front.apply_answer(await core(APPLY, payload), parsed, starts)
@@ -132,9 +145,11 @@ async def _serve(conn: Any, address: str, settings: dict[str, str]) -> None:
     await server.start()
     conn.send(("bound", bound))
     threading.Thread(target=receive, name="core-answers", daemon=True).start()
+    keeping_up = asyncio.ensure_future(keep_up())
     try:
         await closed.wait()
     finally:
+        keeping_up.cancel()
         await server.stop(1.0)
 
 
@@ -151,12 +166,14 @@ class Front:
         self.replica = StudyReplica(full=True, generation=settings["generation"])
         self.batches = Batches(settings["worker_id"])
         self._heap = Heap()  # (the replica stays: the collector looks only at what is new)
+        self.news = False  # whether the core's last answer brought logs
 
     def take(self, data: bytes) -> tuple[int, Any]:
         """A core's answer (``tuner.study_core``'s wire form): its logs into the replica; (status, body)."""
         status, body, chunks = marshal.loads(data)
         for chunk in chunks:
             self.replica.apply_all(marshal.loads(chunk))
+        self.news = bool(chunks)
         self._heap.settle()
         return status, body
 
@@ -252,8 +269,10 @@ class Batches:
         self.worker_id = worker_id
         self._worker_json = _encode(worker_id)
         self._hash_attr = HASH_ATTR
+        self._hash_json = _encode(HASH_ATTR)
         self._states = {state.name: state for state in TrialState}
-        self._distributions: dict[str, str] = {}  # a distribution's JSON -> Optuna's JSON of it
+        self._distributions: dict[str, tuple[str, str]] = {}  # a distribution's JSON -> (Optuna's JSON of it,
+        # that as a JSON string)
         self._makers = {"create_new_trial": self._create, "set_trial_param": self._param,
                         "set_trial_system_attr": self._system_attr, "set_trial_user_attrs": self._user_attrs,
                         "set_trial_state_values": self._state, "claim": self._claim}
@@ -292,23 +311,28 @@ class Batches:
         return (kind, args, logs, "".join(_encode(entry) + "\n" for entry in logs).encode("utf-8"))
 
     def _create(self, study_id: Any) -> tuple:
+        study_id = int(study_id)
         now = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="microseconds")
-        return self._entry("create", (), [{"op_code": 4, "worker_id": self.worker_id, "study_id": int(study_id),
-                                           "datetime_start": now}])
+        line = f'{{"op_code":4,"worker_id":{self._worker_json},"study_id":{study_id},"datetime_start":"{now}"}}\n'
+        return ("create", (), [{"op_code": 4, "worker_id": self.worker_id, "study_id": study_id,
+                                "datetime_start": now}], line.encode("utf-8"))
 
     def _param(self, trial_id: Any, name: Any, value: Any, distribution: Any) -> tuple:
         if not isinstance(name, str):
             raise TypeError(f"a parameter's name is a string, not {name!r}")
-        text = self._distributions.get(distribution)
-        if text is None:
+        known = self._distributions.get(distribution)
+        if known is None:
             from optuna.distributions import distribution_to_json, json_to_distribution
 
             text = distribution_to_json(json_to_distribution(distribution))
+            known = (text, _encode(text))
             if len(self._distributions) < 4096:
-                self._distributions[distribution] = text
-        return self._entry("param", (), [{"op_code": 5, "worker_id": self.worker_id, "trial_id": int(trial_id),
-                                          "param_name": name, "param_value_internal": float(value),
-                                          "distribution": text}])
+                self._distributions[distribution] = known
+        trial_id, value = int(trial_id), float(value)
+        line = (f'{{"op_code":5,"worker_id":{self._worker_json},"trial_id":{trial_id},"param_name":{_encode(name)},'
+                f'"param_value_internal":{_encode(value)},"distribution":{known[1]}}}\n')
+        return ("param", (), [{"op_code": 5, "worker_id": self.worker_id, "trial_id": trial_id, "param_name": name,
+                               "param_value_internal": value, "distribution": known[0]}], line.encode("utf-8"))
 
     def _system_attr(self, trial_id: Any, key: Any, value: Any) -> tuple:
         return self._attrs(SET_TRIAL_SYSTEM_ATTR, "system_attr", int(trial_id), {str(key): value})
@@ -342,9 +366,10 @@ class Batches:
 
     def _claim(self, study_id: Any, trial_id: Any, key: Any) -> tuple:
         study_id, trial_id, key = int(study_id), int(trial_id), str(key)
-        return self._entry("claim", (study_id, trial_id, key),
-                           [{"op_code": 9, "worker_id": self.worker_id, "trial_id": trial_id,
-                             "system_attr": {self._hash_attr: key}}])
+        line = (f'{{"op_code":9,"worker_id":{self._worker_json},"trial_id":{trial_id},'
+                f'"system_attr":{{{self._hash_json}:{_encode(key)}}}}}\n')
+        return ("claim", (study_id, trial_id, key), [{"op_code": 9, "worker_id": self.worker_id, "trial_id": trial_id,
+                                                      "system_attr": {self._hash_attr: key}}], line.encode("utf-8"))
 
 
 class Fronts:

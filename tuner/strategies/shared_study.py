@@ -249,6 +249,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._mneme = True  # False: a plain Optuna proxy
             self._checked = False  # whether the server was asked if it is a mneme study server
             self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
+            self._wanted: dict[int, int] = {}  # study id -> the trials the last batch asked for (``reserve``)
 
         # -- sending ---------------------------------------------------------------------------
         def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
@@ -304,6 +305,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 if not self._holding or not self._mneme or not self._supported():
                     return
+                self._wanted[study_id] = count  # (what a claim makes ahead: the next batch's asks, in its call)
                 ahead = self._next.setdefault(study_id, [])
                 missing = count - len(ahead)
                 if missing > 0:
@@ -470,8 +472,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 return self._claim_all(study_id, claims)
 
         def _claim_all(self, study_id: int, claims: list[tuple[int, str]]) -> list[int]:
-            # Held (see ``hold``), the call also makes as many trials ahead for the next asks as it claims.
-            ahead = [["create_new_trial", study_id]] * len(claims) if self._holding and not self._next.get(study_id) else []
+            # Held (see ``hold``), the call also makes the trials of the next asks (as many as the last batch asked
+            # for, or as it claims): a batch of trials costs one call.
+            made = len(self._next.get(study_id, ()))
+            wanted = max(len(claims), self._wanted.get(study_id, 0))
+            ahead = [["create_new_trial", study_id]] * (wanted - made) if self._holding and made < wanted else []
             results = self._send([*(["claim", study_id, t, key] for t, key in claims), *ahead], study_id)
             owners = [int(owner) for owner in results[:len(claims)]]
             if ahead:
