@@ -453,6 +453,7 @@ def study_storage(storage: str, work: Path, count: int, fronts: int = 0) -> tupl
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
                  storage: str, work: Path, fronts: int = 0,
                  servers_cpu: Callable[[], list[float]] | None = None) -> list[dict]:
+    work.mkdir(parents=True, exist_ok=True)
     space = work / "wide_launch_grid.py"
     space.write_text(SPACE.replace("GRIDS", str(SHARED_GRIDS)))  # (draws seldom meet: see SHARED_GRIDS)
     rows = []
@@ -506,6 +507,15 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
     return rows
 
 
+def median_rows(runs: list[list[dict]]) -> list[dict]:
+    """Per tuner count, the row of the run with the median rate (the rates of all runs beside it)."""
+    rows = []
+    for position, row in enumerate(runs[0]):
+        candidates = sorted((run[position] for run in runs), key=lambda r: r["rate"])
+        rows.append({**candidates[(len(candidates) - 1) // 2], "rates": [r["rate"] for r in (run[position] for run in runs)]})
+    return rows
+
+
 def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool, trials: int) -> str:
     """The shared-study table and verdicts (markdown)."""
     kind = "echo servers" if echo else "test-engine servers"
@@ -520,7 +530,9 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
         server = "-" if r.get("server_ms") is None else f"{r['server_ms']:.2f} ms"
         core = "-" if r.get("core_ms") is None else f"{r['core_ms']:.2f} ms"
         ceiling = "-" if not r.get("core_ms") else f"{1e3 / r['core_ms']:.0f} trials/s"
-        lines.append(f"| {r['tuners']} | {r['rate']:.0f} | {ratio} | {r['trials']} "
+        rate = f"{r['rate']:.0f}" if len(r.get("rates", ())) < 2 else \
+            f"{r['rate']:.0f} (runs: {', '.join(f'{x:.0f}' for x in r['rates'])})"
+        lines.append(f"| {r['tuners']} | {rate} | {ratio} | {r['trials']} "
                      f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
                      f"| {core} | {ceiling} | {_ms(r.get('echo_ms'))} | {_share(r.get('echo_busiest'))} |")
     lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
@@ -567,6 +579,9 @@ def main(argv: list[str] | None = None) -> int:
                         "HOLD_RESPONSES_SECONDS; 0: each at once, as before the hold existed)")
     p.add_argument("--trials", type=int, default=3000, help="--mode shared-study: trials per tuner process")
     p.add_argument("--tuners", default="1,2", help="--mode shared-study: tuner processes to compare (default 1,2)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="--mode shared-study: runs of the whole comparison, one after another; each row is the run "
+                        "with the median rate (default 1)")
     p.add_argument("--study-fronts", type=int, default=0,
                    help="--mode shared-study: the study server's --fronts (default 0: none)")
     p.add_argument("--storage", default="study-server",
@@ -625,9 +640,11 @@ def main(argv: list[str] | None = None) -> int:
                 record(args, f"curve, {max(counts)} {'echo' if args.echo_servers else 'test-engine'} servers", curve)
             if args.mode in ("shared-study", "all"):
                 n = max(counts)
-                rows = shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
-                                    [int(t) for t in args.tuners.split(",")], args.storage, work, args.study_fronts,
-                                    getattr(servers, "cpu_seconds", None))
+                runs = [shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
+                                     [int(t) for t in args.tuners.split(",")], args.storage, work / f"run-{i}",
+                                     args.study_fronts, getattr(servers, "cpu_seconds", None))
+                        for i in range(args.repeat)]
+                rows = median_rows(runs)
                 storage = args.storage + (f", {args.study_fronts} front processes" if args.study_fronts else "")
                 report = shared_study_report(rows, storage, n, args.echo_servers, args.trials)
                 print("\n" + report)

@@ -49,7 +49,7 @@ from typing import Any
 
 from mneme.errors import ConfigurationError
 from tuner.space.search_space import Candidate, SearchSpace
-from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, OptunaSamplingStrategy
+from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, OptunaSamplingStrategy, tell
 
 log = logging.getLogger("mneme.tune.shared")
 
@@ -809,7 +809,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                     self._tell_known(trial, key)
             else:  # the claim was released (its process stopped): the configuration is free again
                 for trial in waiting:
-                    self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    tell(self.study, trial, state=optuna.trial.TrialState.FAIL)
 
     def _owner(self, number: int, key: str) -> int:
         """The number of the trial that evaluates ``key``, as seen by trial ``number`` (tagged with it)."""
@@ -945,7 +945,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._waiting.clear()
         for trial in leftover:
             try:
-                self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                tell(self.study, trial, state=optuna.trial.TrialState.FAIL)
             except Exception as exc:  # noqa: BLE001 - already finished, or the storage went away: say so
                 log.warning("could not release trial %d: %s", trial.number, exc)
         flush = getattr(self._storage, "flush", None)
