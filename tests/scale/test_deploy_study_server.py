@@ -4,6 +4,7 @@ tuner processes on ``--optuna-storage grpc://HOST:PORT`` (loopback only)."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import optuna
@@ -219,12 +220,19 @@ def test_a_batch_of_asks_is_one_call_and_told_trials_go_with_the_next(tmp_path, 
     assert counted.calls[-1].count("claim") == 8
     for candidate in asked[:4]:
         strategy.tell(candidate, [1.0])
-    strategy.flush()  # the loop asks nothing more for now: the ends go at once
-    assert counted.calls[-1] == ["set_trial_state_values"] * 4
-    strategy.close()  # the other four fail (released), and so do the trials made ahead
+    before = len(counted.calls)
+    strategy.flush()  # the loop asks nothing more for now: the ends go at once, with the next batch's claims
+    deadline = time.monotonic() + 10
+    while len(counted.calls) == before and time.monotonic() < deadline:  # (the call travels while the loop waits)
+        time.sleep(0.01)
+    assert counted.calls[-1].count("set_trial_state_values") == 4 and counted.calls[-1].count("claim") == 8
+    again = strategy.ask_many(8)  # the batch drawn ahead, its claims won: no call of its own
+    assert len(again) == 8 and not {c.hash for c in again} & {c.hash for c in asked}
+    assert len(counted.calls) == before + 1, counted.calls[before:]
+    strategy.close()  # the four untold and the eight not run fail (released), and so do the trials made ahead
     trials = optuna.load_study(study_name="batch", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
     states = Counter(t.state.name for t in trials)
-    assert states == {"COMPLETE": 12, "FAIL": 4 + 8}, states
+    assert states == {"COMPLETE": 12, "FAIL": 4 + 8 + 8}, states
     assert all("status" not in t.user_attrs for t in trials if t.state.name == "FAIL")
 
 

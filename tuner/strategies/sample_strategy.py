@@ -52,6 +52,16 @@ ENQUEUE_AFTER = 32
 DUPLICATE_ATTR = "mneme:duplicate_of"
 
 
+class _Draws:
+    """The counts one ``ask_many`` keeps across its draws."""
+
+    __slots__ = ("draw", "seen")
+
+    def __init__(self) -> None:
+        self.draw = 0  # draws since the last candidate (a claim lost with the batch counts as one)
+        self.seen: int | None = None  # distinct configurations known, at most (counted again where it reaches the size)
+
+
 def tell(study: Any, trial: Any, values: Any = None, state: Any = None) -> None:
     """``study.tell(trial, values, state=state)`` without its answer: Optuna's ``tell`` returns a deep copy of
     the trial (its user attributes and all), which cost a tenth of a tuner's CPU a trial and which nothing here
@@ -415,47 +425,52 @@ class OptunaSamplingStrategy(SamplingStrategy):
             self._baseline_pending = False
             self._enqueue_baseline()
         out: list[Candidate] = []
-        draw = 0  # draws since the last candidate (a claim lost with the batch counts as one)
-        seen = None  # distinct configurations known, at most (counted again only where it reaches the size)
+        counters = _Draws()
         while len(out) < count:
-            due: list[tuple[Any, Candidate]] = []  # drawn, their claims decided together
-            while len(out) + len(due) < count and draw < MAX_REDRAWS:
-                if self.size is not None and (seen is None or seen >= self.size):
-                    seen = self._distinct_seen()
-                if self._exhausted or (seen is not None and seen >= self.size):
-                    break
-                if draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
-                    self._exhausted = True
-                    break
-                draw += 1
-                trial = self.study.ask()
-                params = {name: param.suggest(trial) for name, param in self._dims.items()}
-                if not constraints_checked(self.space, params):
-                    self.skipped_by_constraints += 1
-                    self._fail(trial, EXCLUDED, mark=True)
-                    seen = None
-                    continue
-                candidate = Candidate(params, derive_checked(self.space, params), trial.number)
-                settled = self._settled(trial, candidate)
-                if settled:
-                    continue
-                self._in_flight[candidate.hash] = []
-                self._claim_of[candidate.hash] = trial.number
-                draw = 0
-                if seen is not None:
-                    seen += 1
-                if settled is None:
-                    due.append((trial, candidate))
-                    continue
-                self._trials[trial.number] = trial
-                out.append(candidate)
+            due = self._draw(count, out, counters)
             if not due:
                 break
             won = self._decide(due)
-            seen = None  # (the study's news came with the claims)
-            draw += len(due) - len(won)
+            counters.seen = None  # (the study's news came with the claims)
+            counters.draw += len(due) - len(won)
             out += won
         return out
+
+    def _draw(self, count: int, out: list[Candidate], counters: "_Draws") -> list[tuple[Any, Candidate]]:
+        """Draw until ``out`` and the draws whose claims are decided elsewhere (returned) make ``count``: a
+        candidate settled here goes to ``out``."""
+        due: list[tuple[Any, Candidate]] = []  # drawn, their claims decided together
+        while len(out) + len(due) < count and counters.draw < MAX_REDRAWS:
+            if self.size is not None and (counters.seen is None or counters.seen >= self.size):
+                counters.seen = self._distinct_seen()
+            if self._exhausted or (counters.seen is not None and counters.seen >= self.size):
+                break
+            if counters.draw == ENQUEUE_AFTER and self.size is not None and not self._enqueue_unseen_point():
+                self._exhausted = True
+                break
+            counters.draw += 1
+            trial = self.study.ask()
+            params = {name: param.suggest(trial) for name, param in self._dims.items()}
+            if not constraints_checked(self.space, params):
+                self.skipped_by_constraints += 1
+                self._fail(trial, EXCLUDED, mark=True)
+                counters.seen = None
+                continue
+            candidate = Candidate(params, derive_checked(self.space, params), trial.number)
+            settled = self._settled(trial, candidate)
+            if settled:
+                continue
+            self._in_flight[candidate.hash] = []
+            self._claim_of[candidate.hash] = trial.number
+            counters.draw = 0
+            if counters.seen is not None:
+                counters.seen += 1
+            if settled is None:
+                due.append((trial, candidate))
+                continue
+            self._trials[trial.number] = trial
+            out.append(candidate)
+        return due
 
     def _decide(self, due: list[tuple[Any, Candidate]]) -> list[Candidate]:
         """The candidates of ``due`` whose claims this process won (only a shared study defers claims)."""

@@ -45,11 +45,11 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from mneme.errors import ConfigurationError
 from tuner.space.search_space import Candidate, SearchSpace
-from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, OptunaSamplingStrategy, tell
+from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, OptunaSamplingStrategy, _Draws, tell
 
 log = logging.getLogger("mneme.tune.shared")
 
@@ -207,6 +207,17 @@ def _grpc_storage(url: str, timeout: float) -> Any:
     def _trials_of(reply: bytes) -> list[Any]:
         return [_from_proto(t) for t in api_pb2.GetTrialsReply.FromString(reply).trials]
 
+    def _refusal(exc: Any) -> BaseException:
+        """The exception Optuna's storage raises for a refused ``Apply`` call."""
+        code = exc.code()
+        if code == grpc.StatusCode.NOT_FOUND:
+            return KeyError(exc.details())
+        if code == grpc.StatusCode.FAILED_PRECONDITION:
+            return optuna.exceptions.UpdateFinishedTrialError(exc.details())
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return ValueError(exc.details())
+        return exc
+
     class _View:
         """A study's trials as this process knows them: by number (None: not seen yet), the server's
         cursor and generation, the numbers of the WAITING ones, how many are not seen yet."""
@@ -249,39 +260,44 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._mneme = True  # False: a plain Optuna proxy
             self._checked = False  # whether the server was asked if it is a mneme study server
             self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
-            self._wanted: dict[int, int] = {}  # study id -> the trials the last batch asked for (``reserve``)
+            self._wanted: dict[int, int] = {}  # study id -> the most trials a batch asked for (``reserve``)
 
         # -- sending ---------------------------------------------------------------------------
         def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
             """Run the changes kept so far, then ``ops``, on the server in one call; the results of ``ops``.
             With ``study_id`` (a study looked at before), its changes come back with the answer. A kept change
             the server refuses (a trial finished meanwhile) is logged; a refused one of ``ops`` raises."""
+            request, queued = self._request(ops, study_id)
+            try:
+                reply = self._apply(request)
+            except grpc.RpcError as exc:
+                self._sent(queued)
+                raise _refusal(exc) from None
+            return self._received(reply, queued, study_id)
+
+        def _request(self, ops: list[list[Any]], study_id: int | None) -> tuple[dict[str, Any], list[list[Any]]]:
+            """(the ``Apply`` request of the changes kept so far and ``ops``, the kept changes it takes)."""
             queued, self._queue = self._queue, []
             request: dict[str, Any] = {"ops": queued + ops, "tolerate": len(queued)}
             view = self._known.get(study_id) if study_id is not None else None
             if view is not None:
                 request["changes"] = self._look(study_id, view.cursor, view.generation)
-            try:
-                reply = self._apply(request)
-            except grpc.RpcError as exc:
-                code = exc.code()
-                if code == grpc.StatusCode.NOT_FOUND:
-                    raise KeyError(exc.details()) from None
-                if code == grpc.StatusCode.FAILED_PRECONDITION:
-                    raise optuna.exceptions.UpdateFinishedTrialError(exc.details()) from None
-                if code == grpc.StatusCode.INVALID_ARGUMENT:
-                    raise ValueError(exc.details()) from None
-                raise
-            finally:
-                for op in queued:
-                    if op[0] == "set_trial_state_values":
-                        self._unsent.pop(op[1], None)
+            return request, queued
+
+        def _sent(self, queued: list[list[Any]]) -> None:
+            for op in queued:
+                if op[0] == "set_trial_state_values":
+                    self._unsent.pop(op[1], None)
+
+        def _received(self, reply: dict[str, Any], queued: list[list[Any]], study_id: int | None) -> list[Any]:
+            """The results of a request's own operations (the kept ones' refusals logged, the news merged)."""
+            self._sent(queued)
             results = reply["results"]
             for op, result in zip(queued, results):
                 if isinstance(result, dict) and "error" in result:
                     log.warning("the study server refused %s of trial id %s: %s", op[0], op[1], result["error"])
             changes = reply.get("changes")
-            if view is not None and changes is not None:  # (a server before changes came with Apply: none)
+            if study_id in self._known and changes is not None:  # (a server before changes came with Apply: none)
                 self._merge(study_id, changes, [_from_row(row) for row in changes["trials"]]
                             if changes.get("form") == "json" else _trials_of(base64.b64decode(changes["trials"])))
                 self._fresh.add(study_id)
@@ -305,7 +321,9 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 if not self._holding or not self._mneme or not self._supported():
                     return
-                self._wanted[study_id] = count  # (what a claim makes ahead: the next batch's asks, in its call)
+                # (what a claim makes ahead: the most a batch asked for, so that the next batch's trials come with
+                # the claims of this one)
+                self._wanted[study_id] = max(count, self._wanted.get(study_id, 0))
                 ahead = self._next.setdefault(study_id, [])
                 missing = count - len(ahead)
                 if missing > 0:
@@ -471,13 +489,37 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 return self._claim_all(study_id, claims)
 
-        def _claim_all(self, study_id: int, claims: list[tuple[int, str]]) -> list[int]:
-            # Held (see ``hold``), the call also makes the trials of the next asks (as many as the last batch asked
-            # for, or as it claims): a batch of trials costs one call.
+        def claim_many_later(self, study_id: int, claims: list[tuple[int, str]]) -> Callable[[], list[int]]:
+            """:meth:`claim_many` without waiting for the server: the call goes now (with the changes kept so
+            far); the function returned waits for its answer and gives the owners' numbers (call it once, before
+            the next claim)."""
+            with self._lock:
+                ops, ahead = self._claim_ops(study_id, claims)
+                request, queued = self._request(ops, study_id)
+                future = self._apply.future(request)
+
+            def owners() -> list[int]:
+                try:
+                    reply = future.result()
+                except grpc.RpcError as exc:
+                    with self._lock:
+                        self._sent(queued)
+                    raise _refusal(exc) from None
+                with self._lock:
+                    return self._claimed(study_id, claims, ahead, self._received(reply, queued, study_id))
+
+            return owners
+
+        def _claim_ops(self, study_id: int, claims: list[tuple[int, str]]) -> tuple[list[list[Any]], int]:
+            """(the operations of ``claims``, and of the trials made ahead with them; how many are made ahead)."""
+            # Held (see ``hold``), the call also makes the trials of the next asks (as many as a batch asked for at
+            # most, or as it claims): a batch of trials costs one call.
             made = len(self._next.get(study_id, ()))
             wanted = max(len(claims), self._wanted.get(study_id, 0))
-            ahead = [["create_new_trial", study_id]] * (wanted - made) if self._holding and made < wanted else []
-            results = self._send([*(["claim", study_id, t, key] for t, key in claims), *ahead], study_id)
+            ahead = wanted - made if self._holding and made < wanted else 0
+            return [*(["claim", study_id, t, key] for t, key in claims), *[["create_new_trial", study_id]] * ahead], ahead
+
+        def _claimed(self, study_id: int, claims: list[tuple[int, str]], ahead: int, results: list[Any]) -> list[int]:
             owners = [int(owner) for owner in results[:len(claims)]]
             if ahead:
                 self._next.setdefault(study_id, []).extend(results[len(claims):])
@@ -488,6 +530,10 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     if owner != trial.number:
                         trial.system_attrs[DUPLICATE_ATTR] = owner
             return owners
+
+        def _claim_all(self, study_id: int, claims: list[tuple[int, str]]) -> list[int]:
+            ops, ahead = self._claim_ops(study_id, claims)
+            return self._claimed(study_id, claims, ahead, self._send(ops, study_id))
 
         # -- the study -------------------------------------------------------------------------
         def take_changed(self, study_id: int) -> set[int] | None:
@@ -532,6 +578,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             view = self._known.get(study_id)
             if view is None or head["generation"] != view.generation:  # a first look, or a new server
                 view = self._known[study_id] = _View(head["generation"])
+            elif head["cursor"] < view.cursor:  # an answer overtaken by a later one (a claim sent ahead): the
+                return view  # later one brought all this and more
             trials = view.trials
             touched = view.touched
             for trial in changed:
@@ -730,6 +778,10 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self.worker = worker_name()
         self.skipped_elsewhere = 0
         self._untagged_ok: set[int] = set()  # untagged trials taken as abandoned
+        self._ready: list[Candidate] = []  # drawn ahead, claims won: the next asks take them first
+        self._pending: tuple[list[tuple[Any, Candidate]], Callable[[], list[int]]] | None = None  # claims sent
+        # ahead: (the draws, what waits for their owners)
+        self._ahead = 0  # how many the last batch asked for (what ``flush`` draws ahead)
 
     # -- what the study knows ------------------------------------------------------------
     def _is_known(self, key: str) -> bool:
@@ -831,11 +883,24 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
     # -- ask/tell ------------------------------------------------------------------------
     def ask_many(self, count: int) -> list[Candidate]:
+        """Also the candidates drawn ahead (:meth:`flush`) whose claims this process won, first."""
+        self._collect()
         reserve = getattr(self._storage, "reserve", None)
         if reserve is not None:  # a study server's client: the batch's trials made in one call (with the news)
             reserve(self._study_id, count)
         self._sync()
-        return super().ask_many(count)
+        out, self._ready = self._ready[:count], self._ready[count:]
+        if len(out) < count:
+            out += super().ask_many(count - len(out))
+        self._ahead = count
+        return out
+
+    def _collect(self) -> None:
+        """The answer to the claims sent ahead: the candidates won wait for the next asks."""
+        if self._pending is not None:
+            due, owners = self._pending
+            self._pending = None
+            self._ready += self._won(due, owners())
 
     def _settled(self, trial: Any, candidate: Candidate) -> bool | None:
         """Also settled: a configuration another process claimed first (its values come through the study).
@@ -871,7 +936,10 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
     def _decide(self, due: list[tuple[Any, Candidate]]) -> list[Candidate]:
         """The study server's claims of ``due`` in one call: the candidates this process won; the others are
         duplicates of the winners (with the trials of this batch that waited on them)."""
-        owners = self._storage.claim_many(self._study_id, [(trial._trial_id, c.hash) for trial, c in due])
+        return self._won(due, self._storage.claim_many(self._study_id, [(trial._trial_id, c.hash) for trial, c in due]))
+
+    def _won(self, due: list[tuple[Any, Candidate]], owners: list[int]) -> list[Candidate]:
+        """The candidates of ``due`` whose claims the server gave this process (``owners``: each claim's owner)."""
         won = []
         for (trial, candidate), owner in zip(due, owners):
             key = candidate.hash
@@ -928,7 +996,18 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         super()._set_user_attrs(trial, attrs)
 
     def flush(self) -> None:
-        """Send the trial ends and attributes a study server's client keeps for its next call."""
+        """Send the trial ends and attributes a study server's client keeps for its next call.
+
+        Through a study server, they go with the claims of the next batch, drawn now (as many as the last batch
+        asked for): the call travels while this batch runs, and the next asks take what it won.
+        """
+        later = getattr(self._storage, "claim_many_later", None)
+        if (later is not None and self._pending is None and self._ahead and not self._ready
+                and self._storage.decides_claims()):
+            due = self._draw(self._ahead, self._ready, _Draws())
+            if due:
+                self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due]))
+                return
         flush = getattr(self._storage, "flush", None)
         if flush is not None:
             flush()
@@ -937,6 +1016,12 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         """Fail this process's trials still running (Ctrl-C, a stop): their configurations are free again."""
         import optuna
 
+        try:
+            self._collect()  # (the claims sent ahead: their trials are this process's to release)
+        except Exception as exc:  # noqa: BLE001 - the server went away: say so
+            log.warning("could not collect the claims sent ahead: %s", exc)
+            self._pending = None
+        self._ready = []
         leftover = list(self._trials.values())
         leftover += [t for waiting in self._in_flight.values() for t in waiting]
         leftover += [t for waiting in self._waiting.values() for t in waiting]
