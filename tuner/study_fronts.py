@@ -342,12 +342,12 @@ class Batches:
                            {str(name): value for name, value in dict(attrs).items()})
 
     def _attrs(self, op_code: int, field: str, trial_id: int, attrs: dict[str, Any]) -> tuple:
-        """A log per attribute; each value encoded once, for its line and (``TEXTS``) for the replicas."""
+        """A log per attribute; each value encoded once, for its line and for the replicas, and carried as that
+        text only (``TEXTS``; the journal decodes it where Optuna's storage reads the log)."""
         logs, lines = [], []
         for name, value in attrs.items():
             text = _encode(value)
-            logs.append({"op_code": op_code, "worker_id": self.worker_id, "trial_id": trial_id, field: {name: value},
-                         TEXTS: {name: text}})
+            logs.append({"op_code": op_code, "worker_id": self.worker_id, "trial_id": trial_id, TEXTS: {name: text}})
             lines.append(f'{{"op_code":{op_code},"worker_id":{self._worker_json},"trial_id":{trial_id},'
                          f'"{field}":{{{_encode(name)}:{text}}}}}\n')
         return ("attrs", (), logs, "".join(lines).encode("utf-8"))

@@ -12,6 +12,7 @@ from typing import Any
 from optuna.storages.journal import BaseJournalBackend
 
 from mneme.errors import ConfigurationError
+from tuner.study_replica import ATTR_FIELDS, TEXTS
 
 log = logging.getLogger("mneme.study_server")
 
@@ -63,7 +64,16 @@ class ServerJournal(BaseJournalBackend):
         self._synced = time.monotonic()
 
     def read_logs(self, log_number_from: int) -> list[dict[str, Any]]:
-        return self._logs[log_number_from:]
+        """The logs from ``log_number_from`` on, whole: the attribute values a study server's front sent as their
+        JSON only (``tuner.study_replica.TEXTS``) decoded (once)."""
+        logs = self._logs[log_number_from:]
+        for entry in logs:
+            texts = entry.get(TEXTS)
+            if texts is not None:
+                field = ATTR_FIELDS.get(entry["op_code"])
+                if field is not None and field not in entry:
+                    entry[field] = {key: json.loads(text) for key, text in texts.items()}
+        return logs
 
     def append_logs(self, logs: list[dict[str, Any]]) -> None:
         self._file.write("".join(_encode(entry) + "\n" for entry in logs).encode("utf-8"))  # (buffered)

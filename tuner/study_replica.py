@@ -29,8 +29,11 @@ SET_TRIAL_USER_ATTR, SET_TRIAL_SYSTEM_ATTR = 8, 9
 RUNNING, COMPLETE, PRUNED, FAIL, WAITING = 0, 1, 2, 3, 4
 NOT_FOUND = "Record does not exist."
 UNUPDATABLE = "Trial#{trial_number} has already finished and can not be updated."
-#: A log's key for its attribute values' JSON (logs a front made carry it: each value is encoded once).
+#: A log's key for its attribute values' JSON: a front's logs carry the values so (each value is encoded once,
+#: and not decoded where only its text is needed); ``tuner.study_journal`` decodes them for Optuna's storage.
 TEXTS = "value_json"
+#: The field of an attribute log's values, by operation code.
+ATTR_FIELDS = {SET_TRIAL_USER_ATTR: "user_attr", SET_TRIAL_SYSTEM_ATTR: "system_attr"}
 #: The proxy's datetime form (Optuna's servicer: local time).
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 #: Encoded trials a replica keeps (the latest used): those tuners are about to read again.
@@ -270,17 +273,21 @@ class StudyReplica:
         if not self._updatable(trial_id, strict):
             self._skipped()
             return None
-        attrs = log["user_attr"] if user else log["system_attr"]
+        texts = log.get(TEXTS)  # (the values' JSON only, where a front made the log)
+        attrs = log.get("user_attr" if user else "system_attr")
         if user:
-            if "status" in attrs:
+            if "status" in (attrs if attrs is not None else texts):
                 self.with_status.add(trial_id)
         else:
-            self._note_system(trial_id, attrs)
+            self._note_system(trial_id, attrs if attrs is not None else
+                              {key: json.loads(texts[key]) for key in texts if key in (HASH_ATTR, DUPLICATE_ATTR)})
         if self.full:
             target = self.trials[trial_id].user if user else self.trials[trial_id].system
-            texts = log.get(TEXTS)  # (the values' JSON, where the front that made the log sent it)
-            for key, value in attrs.items():
-                target[key] = texts[key] if texts is not None else json.dumps(value)
+            if texts is not None:
+                target.update(texts)
+            else:
+                for key, value in attrs.items():
+                    target[key] = json.dumps(value)
         self._changed(trial_id)
         return None
 
@@ -385,7 +392,18 @@ def _local(text: str | None) -> str:
     """A journal's UTC time as the proxy sends it (local time, ``DATETIME_FORMAT``; "" for none)."""
     if not text:
         return ""
-    return datetime.datetime.fromisoformat(text).astimezone().replace(tzinfo=None).strftime(DATETIME_FORMAT)
+    moment = datetime.datetime.fromisoformat(text)
+    quarter = int(moment.timestamp()) // 900  # (offsets change on quarter hours)
+    offset = _OFFSETS.get(quarter)
+    if offset is None:
+        offset = moment.astimezone().utcoffset()
+        if len(_OFFSETS) > 4096:
+            _OFFSETS.clear()
+        _OFFSETS[quarter] = offset
+    return (moment + offset).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+
+
+_OFFSETS: dict[int, datetime.timedelta] = {}  # quarter hour (UTC) -> the local offset then
 
 
 def varint(value: int) -> bytes:
