@@ -402,10 +402,10 @@ def tuner_process(settings: dict) -> int:
 class StudyServer:
     """``mneme study-server URL --port 0`` (this checkout's code) for one shared-study measurement."""
 
-    def __init__(self, url: str, fronts: int = 0) -> None:
+    def __init__(self, url: str, fronts: int | None = None) -> None:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         self.process = subprocess.Popen([sys.executable, "-m", "mneme", "study-server", url, "--port", "0",
-                                         *(["--fronts", str(fronts)] if fronts else [])],
+                                         *(["--fronts", str(fronts)] if fronts is not None else [])],
                                         stdout=subprocess.PIPE, text=True, env=env)
         line = self.process.stdout.readline()
         if "grpc://" not in line:
@@ -439,7 +439,7 @@ def _process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def study_storage(storage: str, work: Path, count: int, fronts: int = 0) -> tuple[str, StudyServer | None]:
+def study_storage(storage: str, work: Path, count: int, fronts: int | None = None) -> tuple[str, StudyServer | None]:
     """(the tuners' --optuna-storage, the study server started for it or None) of ``--storage``."""
     if storage == "journal":
         return f"journal:{work / f'study-{count}.log'}", None
@@ -451,7 +451,7 @@ def study_storage(storage: str, work: Path, count: int, fronts: int = 0) -> tupl
 
 
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
-                 storage: str, work: Path, fronts: int = 0,
+                 storage: str, work: Path, fronts: int | None = None,
                  servers_cpu: Callable[[], list[float]] | None = None) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     space = work / "wide_launch_grid.py"
@@ -582,8 +582,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="--mode shared-study: runs of the whole comparison, one after another; each row is the run "
                         "with the median rate (default 1)")
-    p.add_argument("--study-fronts", type=int, default=0,
-                   help="--mode shared-study: the study server's --fronts (default 0: none)")
+    p.add_argument("--study-fronts", type=int, default=None,
+                   help="--mode shared-study: the study server's --fronts (default: the server's)")
     p.add_argument("--storage", default="study-server",
                    help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
                         "study-server:URL, journal, or an --optuna-storage URL")
@@ -645,7 +645,13 @@ def main(argv: list[str] | None = None) -> int:
                                      args.study_fronts, getattr(servers, "cpu_seconds", None))
                         for i in range(args.repeat)]
                 rows = median_rows(runs)
-                storage = args.storage + (f", {args.study_fronts} front processes" if args.study_fronts else "")
+                fronts = args.study_fronts
+                if fronts is None and args.storage.startswith("study-server"):
+                    from tuner.study_server import DEFAULT_FRONTS
+
+                    fronts = DEFAULT_FRONTS if args.storage in ("study-server", "study-server:") or \
+                        args.storage.startswith("study-server:journal:") else 0
+                storage = args.storage + (f", {fronts} front processes" if fronts else "")
                 report = shared_study_report(rows, storage, n, args.echo_servers, args.trials)
                 print("\n" + report)
                 record(args, f"shared study ({storage}), {n} {'echo' if args.echo_servers else 'test-engine'} servers",

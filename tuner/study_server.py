@@ -31,6 +31,9 @@ from tuner.study_methods import Aborted, SyncContext, optuna_methods
 log = logging.getLogger("mneme.study_server")
 
 DEFAULT_PORT = 13000
+#: Front processes of a journal file's server (``bench/results/client_capacity.md``: two carried four tuners at
+#: least as well as three or four on a 16-core host).
+DEFAULT_FRONTS = 2
 STORAGE_FORMS = "journal:PATH (a file of this server's), sqlite:///PATH or postgresql://USER@HOST/DB"
 
 
@@ -338,7 +341,7 @@ def _handlers(storage: Any, inline: bool, pool: ThreadPoolExecutor | None) -> li
 
 def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecure: bool = False,
           threads: int = 16, announce: Callable[[str], None] = print, stop: threading.Event | None = None,
-          fronts: int = 0) -> int:
+          fronts: int | None = None) -> int:
     """Serve ``url``'s storage until SIGTERM/SIGINT (or ``stop`` is set).
 
     Args:
@@ -349,8 +352,9 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
         threads: threads for a database's operations (a journal file's run on the server's one thread).
         announce: receives the one line saying where tuners connect.
         stop: an event that stops the server when set (tests; signals do the same).
-        fronts: processes that serve gRPC in front of this one (``tuner.study_fronts``; a journal file
-            only); 0: this process serves gRPC itself.
+        fronts: processes that serve gRPC and the tuners' reads in front of this one (``tuner.study_fronts``;
+            a journal file only); 0: this process serves gRPC itself; None: ``DEFAULT_FRONTS`` for a journal
+            file, else 0.
 
     Returns:
         0 after a clean stop.
@@ -367,9 +371,12 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
             f"--host {host}: Optuna's storage proxy has no authentication, so anyone who reaches the port could "
             "read and write the study; listen on 127.0.0.1, or pass --insecure where only the tuners reach it")
     warnings.filterwarnings("ignore", category=Warning, module="optuna")  # ExperimentalWarning of the proxy
+    journal = isinstance(url, str) and url.startswith("journal:")
+    if fronts is None:
+        fronts = DEFAULT_FRONTS if journal else 0
     if fronts < 0:
         raise ConfigurationError(f"--fronts {fronts}: give 0 (no front processes) or more")
-    if fronts and not (isinstance(url, str) and url.startswith("journal:")):
+    if fronts and not journal:
         raise ConfigurationError(f"--fronts {fronts}: front processes serve a journal: URL only (a database's "
                                  "operations run on threads of this process); leave --fronts out")
     storage = None if fronts else ChangeLog(open_proxied_storage(url))

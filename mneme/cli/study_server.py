@@ -15,9 +15,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="address to listen on (default 127.0.0.1; beyond loopback needs --insecure)")
     parser.add_argument("--port", type=int, default=13000, help="port (default 13000; 0 picks a free one)")
     parser.add_argument("--threads", type=int, default=16, help="request threads (default 16)")
-    parser.add_argument("--fronts", type=int, default=0,
-                        help="processes that serve gRPC in front of the one holding the study (a journal: URL "
-                             "only; default 0: that process serves gRPC itself)")
+    parser.add_argument("--fronts", type=int, default=None,
+                        help="processes that serve gRPC and the tuners' reads in front of the one holding the study "
+                             "(a journal: URL only; default 2 for a journal, 0: that process serves gRPC itself)")
     parser.add_argument("--insecure", action="store_true",
                         help="allow listening beyond loopback: the proxy has no authentication")
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")

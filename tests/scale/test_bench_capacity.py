@@ -22,7 +22,7 @@ def test_bench_prints_the_curve_and_the_shared_study(tmp_path):
     assert all(float(row.split("|")[3]) > 0 for row in rows)
     assert "target >= 10000/s at 2 servers, executor" in done.stdout
     assert "| 1 |" in done.stdout and "| 2 |" in done.stdout and "2 processes / 1:" in done.stdout
-    assert "shared study (study-server)" in done.stdout  # the default: mneme study-server
+    assert "shared study (study-server, 2 front processes)" in done.stdout  # the default: mneme study-server
     shared = [line.split("|") for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert [row[5].strip() for row in shared] == ["0", "0"], "no configuration evaluated twice"
     text = results.read_text()
