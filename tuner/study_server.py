@@ -14,6 +14,7 @@ NetworkPolicy, a cluster's private network).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import signal
@@ -21,7 +22,7 @@ import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from mneme._internal.network import is_loopback
 from mneme.errors import ConfigurationError
@@ -362,9 +363,7 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     Raises:
         ConfigurationError: an address beyond loopback without ``insecure``, a bad URL, a port taken.
     """
-    import asyncio
 
-    import grpc
 
     if not insecure and not is_loopback(host):
         raise ConfigurationError(
@@ -384,14 +383,34 @@ def serve(url: str, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, insecu
     # it (Optuna #6084)
     pool = None if inline else ThreadPoolExecutor(max_workers=threads, thread_name_prefix="study")
     stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda *_: stop.set())
     address = f"[{host.strip('[]')}]:{port}" if ":" in host.strip("[]") else f"{host}:{port}"
     shown = f"[{host.strip('[]')}]" if ":" in host.strip("[]") else host
+    with _stopped_by_signals(stop):
+        if fronts:
+            return _serve_with_fronts(url, address, shown, fronts, announce, stop)
+        return _serve_here(storage, inline, pool, url, address, shown, announce, stop)
 
-    if fronts:
-        return _serve_with_fronts(url, address, shown, fronts, announce, stop)
+
+@contextlib.contextmanager
+def _stopped_by_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM and SIGINT set ``stop`` within the block (in the main thread; the handlers before come back)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {signum: signal.signal(signum, lambda *_: stop.set()) for signum in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _serve_here(storage: Any, inline: bool, pool: ThreadPoolExecutor | None, url: str, address: str, shown: str,
+                announce: Callable[[str], None], stop: threading.Event) -> int:
+    """:func:`serve` in this process alone (gRPC on an event loop here)."""
+    import asyncio
+
+    import grpc
 
     async def run() -> None:
         server = grpc.aio.server()

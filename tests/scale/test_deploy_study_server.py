@@ -3,6 +3,7 @@ tuner processes on ``--optuna-storage grpc://HOST:PORT`` (loopback only)."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections import Counter
@@ -277,4 +278,6 @@ def test_a_file_that_is_not_a_journal_is_refused(tmp_path):
     path.write_text("hello\n")
     with pytest.raises(ConfigurationError, match="not a journal"):
         ServerJournal(path)
+    handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["study-server", f"journal:{path}", "--port", "0"]) == 2
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # (Ctrl-C works again)
