@@ -54,6 +54,8 @@ from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, Opt
 log = logging.getLogger("mneme.tune.shared")
 
 HASH_ATTR = "mneme:hash"
+#: Connections a tuner's client opens for its ``Apply`` calls to a study server (they take turns).
+BATCH_CONNECTIONS = 4
 #: The user attributes a tuner reads of the study's trials (the others' results stay in the study).
 READ_USER_ATTRS = ("status",)
 __all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
@@ -143,6 +145,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
     import copy
     import datetime
     import functools
+    import itertools
     import json
     import threading
     import warnings
@@ -244,8 +247,16 @@ def _grpc_storage(url: str, timeout: float) -> Any:
     class StudyServerClient(optuna.storages.GrpcStorageProxy):
         def _setup(self) -> None:
             super()._setup()
-            self._apply = self._channel.unary_unary(APPLY_METHOD, request_serializer=_encode,
-                                                    response_deserializer=json.loads)
+            # ``Apply`` calls take turns over connections of their own: a study server's front processes
+            # (``SO_REUSEPORT``) each take the connections the kernel gives them, so a tuner's batches spread over
+            # them instead of all going to the front its one connection landed on. A process's calls go one
+            # at a time (a claim sent ahead is answered before the next call), so their order holds.
+            self._batch_channels = [grpc.insecure_channel(f"{self._host}:{self._port}", options=[
+                ("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)])
+                for _ in range(BATCH_CONNECTIONS)]
+            self._applies = itertools.cycle([channel.unary_unary(APPLY_METHOD, request_serializer=_encode,
+                                                                 response_deserializer=json.loads)
+                                             for channel in self._batch_channels])
             self._changes = self._channel.unary_unary(CHANGES_METHOD, request_serializer=_encode,
                                                       response_deserializer=_changed_trials)
             self._known: dict[int, _View] = {}  # study id -> its trials as this process knows them
@@ -269,7 +280,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             the server refuses (a trial finished meanwhile) is logged; a refused one of ``ops`` raises."""
             request, queued = self._request(ops, study_id)
             try:
-                reply = self._apply(request)
+                reply = next(self._applies)(request)
             except grpc.RpcError as exc:
                 self._sent(queued)
                 raise _refusal(exc) from None
@@ -302,6 +313,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                             if changes.get("form") == "json" else _trials_of(base64.b64decode(changes["trials"])))
                 self._fresh.add(study_id)
             return results[len(queued):]
+
+        def close(self) -> None:
+            super().close()
+            for channel in self._batch_channels:
+                channel.close()
 
         def _look(self, study_id: int, since: int, generation: str) -> dict[str, Any]:
             """A ``Changes`` request (with the user attributes this process reads, where it said)."""
@@ -355,7 +371,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             """Whether the server is a mneme study server (asked once)."""
             if self._mneme and not self._checked:
                 try:
-                    self._apply({"ops": []})
+                    next(self._applies)({"ops": []})
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                         raise
@@ -496,7 +512,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 ops, ahead = self._claim_ops(study_id, claims)
                 request, queued = self._request(ops, study_id)
-                future = self._apply.future(request)
+                future = next(self._applies).future(request)
 
             def owners() -> list[int]:
                 try:
