@@ -151,6 +151,7 @@ class TuningLoop:
         self._next_progress = start + PROGRESS_SECONDS
         pending: dict[cf.Future, tuple[Candidate, float]] = {}
         heap = Heap()  # (the run's trials stay: the collector looks only at what is new)
+        heap.settle()  # (held from the first batch on)
         # Futures put themselves here when done: waiting costs the same with 2 or 500 in flight.
         self._done: "queue.SimpleQueue[cf.Future]" = queue.SimpleQueue()
         try:

@@ -75,7 +75,8 @@ class StudyCore:
         self.journal.flush()
 
     def close(self) -> None:
-        """The journal on disk and let go."""
+        """The journal on disk and let go (and the heap: see ``mneme._internal.heap``)."""
+        self._heap.release()
         self.storage.close()
 
     def gone(self, front: int) -> None:

@@ -151,6 +151,7 @@ async def _serve(conn: Any, address: str, settings: dict[str, str]) -> None:
     finally:
         keeping_up.cancel()
         await server.stop(1.0)
+        front.close()
 
 
 class Front:
@@ -167,6 +168,10 @@ class Front:
         self.batches = Batches(settings["worker_id"])
         self._heap = Heap()  # (the replica stays: the collector looks only at what is new)
         self.news = False  # whether the core's last answer brought logs
+
+    def close(self) -> None:
+        """The front's work is over: its heap goes back to the collector (see ``mneme._internal.heap``)."""
+        self._heap.release()
 
     def take(self, data: bytes) -> tuple[int, Any]:
         """A core's answer (``tuner.study_core``'s wire form): its logs into the replica; (status, body)."""

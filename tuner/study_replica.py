@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import OrderedDict
 from typing import Any, Iterable
 
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
@@ -68,7 +69,8 @@ class StudyReplica:
         self.touched: list[int] = []  # per log: the trial id it changed, or -1 (a cursor is an index)
         self._version: dict[int, int] = {}  # trial id -> the cursor after its last change
         self.trials: list[Trial] = []  # by trial id (``full``)
-        self._encoded: dict[frozenset[str] | None, dict[int, tuple[int, bytes]]] = {}  # per user attributes
+        # per (user attributes, form): trial id -> (version, encoded), the latest used last
+        self._encoded: dict[tuple[frozenset[str] | None, str], OrderedDict[int, tuple[int, bytes]]] = {}
         # sent (None: all): trial id -> (version, its encoding), latest used last
 
     # -- logs --------------------------------------------------------------------------------
@@ -321,11 +323,11 @@ class StudyReplica:
         keep = None if user_attrs is None else frozenset(user_attrs)
         encoded = self._encoded.get((keep, form))
         if encoded is None:
-            encoded = {} if len(self._encoded) >= 8 else self._encoded.setdefault((keep, form), {})
+            encoded = OrderedDict() if len(self._encoded) >= 8 else self._encoded.setdefault((keep, form), OrderedDict())
         parts = []
         for trial_id in ids:
             version = self._version.get(trial_id, 0)
-            cached = encoded.pop(trial_id, None)
+            cached = encoded.get(trial_id)
             if cached is None or cached[0] != version:
                 trial = self.trials[trial_id]
                 if form == "json":
@@ -333,10 +335,11 @@ class StudyReplica:
                 else:
                     data = trial.message(keep).SerializeToString()
                     cached = (version, TRIAL_FIELD + varint(len(data)) + data)
-            encoded[trial_id] = cached  # (popped and put back: the latest used last)
+                encoded[trial_id] = cached
+            encoded.move_to_end(trial_id)  # (the latest used last)
             parts.append(cached[1])
-        while len(encoded) > ENCODED_TRIALS_KEPT:
-            del encoded[next(iter(encoded))]
+        while len(encoded) > ENCODED_TRIALS_KEPT:  # (the least recently used go: O(1) each, unlike a dict's
+            encoded.popitem(last=False)  # first key, found past every key deleted before it)
         if form == "json":
             return b"[" + b",".join(parts) + b"]", cursor
         return b"".join(parts), cursor

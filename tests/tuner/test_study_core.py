@@ -26,6 +26,11 @@ class Server:
         self.core = StudyCore(path, 2)
         self.fronts = [Front(self.core.settings()) for _ in range(2)]
 
+    def close(self) -> None:
+        self.core.close()
+        for front in self.fronts:
+            front.close()
+
     def optuna(self, front: int, name: str, **fields):
         request = getattr(api_pb2, f"{name}Request")(**fields)
         answer = self.core.answer(front, f"/optuna.StorageService/{name}".encode(), request.SerializeToString())
@@ -136,7 +141,7 @@ def test_the_journal_is_the_study_optuna_reads_and_the_replicas_send_it(tmp_path
     assert [t.trial_id for t in server.look(0, study_id, head["cursor"], head["generation"])[1]] == [t3]
     with pytest.raises(_Refused, match="NOT_FOUND"):
         server.look(0, 42)
-    server.core.close()
+    server.close()
 
     expected = as_optuna_sends(path)
     assert expected[t2]["system"] == {HASH_ATTR: "h1", DUPLICATE_ATTR: 1}
@@ -150,7 +155,7 @@ def test_the_journal_is_the_study_optuna_reads_and_the_replicas_send_it(tmp_path
     assert [plain(t) for t in trials] == expected
     late = again.apply(0, [["create_new_trial", study_id]])["results"][0]["trial_id"]
     assert again.apply(0, [["claim", study_id, late, "h1"]])["results"] == [1]
-    again.core.close()
+    again.close()
 
 
 def test_a_batch_stops_at_its_first_refusal_and_keeps_what_came_before(tmp_path):
@@ -163,6 +168,6 @@ def test_a_batch_stops_at_its_first_refusal_and_keeps_what_came_before(tmp_path)
     assert refused[0] == "INVALID_ARGUMENT"
     _, (seen,) = server.look(0, study_id)
     assert dict(seen.system_attributes) == {"a": "1"}  # before the refusal: applied; after it: not
-    server.core.close()
+    server.close()
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "study.log")))
     assert storage.get_trial(trial).system_attrs == {"a": 1}
