@@ -200,7 +200,7 @@ class Front:
             return answer
         cursor, reply, form = self._changed(parsed["changes"])
         head = {"cursor": cursor, "generation": self.replica.generation}
-        if form == "json":  # (the trials as they are: the tuner parses the answer once)
+        if form == "json":  # (``[DISTRIBUTIONS, TRIALS]`` as they are: the tuner parses the answer once)
             changes = json.dumps({**head, "form": "json"}).encode()[:-1] + b', "trials": ' + reply + b"}"
         else:
             changes = json.dumps({**head, "trials": _base64(reply)}).encode()

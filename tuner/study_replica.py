@@ -14,6 +14,7 @@ are skipped; applied ``strict``, they raise as Optuna's storage does and nothing
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 from collections import OrderedDict
 from typing import Any, Iterable
@@ -70,8 +71,9 @@ class StudyReplica:
         self._version: dict[int, int] = {}  # trial id -> the cursor after its last change
         self.trials: list[Trial] = []  # by trial id (``full``)
         # per (user attributes, form): trial id -> (version, encoded), the latest used last
-        self._encoded: dict[tuple[frozenset[str] | None, str], OrderedDict[int, tuple[int, bytes]]] = {}
-        # sent (None: all): trial id -> (version, its encoding), latest used last
+        self._encoded: dict[tuple[frozenset[str] | None, str], OrderedDict[int, tuple[int, bytes, int]]] = {}
+        self._sets: dict[tuple[tuple[str, str], ...], int] = {}  # a trial's distributions (JSON form) -> its id
+        self._set_texts: list[bytes] = []  # by id: ``"ID":{NAME:DISTRIBUTION,...}``
 
     # -- logs --------------------------------------------------------------------------------
     def apply_all(self, logs: Iterable[dict[str, Any]]) -> None:
@@ -309,7 +311,9 @@ class StudyReplica:
             since: the cursor of the reader's last look.
             generation: the generation of that cursor (another's: every trial of the study).
             user_attrs: the user attributes to send (None: all).
-            form: ``proto``: Optuna's ``GetTrialsReply``; ``json``: a JSON array of :meth:`Trial.json` arrays.
+            form: ``proto``: Optuna's ``GetTrialsReply``; ``json``: ``[DISTRIBUTIONS, TRIALS]``, TRIALS a JSON
+                array of :meth:`Trial.json` arrays, DISTRIBUTIONS the object of the distributions they name
+                (``{"ID": {NAME: DISTRIBUTION, ...}}``, each distribution in Optuna's JSON form, as a string).
 
         Returns:
             (the trials, the cursor to ask from next time). Each version of a trial is encoded once, whichever
@@ -325,24 +329,37 @@ class StudyReplica:
         if encoded is None:
             encoded = OrderedDict() if len(self._encoded) >= 8 else self._encoded.setdefault((keep, form), OrderedDict())
         parts = []
+        sets: set[int] = set()
         for trial_id in ids:
             version = self._version.get(trial_id, 0)
             cached = encoded.get(trial_id)
             if cached is None or cached[0] != version:
                 trial = self.trials[trial_id]
                 if form == "json":
-                    cached = (version, trial.json(keep).encode("utf-8"))
+                    kept = self._set_of(trial.distributions)
+                    cached = (version, trial.json(keep, kept).encode("utf-8"), kept)
                 else:
                     data = trial.message(keep).SerializeToString()
-                    cached = (version, TRIAL_FIELD + varint(len(data)) + data)
+                    cached = (version, TRIAL_FIELD + varint(len(data)) + data, -1)
                 encoded[trial_id] = cached
             encoded.move_to_end(trial_id)  # (the latest used last)
             parts.append(cached[1])
+            sets.add(cached[2])
         while len(encoded) > ENCODED_TRIALS_KEPT:  # (the least recently used go: O(1) each, unlike a dict's
             encoded.popitem(last=False)  # first key, found past every key deleted before it)
         if form == "json":
-            return b"[" + b",".join(parts) + b"]", cursor
+            table = b",".join(self._set_texts[i] for i in sorted(sets))
+            return b"[{" + table + b"},[" + b",".join(parts) + b"]]", cursor
         return b"".join(parts), cursor
+
+    def _set_of(self, distributions: dict[str, str]) -> int:
+        """The id of a trial's distributions (the same for every trial with the same ones)."""
+        key = tuple(distributions.items())
+        found = self._sets.get(key)
+        if found is None:
+            found = self._sets[key] = len(self._set_texts)
+            self._set_texts.append(f'"{found}":{_json(distributions)}'.encode("utf-8"))
+        return found
 
 
 class Trial:
@@ -369,14 +386,29 @@ class Trial:
                              user_attributes=_kept(self.user, keep), system_attributes=self.system,
                              intermediate_values=self.intermediate)
 
-    def json(self, keep: frozenset[str] | None = None) -> str:
+    def json(self, keep: frozenset[str] | None = None, distributions: int = -1) -> str:
         """``[trial id, number, state, values, start, end, params, distributions, user attributes, system
-        attributes, intermediate values]`` as JSON: the attributes as JSON objects of their values (a reader
-        decodes a trial in one parse), the distributions as Optuna's JSON of them, the times as the proxy's."""
+        attributes, intermediate values]`` as JSON: the parameters in their external form (a choice itself, an
+        integer as an integer), ``distributions`` the id of the trial's distributions in its answer's table,
+        the attributes as JSON objects of their values (a reader decodes a trial in one parse), the times as
+        the proxy's."""
         head = _json([self.trial_id, self.number, self.state, self.values, self.datetime_start,
-                      self.datetime_complete, self.params, self.distributions])
+                      self.datetime_complete, _external(self.params, self.distributions), distributions])
         return (f"{head[:-1]},{_object(_kept(self.user, keep))},{_object(self.system)},"
                 f"{_json({str(step): value for step, value in self.intermediate.items()})}]")
+
+
+def _external(params: dict[str, float], distributions: dict[str, str]) -> dict[str, Any]:
+    """Parameters in Optuna's external form (what ``FrozenTrial.params`` holds)."""
+    return {name: _distribution(distributions[name]).to_external_repr(value) for name, value in params.items()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _distribution(text: str) -> Any:
+    """Optuna's distribution of its JSON form (a study has few distinct ones)."""
+    from optuna.distributions import json_to_distribution
+
+    return json_to_distribution(text)
 
 
 def _kept(attrs: dict[str, str], keep: frozenset[str] | None) -> dict[str, str]:

@@ -7,12 +7,13 @@ import json
 
 import optuna
 import pytest
-from optuna.distributions import FloatDistribution, IntDistribution, distribution_to_json
+from optuna.distributions import FloatDistribution, IntDistribution, distribution_to_json, json_to_distribution
 from optuna.storages._grpc.auto_generated import api_pb2
-from optuna.storages._grpc.servicer import _to_proto_trial
+from optuna.storages._grpc.servicer import _from_proto_trial, _to_proto_trial
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
+from tuner.strategies.study_rows import trials_of
 from tuner.study_core import APPLY, SYNC, StudyCore
 from tuner.study_fronts import Front, _Refused
 
@@ -63,7 +64,9 @@ class Server:
         data = self.fronts[front].changes_answer({**request, "form": "json"})
         size = int.from_bytes(data[:4], "big")
         assert json.loads(data[4:4 + size]) == {**head, "form": "json"}
-        assert [from_row(row) for row in json.loads(data[4 + size:])] == [plain(t) for t in trials]
+        table, rows = json.loads(data[4 + size:])
+        assert [from_row(row, table) for row in rows] == [plain(t) for t in trials]
+        assert [vars(t) for t in trials_of([table, rows])] == [vars(_from_proto_trial(t)) for t in trials]
         return head, trials
 
 
@@ -77,11 +80,13 @@ def plain(trial: api_pb2.Trial) -> dict:
             "intermediate": dict(trial.intermediate_values)}
 
 
-def from_row(row: list) -> dict:
-    """A trial of the JSON form as :func:`plain` has it."""
-    trial_id, number, state, values, start, end, params, distributions, user, system, steps = row
+def from_row(row: list, table: dict) -> dict:
+    """A trial of the JSON form as :func:`plain` has it (its distributions from the answer's ``table``)."""
+    trial_id, number, state, values, start, end, params, kept, user, system, steps = row
+    distributions = table[str(kept)]
+    internal = {name: json_to_distribution(distributions[name]).to_internal_repr(value) for name, value in params.items()}
     return {"trial_id": trial_id, "number": number, "state": state, "values": values, "datetime_start": start,
-            "datetime_complete": end, "params": params, "distributions": distributions, "user": user,
+            "datetime_complete": end, "params": internal, "distributions": distributions, "user": user,
             "system": system, "intermediate": {int(step): value for step, value in steps.items()}}
 
 

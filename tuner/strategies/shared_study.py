@@ -155,6 +155,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
     from optuna.distributions import distribution_to_json
     from optuna.trial import FrozenTrial, TrialState
 
+    from tuner.strategies.study_rows import trials_of
+
     host, sep, port = url[len("grpc://"):].rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigurationError(f"--optuna-storage {url}: give grpc://HOST:PORT of a `mneme study-server`")
@@ -163,7 +165,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
         size = int.from_bytes(data[:4], "big")
         head = json.loads(data[4:4 + size])
         if head.get("form") == "json":
-            return head, [_from_row(row) for row in json.loads(data[4 + size:])]
+            return head, trials_of(json.loads(data[4 + size:]))
         return head, _trials_of(data[4 + size:])
 
     def _encode(o: Any) -> bytes:
@@ -177,8 +179,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
     def _from_proto(trial: Any) -> Any:
         """Optuna's ``_from_proto_trial`` at a third of the cost: the dates through ``fromisoformat`` (the
-        server writes ``%Y-%m-%d %H:%M:%S.%f``), each distinct distribution parsed once. A tuner reads every
-        change of every process's trials, so this is most of what a trial costs it beyond its own."""
+        server writes ``%Y-%m-%d %H:%M:%S.%f``), each distinct distribution parsed once (the JSON form,
+        ``tuner.strategies.study_rows``, costs a fifth of this)."""
         distributions = {key: distribution_of(value) for key, value in trial.distributions.items()}
         return FrozenTrial(
             number=trial.number, state=_from_proto_trial_state(trial.state), value=None,
@@ -191,21 +193,6 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             user_attrs={key: json.loads(value) for key, value in trial.user_attributes.items()},
             system_attrs={key: json.loads(value) for key, value in trial.system_attributes.items()},
             intermediate_values=dict(trial.intermediate_values), trial_id=trial.trial_id)
-
-    states = {state.value: state for state in TrialState}
-    when = datetime.datetime.fromisoformat
-
-    def _from_row(row: list[Any]) -> Any:
-        """A trial of a study server's JSON form (``tuner.study_replica.Trial.json``): a third of the cost of
-        :func:`_from_proto` (one parse for the whole answer; attribute values come decoded)."""
-        trial_id, number, state, values, start, end, params, texts, user_attrs, system_attrs, steps = row
-        distributions = {key: distribution_of(text) for key, text in texts.items()}
-        return FrozenTrial(
-            number=number, state=states[state], value=None, values=values or None,
-            datetime_start=when(start) if start else None, datetime_complete=when(end) if end else None,
-            params={key: distributions[key].to_external_repr(value) for key, value in params.items()},
-            distributions=distributions, user_attrs=user_attrs, system_attrs=system_attrs,
-            intermediate_values={int(step): value for step, value in steps.items()}, trial_id=trial_id)
 
     def _trials_of(reply: bytes) -> list[Any]:
         return [_from_proto(t) for t in api_pb2.GetTrialsReply.FromString(reply).trials]
@@ -309,7 +296,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     log.warning("the study server refused %s of trial id %s: %s", op[0], op[1], result["error"])
             changes = reply.get("changes")
             if study_id in self._known and changes is not None:  # (a server before changes came with Apply: none)
-                self._merge(study_id, changes, [_from_row(row) for row in changes["trials"]]
+                self._merge(study_id, changes, trials_of(changes["trials"])
                             if changes.get("form") == "json" else _trials_of(base64.b64decode(changes["trials"])))
                 self._fresh.add(study_id)
             return results[len(queued):]
