@@ -68,7 +68,9 @@ def test_a_second_submission_continues_the_run(tmp_path):
     assert "--token-file" in first.stdout and "--optuna-storage grpc://127.0.0.1:" in first.stdout
     results = tmp_path / "mneme-results-vecadd-sweep"
     done_first = records(results)
-    assert len(done_first) == 12
+    # 6 trials a task; a configuration the other task evaluates is a duplicate (a trial without a record)
+    assert 0 < len(done_first) <= 12 and len({r["hash"] for r in done_first}) == len(done_first)
+    assert all((task / "trials.jsonl").read_text() for task in results.glob("task-*")), "both tasks evaluated"
     assert not list(tmp_path.glob(".mneme-token-*")), "the job's token is deleted at its end"
     # Second job, same name: each task resumes its directory, the study keeps its trials.
     second = submit(tmp_path, job_env(tmp_path, "502", SLURM_GPUS_ON_NODE="2", **extra), *TUNE_ARGS,

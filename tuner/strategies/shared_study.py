@@ -259,12 +259,15 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._checked = False  # whether the server was asked if it is a mneme study server
             self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
             self._wanted: dict[int, int] = {}  # study id -> the most trials a batch asked for (``reserve``)
+            self._flying: tuple[Any, list[list[Any]], int | None] | None = None  # an ``Apply`` sent without
+            # waiting (``flush``): (its future, the kept changes it took, the study whose news it asked for)
 
         # -- sending ---------------------------------------------------------------------------
         def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
             """Run the changes kept so far, then ``ops``, on the server in one call; the results of ``ops``.
             With ``study_id`` (a study looked at before), its changes come back with the answer. A kept change
             the server refuses (a trial finished meanwhile) is logged; a refused one of ``ops`` raises."""
+            self._land()
             request, queued = self._request(ops, study_id)
             try:
                 reply = next(self._applies)(request)
@@ -302,6 +305,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             return results[len(queued):]
 
         def close(self) -> None:
+            try:
+                with self._lock:
+                    self._land()
+            except Exception as exc:  # noqa: BLE001 - the server went away: say so
+                log.warning("the study server did not answer the last changes sent to it: %s", exc)
             super().close()
             for channel in self._batch_channels:
                 channel.close()
@@ -338,21 +346,46 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             ``flush(release=True)`` at the end."""
             self._holding = True
 
-        def flush(self, release: bool = False) -> None:
-            """Send the changes kept so far (the ends of trials told since the last call among them);
-            ``release``: also fail the trials made ahead for asks that did not come (the run is over)."""
+        def flush(self, release: bool = False, study_id: int | None = None) -> None:
+            """Send the changes kept so far (the ends of trials told since the last call among them) without
+            waiting for the answer: the next call waits for it first (the order of the calls holds), and with
+            ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
+            ``release``: also fail the trials made ahead for asks that did not come, and wait (the run is over).
+            """
             with self._lock:
                 if release:
                     for made in [m for ahead in self._next.values() for m in ahead]:
                         self._queue.append(["set_trial_state_values", made["trial_id"], TrialState.FAIL.name, None])
                     self._next.clear()
+                    if self._queue and self._mneme:
+                        self._send([])
+                    self._land()
+                    return
+                self._land()
                 if self._queue and self._mneme:
-                    self._send([])
+                    request, queued = self._request([], study_id)
+                    self._flying = (next(self._applies).future(request), queued, study_id)
+
+        def _land(self) -> None:
+            """Wait for the ``Apply`` that :meth:`flush` sent, if any: its kept changes' refusals logged, its news
+            merged; the refusal of the whole call (the server went away) raises here."""
+            flying, self._flying = self._flying, None
+            if flying is None:
+                return
+            future, queued, study_id = flying
+            try:
+                reply = future.result()
+            except grpc.RpcError as exc:
+                self._sent(queued)
+                raise _refusal(exc) from None
+            self._received(reply, queued, study_id)
 
         def _flushed(self) -> None:
-            """Before a write of Optuna's own client: what is kept goes first (the order of changes holds)."""
+            """Before a call of Optuna's own client: what is kept goes first, and what was sent is answered (the
+            order of changes holds)."""
             if self._queue:
                 self._send([])
+            self._land()
 
         def _supported(self) -> bool:
             """Whether the server is a mneme study server (asked once)."""
@@ -497,6 +530,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             far); the function returned waits for its answer and gives the owners' numbers (call it once, before
             the next claim)."""
             with self._lock:
+                self._land()
                 ops, ahead = self._claim_ops(study_id, claims)
                 request, queued = self._request(ops, study_id)
                 future = next(self._applies).future(request)
@@ -559,6 +593,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     return [view.trials[n] for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
+                self._land()  # (news on its way: no call of its own)
+                view = self._known.get(study_id)
                 if view is None or study_id not in self._fresh:
                     since, generation = (view.cursor, view.generation) if view is not None else (0, "")
                     try:
@@ -1011,6 +1047,9 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             if due:
                 self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due]))
                 return
+        if later is not None:  # (a study server's client: the news comes back with the call, for the next look)
+            self._storage.flush(study_id=self._study_id)
+            return
         flush = getattr(self._storage, "flush", None)
         if flush is not None:
             flush()
