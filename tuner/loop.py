@@ -170,7 +170,9 @@ class TuningLoop:
                             break
                         for candidate in candidates:
                             self._dispatch(candidate, pending)
-                self.strategy.flush()  # what it held back (a shared study's trial ends) goes before the wait
+                # What it held back (a shared study's trial ends) goes before the wait; no more than the budget's
+                # worth is drawn ahead.
+                self.strategy.flush(self._upcoming(len(pending)))
                 if not pending:
                     break
                 try:
@@ -202,6 +204,14 @@ class TuningLoop:
         if not self.state.stopped:
             self.state.stopped = "exhausted"
         return self.state
+
+    def _upcoming(self, pending: int) -> int | None:
+        """The most candidates the loop will still ask for (None: no budget)."""
+        if self.state.stopped:
+            return 0
+        if self.budget is None:
+            return None
+        return max(0, self.budget - self.state.evaluated_now - pending)
 
     def _log_progress(self) -> None:
         """``tune.log``'s progress line: this run's trials so far, by outcome, their rate and the best."""

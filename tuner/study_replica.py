@@ -221,6 +221,7 @@ class StudyReplica:
             trial = self.trials[trial_id]
             trial.params[name] = log["param_value_internal"]
             trial.distributions[name] = text
+            trial.texts = None
         self._changed(trial_id)
         return None
 
@@ -286,7 +287,10 @@ class StudyReplica:
             self._note_system(trial_id, attrs if attrs is not None else
                               {key: json.loads(texts[key]) for key in texts if key in (HASH_ATTR, DUPLICATE_ATTR)})
         if self.full:
-            target = self.trials[trial_id].user if user else self.trials[trial_id].system
+            trial = self.trials[trial_id]
+            target = trial.user if user else trial.system
+            if not user:
+                trial.texts = None
             if texts is not None:
                 target.update(texts)
             else:
@@ -366,7 +370,7 @@ class Trial:
     """A trial as a study server sends it (attribute values as their JSON text; times as the proxy's text)."""
 
     __slots__ = ("trial_id", "number", "state", "values", "datetime_start", "datetime_complete", "params",
-                 "distributions", "user", "system", "intermediate")
+                 "distributions", "user", "system", "intermediate", "texts")
 
     def __init__(self, trial_id: int, number: int, state: int, values: list[float], datetime_start: str,
                  datetime_complete: str, params: dict[str, float], distributions: dict[str, str],
@@ -375,6 +379,7 @@ class Trial:
         self.datetime_start, self.datetime_complete = datetime_start, datetime_complete
         self.params, self.distributions = params, distributions
         self.user, self.system, self.intermediate = user, system, intermediate
+        self.texts: tuple[str, str] | None = None  # the JSON of (params, system attributes) while they stay
 
     def message(self, keep: frozenset[str] | None = None) -> Any:
         """Optuna's proxy's ``Trial`` message (with only the user attributes in ``keep``; None: all)."""
@@ -392,10 +397,15 @@ class Trial:
         integer as an integer), ``distributions`` the id of the trial's distributions in its answer's table,
         the attributes as JSON objects of their values (a reader decodes a trial in one parse), the times as
         the proxy's."""
-        head = _json([self.trial_id, self.number, self.state, self.values, self.datetime_start,
-                      self.datetime_complete, _external(self.params, self.distributions), distributions])
-        return (f"{head[:-1]},{_object(_kept(self.user, keep))},{_object(self.system)},"
-                f"{_json({str(step): value for step, value in self.intermediate.items()})}]")
+        # (the times are ``DATETIME_FORMAT`` or "": nothing in them is escaped)
+        texts = self.texts
+        if texts is None:
+            texts = self.texts = (_json(_external(self.params, self.distributions)) if self.params else "{}",
+                                  _object(self.system))
+        return (f'[{self.trial_id},{self.number},{self.state},{_json(self.values) if self.values else "[]"},'
+                f'"{self.datetime_start}","{self.datetime_complete}",{texts[0]},{distributions},'
+                f"{_object(_kept(self.user, keep))},{texts[1]},"
+                f"{_json({str(step): value for step, value in self.intermediate.items()}) if self.intermediate else '{}'}]")
 
 
 def _external(params: dict[str, float], distributions: dict[str, str]) -> dict[str, Any]:
@@ -427,6 +437,18 @@ def _local(text: str | None) -> str:
     """A journal's UTC time as the proxy sends it (local time, ``DATETIME_FORMAT``; "" for none)."""
     if not text:
         return ""
+    if len(text) == 32 and text[19] == "." and text.endswith("+00:00"):  # a front's (``isoformat``, UTC, in
+        # microseconds): the local time of its second, found once a second, and its microseconds
+        second = _SECONDS.get(text[:19])
+        if second is None:
+            if len(_SECONDS) > 4096:
+                _SECONDS.clear()
+            second = _SECONDS[text[:19]] = _converted(text[:19] + "+00:00", "seconds")
+        return second + text[19:26]
+    return _converted(text)
+
+
+def _converted(text: str, timespec: str = "microseconds") -> str:
     moment = datetime.datetime.fromisoformat(text)
     quarter = int(moment.timestamp()) // 900  # (offsets change on quarter hours)
     offset = _OFFSETS.get(quarter)
@@ -435,9 +457,11 @@ def _local(text: str | None) -> str:
         if len(_OFFSETS) > 4096:
             _OFFSETS.clear()
         _OFFSETS[quarter] = offset
-    return (moment + offset).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
+    local = (moment + offset).replace(tzinfo=None)
+    return local.isoformat(sep=" ", timespec=timespec)
 
 
+_SECONDS: dict[str, str] = {}  # a UTC second (``YYYY-MM-DDTHH:MM:SS``) -> its local time, as the proxy sends it
 _OFFSETS: dict[int, datetime.timedelta] = {}  # quarter hour (UTC) -> the local offset then
 
 

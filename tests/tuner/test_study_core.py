@@ -176,3 +176,34 @@ def test_a_batch_stops_at_its_first_refusal_and_keeps_what_came_before(tmp_path)
     server.close()
     storage = JournalStorage(JournalFileBackend(str(tmp_path / "study.log")))
     assert storage.get_trial(trial).system_attrs == {"a": 1}
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/St_Johns", "Australia/Lord_Howe"])
+def test_times_are_sent_in_local_time_as_optunas_proxy_sends_them(zone, monkeypatch):
+    """A front's UTC times, found once a second, are the local times the proxy sends (across changes of offset)."""
+    import datetime
+    import random
+    import time
+
+    from tuner import study_replica
+
+    monkeypatch.setenv("TZ", zone)
+    time.tzset()
+    try:
+        study_replica._SECONDS.clear()
+        study_replica._OFFSETS.clear()
+        rng = random.Random(zone)
+        start = datetime.datetime(2026, 3, 28, tzinfo=datetime.timezone.utc)
+        for i in range(3000):
+            moment = start + datetime.timedelta(seconds=rng.randrange(86400 * 220),
+                                                microseconds=rng.randrange(10 ** 6) if i % 5 else 0)
+            text = moment.isoformat(timespec="microseconds")
+            local = moment.astimezone().replace(tzinfo=None)
+            assert study_replica._local(text) == local.isoformat(sep=" ", timespec="microseconds"), text
+            assert study_replica._local(text[:19] + "+00:00") == local.replace(microsecond=0).isoformat(
+                sep=" ", timespec="microseconds")
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+        study_replica._SECONDS.clear()
+        study_replica._OFFSETS.clear()

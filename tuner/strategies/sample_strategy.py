@@ -170,9 +170,14 @@ class SamplingStrategy:
             outcome: what the tuner knows of its result (status, speedup, ...).
         """
 
-    def flush(self) -> None:
+    def flush(self, upcoming: int | None = None) -> None:
         """The loop asks nothing more for now: send what the strategy holds back (a shared study's trial
-        ends wait for its next call to the study server)."""
+        ends wait for its next call to the study server).
+
+        Args:
+            upcoming: the most candidates the loop will still ask for (None: no limit known); a strategy that
+                draws ahead draws no more.
+        """
 
     def close(self) -> None:
         """The run is over (finished, failed or interrupted): release what the strategy holds."""

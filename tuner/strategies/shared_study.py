@@ -58,6 +58,8 @@ HASH_ATTR = "mneme:hash"
 BATCH_CONNECTIONS = 4
 #: The user attributes a tuner reads of the study's trials (the others' results stay in the study).
 READ_USER_ATTRS = ("status",)
+#: Asks' worth of candidates a tuner on a study server keeps drawn ahead, their claims won or on their way.
+AHEAD_ASKS = 3
 __all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
 #: How long a process waits for a lower-numbered running trial to be tagged before taking it as abandoned.
 TAG_WAIT_S = 10.0
@@ -340,6 +342,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if missing > 0:
                     ahead.extend(self._send([["create_new_trial", study_id]] * missing, study_id))
 
+        def made_ahead(self, study_id: int) -> int:
+            """How many trials made ahead wait for the next asks (draws beyond them cost a call each)."""
+            with self._lock:
+                return len(self._next.get(study_id, ()))
+
         def hold(self) -> None:
             """From now on the end of this process's trial waits for its next call, and a claim makes the
             trial of the next ask: the caller promises :meth:`flush` when it asks nothing more for now, and
@@ -348,8 +355,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
         def flush(self, release: bool = False, study_id: int | None = None) -> None:
             """Send the changes kept so far (the ends of trials told since the last call among them) without
-            waiting for the answer: the next call waits for it first (the order of the calls holds), and with
-            ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
+            waiting for the answer (while the last one sent so is not answered, they wait for the next call), and
+            with ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
             ``release``: also fail the trials made ahead for asks that did not come, and wait (the run is over).
             """
             with self._lock:
@@ -361,6 +368,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         self._send([])
                     self._land()
                     return
+                if self._flying is not None and not self._flying[0].done():
+                    return  # (the last one still travels: what is kept goes with the next call)
                 self._land()
                 if self._queue and self._mneme:
                     request, queued = self._request([], study_id)
@@ -525,13 +534,17 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 return self._claim_all(study_id, claims)
 
-        def claim_many_later(self, study_id: int, claims: list[tuple[int, str]]) -> Callable[[], list[int]]:
+        def claim_many_later(self, study_id: int, claims: list[tuple[int, str]],
+                             ahead: int | None = None) -> Callable[[], list[int]]:
             """:meth:`claim_many` without waiting for the server: the call goes now (with the changes kept so
             far); the function returned waits for its answer and gives the owners' numbers (call it once, before
-            the next claim)."""
-            with self._lock:
-                self._land()
-                ops, ahead = self._claim_ops(study_id, claims)
+            the next claim; its ``done()`` says whether the answer is in). ``ahead``: how many trials made ahead
+            for the asks after these there are to be once it is answered (None: as many as a batch asked for)."""
+            with self._lock:  # (a ``flush`` still travelling: its trials are others than these, and the news of
+                # the later answer of the two wins, ``_merge``)
+                if self._flying is not None and self._flying[0].done():
+                    self._land()
+                ops, made = self._claim_ops(study_id, claims, ahead)
                 request, queued = self._request(ops, study_id)
                 future = next(self._applies).future(request)
 
@@ -543,16 +556,18 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         self._sent(queued)
                     raise _refusal(exc) from None
                 with self._lock:
-                    return self._claimed(study_id, claims, ahead, self._received(reply, queued, study_id))
+                    return self._claimed(study_id, claims, made, self._received(reply, queued, study_id))
 
+            owners.done = future.done  # type: ignore[attr-defined]
             return owners
 
-        def _claim_ops(self, study_id: int, claims: list[tuple[int, str]]) -> tuple[list[list[Any]], int]:
+        def _claim_ops(self, study_id: int, claims: list[tuple[int, str]],
+                       target: int | None = None) -> tuple[list[list[Any]], int]:
             """(the operations of ``claims``, and of the trials made ahead with them; how many are made ahead)."""
-            # Held (see ``hold``), the call also makes the trials of the next asks (as many as a batch asked for at
-            # most, or as it claims): a batch of trials costs one call.
+            # Held (see ``hold``), the call also makes the trials of the next asks (up to ``target``, or as many as a
+            # batch asked for at most, or as it claims): a batch of trials costs one call.
             made = len(self._next.get(study_id, ()))
-            wanted = max(len(claims), self._wanted.get(study_id, 0))
+            wanted = max(len(claims), self._wanted.get(study_id, 0)) if target is None else target
             ahead = wanted - made if self._holding and made < wanted else 0
             return [*(["claim", study_id, t, key] for t, key in claims), *[["create_new_trial", study_id]] * ahead], ahead
 
@@ -585,7 +600,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             """The study's trials (this process's own as it has them): only those changed since the last
-            look are fetched, or none where the last call brought them; the WAITING trials ``Study.ask``
+            look are fetched, or none where the last call brought them or a call sent without waiting (``flush``)
+            will (the trials as they were at the last answer, until it comes); the WAITING trials ``Study.ask``
             looks for come from what was fetched last."""
             with self._lock:
                 view = self._known.get(study_id)
@@ -593,8 +609,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     return [view.trials[n] for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-                self._land()  # (news on its way: no call of its own)
-                view = self._known.get(study_id)
+                if view is None or self._flying is None or self._flying[0].done():
+                    self._land()  # (news on its way and in: no call of its own)
+                    view = self._known.get(study_id)
+                elif study_id not in self._fresh:  # (news on its way: the trials as they are until it comes)
+                    self._fresh.add(study_id)
                 if view is None or study_id not in self._fresh:
                     since, generation = (view.cursor, view.generation) if view is not None else (0, "")
                     try:
@@ -922,17 +941,20 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
     # -- ask/tell ------------------------------------------------------------------------
     def ask_many(self, count: int) -> list[Candidate]:
-        """Also the candidates drawn ahead (:meth:`flush`) whose claims this process won, first."""
-        self._collect()
+        """Also the candidates drawn ahead (:meth:`flush`) whose claims this process won, first: an ask they
+        cover costs no call; the answer to the claims sent ahead is waited for only when they do not."""
+        if len(self._ready) < count or (self._pending is not None and self._pending[1].done()):
+            self._collect()
+        self._ahead = count
+        if len(self._ready) >= count:
+            out, self._ready = self._ready[:count], self._ready[count:]
+            return out
+        out, self._ready = self._ready, []
         reserve = getattr(self._storage, "reserve", None)
         if reserve is not None:  # a study server's client: the batch's trials made in one call (with the news)
-            reserve(self._study_id, count)
+            reserve(self._study_id, count - len(out))
         self._sync()
-        out, self._ready = self._ready[:count], self._ready[count:]
-        if len(out) < count:
-            out += super().ask_many(count - len(out))
-        self._ahead = count
-        return out
+        return out + super().ask_many(count - len(out))
 
     def _collect(self) -> None:
         """The answer to the claims sent ahead: the candidates won wait for the next asks."""
@@ -1034,21 +1056,43 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             return
         super()._set_user_attrs(trial, attrs)
 
-    def flush(self) -> None:
+    def flush(self, upcoming: int | None = None) -> None:
         """Send the trial ends and attributes a study server's client keeps for its next call.
 
-        Through a study server, they go with the claims of the next batch, drawn now (as many as the last batch
-        asked for): the call travels while this batch runs, and the next asks take what it won.
+        Through a study server, they go with the claims of the candidates drawn ahead, now: ``AHEAD_ASKS`` asks'
+        worth (as many as the last ask took, that many times), less those already won, and no more than
+        ``upcoming``, drawn from the trials made ahead. The call travels while the loop waits for results, and
+        one claim call is in flight at a time: the next asks take what it won, and wait for it only when what
+        was won before does not cover them.
+
+        Args:
+            upcoming: the most candidates the loop will still ask for (None: no limit known).
         """
         later = getattr(self._storage, "claim_many_later", None)
-        if (later is not None and self._pending is None and self._ahead and not self._ready
-                and self._storage.decides_claims()):
-            due = self._draw(self._ahead, self._ready, _Draws())
-            if due:
-                self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due]))
-                return
-        if later is not None:  # (a study server's client: the news comes back with the call, for the next look)
-            self._storage.flush(study_id=self._study_id)
+        if later is not None and self._storage.decides_claims():
+            if self._pending is not None and self._pending[1].done():
+                self._collect()  # (answered: no wait)
+            want = AHEAD_ASKS * self._ahead - len(self._ready)
+            if upcoming is not None:
+                want = min(want, upcoming - len(self._ready))
+            if self._pending is None and want > 0:
+                made = self._storage.made_ahead(self._study_id)  # (the last claims made them: no call of their own)
+                if made:
+                    want = min(want, made)
+                else:
+                    self._storage.reserve(self._study_id, want)
+                self._sync()
+                due = self._draw(want, self._ready, _Draws())
+                if due:
+                    # (the trials made with them, for the next draws, which then take no call of their own: an
+                    # ask's worth, or what the pool still lacks)
+                    rest = max(self._ahead, AHEAD_ASKS * self._ahead - len(self._ready) - len(due))
+                    if upcoming is not None:
+                        rest = min(rest, max(0, upcoming - len(self._ready) - len(due)))
+                    self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due],
+                                                rest))
+                    return
+            self._storage.flush(study_id=self._study_id)  # (the news comes back with the call, for the next look)
             return
         flush = getattr(self._storage, "flush", None)
         if flush is not None:
