@@ -176,14 +176,12 @@ def test_the_study_server_decides_claims_in_one_call(tmp_path, study_server):
 
 class CountedApply:
     """The study server's ``Apply`` calls (their operations' names), counted where the server runs (a thread
-    of the test); while ``gate`` is clear, they wait (a server slow to answer)."""
+    of the test)."""
 
     def __init__(self, monkeypatch) -> None:
         import tuner.study_server as study_server_module
 
         self.calls: list[list[str]] = []
-        self.gate = threading.Event()
-        self.gate.set()
         made = study_server_module._batch_methods
 
         def counting(storage, claims):
@@ -192,7 +190,6 @@ class CountedApply:
 
             def counted(request, context):
                 self.calls.append([op[0] for op in request["ops"]])
-                self.gate.wait(30)
                 return apply(request, context)
 
             methods["Apply"] = (counted, serialize)
@@ -231,53 +228,23 @@ def test_a_batch_of_asks_is_one_call_and_told_trials_go_with_the_next(tmp_path, 
     for candidate in asked[:4]:
         strategy.tell(candidate, [1.0])
     before = len(counted.calls)
-    strategy.flush()  # the loop asks nothing more for now: the trials made ahead drawn, their claims sent with the ends
+    strategy.flush()  # the loop asks nothing more for now: three asks' worth drawn ahead, their claims sent
     deadline = time.monotonic() + 10
     while not any("claim" in ops for ops in counted.calls[before:]) and time.monotonic() < deadline:  # (the call
         time.sleep(0.01)  # travels while the loop waits)
     sent = counted.calls[before:]
-    assert len(sent) == 1, sent  # (drawn from the trials made with the last claims: none made on their own)
-    assert sent[0].count("set_trial_state_values") == 4 and sent[0].count("claim") == 8, sent
-    assert sent[0].count("create_new_trial") == 16, sent  # (the trials of the next draws: what the pool of three
-    # asks' worth still lacks)
+    # the trials of the draws beyond those made ahead, in one call with the ends; then the claims, which make an
+    # ask's worth of trials for the next draws
+    assert sent[0] == ["set_trial_state_values"] * 4 + ["create_new_trial"] * 16, sent
+    assert len(sent) == 2 and sent[1].count("claim") == 24 and sent[1].count("create_new_trial") == 8, sent
     again = strategy.ask_many(8)  # drawn ahead, claims won: no call of its own
     assert len(again) == 8 and not {c.hash for c in again} & {c.hash for c in asked}
-    assert len(counted.calls) == before + 1, counted.calls[before:]
-    strategy.close()  # the four untold and the eight not run fail (released), and so do the trials made ahead
+    assert len(strategy.ask_many(8)) == 8 and len(counted.calls) == before + 2, counted.calls[before:]
+    strategy.close()  # the four untold and the twenty-four not run fail (released), and so do the trials made ahead
     trials = optuna.load_study(study_name="batch", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
     states = Counter(t.state.name for t in trials)
-    assert states == {"COMPLETE": 12, "FAIL": 4 + 8 + 16}, states
+    assert states == {"COMPLETE": 12, "FAIL": 4 + 24 + 8}, states
     assert all("status" not in t.user_attrs for t in trials if t.state.name == "FAIL")
-
-
-def test_a_flush_does_not_wait_for_the_one_before(tmp_path, study_server, monkeypatch):
-    """While the trial ends a flush sent travel, the next flush keeps its own for the next call, and a look answers
-    from the trials as they were: the loop does not wait for a slow server to take its results."""
-    counted = CountedApply(monkeypatch)
-    server = study_server(f"journal:{tmp_path / 'study.log'}")
-    storage = open_storage(server.url)
-    storage.hold()
-    study = optuna.create_study(storage=storage, study_name="slow")
-    first, second = study.ask(), study.ask()
-    assert len(storage.get_all_trials(study._study_id)) == 2  # (a first look: the study is known)
-    study.tell(first, 1.0)
-    counted.gate.clear()  # the server is slow from now on
-    before = len(counted.calls)
-    began = time.monotonic()
-    storage.flush(study_id=study._study_id)  # sent: the server holds it
-    study.tell(second, 2.0)
-    storage.flush(study_id=study._study_id)  # kept: the one before still travels
-    assert [t.number for t in storage.get_all_trials(study._study_id)] == [0, 1]  # as they were, no call
-    assert time.monotonic() - began < 10
-    deadline = time.monotonic() + 10
-    while len(counted.calls) == before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert counted.calls[before:] == [["set_trial_state_values"]], counted.calls[before:]
-    counted.gate.set()
-    storage.flush(release=True)  # (the end of the run: what is kept goes, and the answers are waited for)
-    assert counted.calls[before:] == [["set_trial_state_values"]] * 2, counted.calls[before:]
-    trials = optuna.load_study(study_name="slow", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
-    assert [(t.state.name, t.value) for t in trials] == [("COMPLETE", 1.0), ("COMPLETE", 2.0)]
 
 
 def test_no_more_is_drawn_ahead_than_the_loop_will_ask(tmp_path, study_server, monkeypatch):

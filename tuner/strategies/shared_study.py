@@ -342,11 +342,6 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if missing > 0:
                     ahead.extend(self._send([["create_new_trial", study_id]] * missing, study_id))
 
-        def made_ahead(self, study_id: int) -> int:
-            """How many trials made ahead wait for the next asks (draws beyond them cost a call each)."""
-            with self._lock:
-                return len(self._next.get(study_id, ()))
-
         def hold(self) -> None:
             """From now on the end of this process's trial waits for its next call, and a claim makes the
             trial of the next ask: the caller promises :meth:`flush` when it asks nothing more for now, and
@@ -355,8 +350,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
         def flush(self, release: bool = False, study_id: int | None = None) -> None:
             """Send the changes kept so far (the ends of trials told since the last call among them) without
-            waiting for the answer (while the last one sent so is not answered, they wait for the next call), and
-            with ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
+            waiting for the answer: the next call waits for it first (the order of the calls holds), and with
+            ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
             ``release``: also fail the trials made ahead for asks that did not come, and wait (the run is over).
             """
             with self._lock:
@@ -368,8 +363,6 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         self._send([])
                     self._land()
                     return
-                if self._flying is not None and not self._flying[0].done():
-                    return  # (the last one still travels: what is kept goes with the next call)
                 self._land()
                 if self._queue and self._mneme:
                     request, queued = self._request([], study_id)
@@ -538,12 +531,10 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                              ahead: int | None = None) -> Callable[[], list[int]]:
             """:meth:`claim_many` without waiting for the server: the call goes now (with the changes kept so
             far); the function returned waits for its answer and gives the owners' numbers (call it once, before
-            the next claim; its ``done()`` says whether the answer is in). ``ahead``: how many trials made ahead
-            for the asks after these there are to be once it is answered (None: as many as a batch asked for)."""
-            with self._lock:  # (a ``flush`` still travelling: its trials are others than these, and the news of
-                # the later answer of the two wins, ``_merge``)
-                if self._flying is not None and self._flying[0].done():
-                    self._land()
+            the next claim; its ``done()`` says whether the answer is in). ``ahead``: the most trials the call
+            makes for the asks after these (None: as many as a batch asked for)."""
+            with self._lock:
+                self._land()
                 ops, made = self._claim_ops(study_id, claims, ahead)
                 request, queued = self._request(ops, study_id)
                 future = next(self._applies).future(request)
@@ -562,12 +553,14 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             return owners
 
         def _claim_ops(self, study_id: int, claims: list[tuple[int, str]],
-                       target: int | None = None) -> tuple[list[list[Any]], int]:
+                       limit: int | None = None) -> tuple[list[list[Any]], int]:
             """(the operations of ``claims``, and of the trials made ahead with them; how many are made ahead)."""
-            # Held (see ``hold``), the call also makes the trials of the next asks (up to ``target``, or as many as a
-            # batch asked for at most, or as it claims): a batch of trials costs one call.
+            # Held (see ``hold``), the call also makes the trials of the next asks (as many as a batch asked for at
+            # most, or as it claims, and no more than ``limit``): a batch of trials costs one call.
             made = len(self._next.get(study_id, ()))
-            wanted = max(len(claims), self._wanted.get(study_id, 0)) if target is None else target
+            wanted = max(len(claims), self._wanted.get(study_id, 0))
+            if limit is not None:
+                wanted = min(wanted, limit)
             ahead = wanted - made if self._holding and made < wanted else 0
             return [*(["claim", study_id, t, key] for t, key in claims), *[["create_new_trial", study_id]] * ahead], ahead
 
@@ -600,8 +593,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             """The study's trials (this process's own as it has them): only those changed since the last
-            look are fetched, or none where the last call brought them or a call sent without waiting (``flush``)
-            will (the trials as they were at the last answer, until it comes); the WAITING trials ``Study.ask``
+            look are fetched, or none where the last call brought them; the WAITING trials ``Study.ask``
             looks for come from what was fetched last."""
             with self._lock:
                 view = self._known.get(study_id)
@@ -609,11 +601,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     return [view.trials[n] for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-                if view is None or self._flying is None or self._flying[0].done():
-                    self._land()  # (news on its way and in: no call of its own)
-                    view = self._known.get(study_id)
-                elif study_id not in self._fresh:  # (news on its way: the trials as they are until it comes)
-                    self._fresh.add(study_id)
+                self._land()  # (news on its way: no call of its own)
+                view = self._known.get(study_id)
                 if view is None or study_id not in self._fresh:
                     since, generation = (view.cursor, view.generation) if view is not None else (0, "")
                     try:
@@ -1061,7 +1050,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
 
         Through a study server, they go with the claims of the candidates drawn ahead, now: ``AHEAD_ASKS`` asks'
         worth (as many as the last ask took, that many times), less those already won, and no more than
-        ``upcoming``, drawn from the trials made ahead. The call travels while the loop waits for results, and
+        ``upcoming``. The call travels while the loop waits for results, and
         one claim call is in flight at a time: the next asks take what it won, and wait for it only when what
         was won before does not cover them.
 
@@ -1076,19 +1065,13 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             if upcoming is not None:
                 want = min(want, upcoming - len(self._ready))
             if self._pending is None and want > 0:
-                made = self._storage.made_ahead(self._study_id)  # (the last claims made them: no call of their own)
-                if made:
-                    want = min(want, made)
-                else:
-                    self._storage.reserve(self._study_id, want)
+                self._storage.reserve(self._study_id, want)  # (the last claims made most of them)
                 self._sync()
                 due = self._draw(want, self._ready, _Draws())
                 if due:
-                    # (the trials made with them, for the next draws, which then take no call of their own: an
-                    # ask's worth, or what the pool still lacks)
-                    rest = max(self._ahead, AHEAD_ASKS * self._ahead - len(self._ready) - len(due))
-                    if upcoming is not None:
-                        rest = min(rest, max(0, upcoming - len(self._ready) - len(due)))
+                    # (the trials made with them: for the next draws, an ask's worth at most)
+                    rest = self._ahead if upcoming is None else min(self._ahead, max(0, upcoming - len(self._ready)
+                                                                                        - len(due)))
                     self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due],
                                                 rest))
                     return
