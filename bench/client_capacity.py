@@ -450,17 +450,53 @@ def study_storage(storage: str, work: Path, count: int, fronts: int | None = Non
     return storage, None
 
 
+def tuner_in_flight(option: str, workers: int, servers: int, tuners: list[int]) -> Callable[[int], int]:
+    """Each tuner's configurations in flight, by the row's tuner count, of ``--tuner-in-flight``: a number, ``same``
+    (half the servers' capacity split among the most tuners compared, in every row: each tuner runs the same
+    settings) or ``split`` (half the capacity split among the row's tuners)."""
+    half = server_capacity(workers) * servers // 2
+    if option == "same":
+        return lambda count: max(1, half // max(tuners))
+    if option == "split":
+        return lambda count: max(1, half // count)
+    if not option.isdigit() or int(option) < 1:
+        raise SystemExit(f"--tuner-in-flight {option!r}: give a positive number, same or split")
+    return lambda count: int(option)
+
+
+class HostCpu:
+    """The machine's CPU time, busy and all, from ``/proc/stat`` (None where there is none)."""
+
+    @staticmethod
+    def read() -> tuple[float, float] | None:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    @staticmethod
+    def busy(before: tuple[float, float] | None, after: tuple[float, float] | None) -> float | None:
+        """The share of the machine's CPUs busy between two reads."""
+        if before is None or after is None or after[1] <= before[1]:
+            return None
+        return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
                  storage: str, work: Path, fronts: int | None = None,
-                 servers_cpu: Callable[[], list[float]] | None = None) -> list[dict]:
+                 servers_cpu: Callable[[], list[float]] | None = None,
+                 in_flight: Callable[[int], int] | None = None) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
+    in_flight = in_flight or tuner_in_flight("same", workers, len(servers), tuners)
     space = work / "wide_launch_grid.py"
     space.write_text(SPACE.replace("GRIDS", str(SHARED_GRIDS)))  # (draws seldom meet: see SHARED_GRIDS)
     rows = []
     for count in tuners:
         study, study_server = study_storage(storage, work, count, fronts)
         dirs = [work / f"shared-{count}-{i}" for i in range(count)]
-        per = max(1, server_capacity(workers) * len(servers) // (2 * count))
+        per = in_flight(count)
         procs = []
         tuner_cpu = 0.0
         server_cpu = None
@@ -468,6 +504,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         started_fronts = study_server.children_cpu_seconds() if study_server is not None else 0.0
         fronts_cpu = 0.0
         echo_before, began = (servers_cpu() if servers_cpu else None), time.monotonic()
+        host_before = HostCpu.read()
         try:
             for d in dirs:
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
@@ -484,6 +521,7 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
             if echo_before is not None:  # the replay servers' CPU: (a trial's, their busiest process's share)
                 spent = [after - before for before, after in zip(echo_before, servers_cpu())]
                 echo = (sum(spent), max(spent) / max(time.monotonic() - began, 1e-9))
+            host = HostCpu.busy(host_before, HostCpu.read())
             if study_server is not None:
                 server_cpu = study_server.cpu_seconds() - started_cpu
                 fronts_cpu = study_server.children_cpu_seconds() - started_fronts
@@ -496,14 +534,17 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         last = min(trial_times(d)[-1] for d in dirs)
         steady = [t for t in times if first <= t <= last]
         hashes = [json.loads(line)["hash"] for d in dirs for line in (d / "trials.jsonl").read_text().splitlines()]
+        began_at = min(trial_times(d)[0] for d in dirs)
+        spans = [(trial_times(d)[0] - began_at, trial_times(d)[-1] - began_at) for d in dirs]
         rows.append({"tuners": count, "trials": len(times), "rate": (len(steady) - 1) / max(last - first, 1e-9),
+                     "spans": spans, "steady_s": last - first,
                      "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes)),
                      # CPU per trial over the whole run (start-up included): the server's sets its ceiling
                      "tuner_ms": 1e3 * tuner_cpu / max(len(times), 1),
                      "server_ms": None if server_cpu is None else 1e3 * (server_cpu + fronts_cpu) / max(len(times), 1),
                      "core_ms": None if server_cpu is None else 1e3 * server_cpu / max(len(times), 1),
                      "echo_ms": None if echo is None else 1e3 * echo[0] / max(len(times), 1),
-                     "echo_busiest": None if echo is None else echo[1]})
+                     "echo_busiest": None if echo is None else echo[1], "in_flight": per, "host_busy": host})
     return rows
 
 
@@ -521,9 +562,9 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
     kind = "echo servers" if echo else "test-engine servers"
     lines = [f"shared study ({storage}), {servers} {kind}, {trials} random-sampler trials per process:", "",
              "| tuner processes | trials/s together | x one process | trials (per process) | evaluated twice "
-             "| tuner CPU per trial | study server CPU per trial | its core's | server ceiling "
-             "| replay servers' CPU per trial | their busiest process |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| in flight a tuner | tuner CPU per trial | study server CPU per trial | its core's | server ceiling "
+             "| replay servers' CPU per trial | their busiest process | machine CPU busy |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     one = next((r["rate"] for r in rows if r["tuners"] == 1), None)
     for r in rows:
         ratio = f"{r['rate'] / one:.2f}x" if one else "-"
@@ -533,14 +574,22 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
         rate = f"{r['rate']:.0f}" if len(r.get("rates", ())) < 2 else \
             f"{r['rate']:.0f} (runs: {', '.join(f'{x:.0f}' for x in r['rates'])})"
         lines.append(f"| {r['tuners']} | {rate} | {ratio} | {r['trials']} "
-                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r['tuner_ms']:.2f} ms | {server} "
-                     f"| {core} | {ceiling} | {_ms(r.get('echo_ms'))} | {_share(r.get('echo_busiest'))} |")
+                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r.get('in_flight', '-')} "
+                     f"| {r['tuner_ms']:.2f} ms | {server} | {core} | {ceiling} | {_ms(r.get('echo_ms'))} "
+                     f"| {_share(r.get('echo_busiest'))} | {_share(r.get('host_busy'))} |")
     lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
               "start-up included) and of the study server (from its start-up line on: its core process and its "
               "front processes, if any; its core's alone beside it); server ceiling: the trials a second one core "
               "running the study server's core could take at that cost; the replay servers' CPU: the echo "
               "processes' over the run, and the busiest one's share of a core (under 100%: the servers were not "
-              "the limit).", ""]
+              "the limit); in flight a tuner: the configurations each tuner keeps replaying (``--tuner-in-flight``); machine "
+              "CPU busy: the share of all the machine's CPUs busy over the row's run (``/proc/stat``).", ""]
+    for r in rows:
+        if r.get("spans"):
+            lines.append(f"{r['tuners']} processes: their trials from/to (s after the first) "
+                         f"{', '.join(f'{a:.1f}-{b:.1f}' for a, b in r['spans'])}; the rate's steady part "
+                         f"{r['steady_s']:.1f} s (all processes running)")
+    lines.append("")
     for r in rows:
         target = TARGET_SHARED.get(r["tuners"])
         if one and target:
@@ -582,6 +631,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=1,
                    help="--mode shared-study: runs of the whole comparison, one after another; each row is the run "
                         "with the median rate (default 1)")
+    p.add_argument("--tuner-in-flight", default="same",
+                   help="--mode shared-study: each tuner's configurations in flight: a number, same (default: half "
+                        "the servers' capacity split among the most tuners compared, the same in every row) or split "
+                        "(half the capacity split among the row's tuners)")
     p.add_argument("--study-fronts", type=int, default=None,
                    help="--mode shared-study: the study server's --fronts (default: the server's)")
     p.add_argument("--storage", default="study-server",
@@ -640,9 +693,11 @@ def main(argv: list[str] | None = None) -> int:
                 record(args, f"curve, {max(counts)} {'echo' if args.echo_servers else 'test-engine'} servers", curve)
             if args.mode in ("shared-study", "all"):
                 n = max(counts)
-                runs = [shared_study(db, rid, servers.addresses[:n], args.workers, args.trials,
-                                     [int(t) for t in args.tuners.split(",")], args.storage, work / f"run-{i}",
-                                     args.study_fronts, getattr(servers, "cpu_seconds", None))
+                tuners = [int(t) for t in args.tuners.split(",")]
+                in_flight = tuner_in_flight(args.tuner_in_flight, args.workers, n, tuners)
+                runs = [shared_study(db, rid, servers.addresses[:n], args.workers, args.trials, tuners, args.storage,
+                                     work / f"run-{i}", args.study_fronts, getattr(servers, "cpu_seconds", None),
+                                     in_flight)
                         for i in range(args.repeat)]
                 rows = median_rows(runs)
                 fronts = args.study_fronts

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mneme._internal.heap import Heap
+from tuner.study_json import encode as _encode  # the journal's lines
 from tuner.study_replica import FAIL, SET_TRIAL_SYSTEM_ATTR, WAITING, StudyReplica
 
 log = logging.getLogger("mneme.study_server")
@@ -34,7 +35,6 @@ APPLY, SYNC = b"@apply", b"@sync"
 OK, ABORTED = 0, 1
 #: Chunks of logs kept for fronts behind the others before the list is trimmed.
 CHUNKS_KEPT = 1024
-_encode = json.JSONEncoder(separators=(",", ":")).encode  # the journal's lines (``tuner.study_journal``)
 _REFUSALS = {"KeyError": KeyError, "TypeError": TypeError, "ValueError": ValueError}
 
 
@@ -67,8 +67,9 @@ class StudyCore:
         self._heap = Heap()  # (the study's logs stay: the collector looks only at what is new)
 
     def settings(self) -> dict[str, str]:
-        """What a front needs to know of the core: the worker id of its logs, the generation of cursors."""
-        return {"worker_id": self.worker_id, "generation": self.generation}
+        """What a front needs to know of the core: the worker id of its logs, the generation of cursors, how many
+        fronts there are."""
+        return {"worker_id": self.worker_id, "generation": self.generation, "fronts": str(len(self._positions))}
 
     def flush(self) -> None:
         """The journal written out (before the answers go)."""

@@ -24,9 +24,9 @@ from typing import Any, Callable
 log = logging.getLogger("mneme.study_server")
 
 from mneme._internal.heap import Heap
+from tuner.study_json import encode as _encode  # the journal's lines
 from tuner.study_replica import SET_TRIAL_SYSTEM_ATTR, SET_TRIAL_USER_ATTR, TEXTS
 
-_encode = json.JSONEncoder(separators=(",", ":")).encode  # the journal's lines (``tuner.study_journal``)
 #: A front fetches the others' logs while idle: every (first) seconds while they come, backing off to (second).
 KEEP_UP_S = (0.002, 0.1)
 
@@ -47,12 +47,12 @@ def front_main(conn: Any, address: str, index: int, settings: dict[str, str]) ->
     for signum in (signal.SIGINT, signal.SIGTERM):  # the core stops the fronts (their pipes close), not a signal
         signal.signal(signum, signal.SIG_IGN)
     try:
-        asyncio.run(_serve(conn, address, settings))
+        asyncio.run(_serve(conn, address, index, settings))
     except (EOFError, OSError, KeyboardInterrupt):
         pass
 
 
-async def _serve(conn: Any, address: str, settings: dict[str, str]) -> None:
+async def _serve(conn: Any, address: str, index: int, settings: dict[str, str]) -> None:
     import asyncio
 
     import grpc
@@ -63,7 +63,7 @@ async def _serve(conn: Any, address: str, settings: dict[str, str]) -> None:
     loop = asyncio.get_running_loop()
     pending: collections.deque[asyncio.Future] = collections.deque()
     closed = asyncio.Event()
-    front = Front(settings)
+    front = Front(settings, index)
 
     def receive() -> None:  # the core's answers, in the order of the calls
         while True:
@@ -159,11 +159,13 @@ class Front:
 
     Args:
         settings: the core's :meth:`~tuner.study_core.StudyCore.settings`.
+        index: the front's number (an ``Apply`` that asks for ``"front"`` is told it and how many there are).
     """
 
-    def __init__(self, settings: dict[str, str]) -> None:
+    def __init__(self, settings: dict[str, str], index: int = 0) -> None:
         from tuner.study_replica import StudyReplica
 
+        self.where = [index, int(settings.get("fronts", 1))]
         self.replica = StudyReplica(full=True, generation=settings["generation"])
         self.batches = Batches(settings["worker_id"])
         self._heap = Heap()  # (the replica stays: the collector looks only at what is new)
@@ -195,7 +197,8 @@ class Front:
 
     def apply_answer(self, results: list[Any], parsed: dict[str, Any], starts: list[str | None]) -> bytes:
         """The ``Apply`` answer of the core's results (with the study's changes where the request asks)."""
-        answer = json.dumps({"results": self.batches.results(results, starts)}).encode()
+        answer = json.dumps({"results": self.batches.results(results, starts),
+                             **({"front": self.where} if parsed.get("front") else {})}).encode()
         if "changes" not in parsed:
             return answer
         cursor, reply, form = self._changed(parsed["changes"])
@@ -281,12 +284,15 @@ class Batches:
         self._makers = {"create_new_trial": self._create, "set_trial_param": self._param,
                         "set_trial_system_attr": self._system_attr, "set_trial_user_attrs": self._user_attrs,
                         "set_trial_state_values": self._state, "claim": self._claim}
+        self._names: dict[str, str] = {}  # a parameter's or attribute's name -> its JSON
+        self._now: str | None = None  # the time of the request being made into entries (one for all of them)
 
     def entries(self, ops: list[list[Any]]) -> tuple[list[tuple], list[str | None]]:
         """(the core's entries of ``ops``, the start time each new trial's entry gave it); raises
         ``KeyError``/``TypeError``/``IndexError`` where ``ops`` is not a list of known operations."""
         makers = [(self._makers[op[0]], op[1:]) for op in ops]
         entries, starts = [], []
+        self._now = None
         for maker, args in makers:
             try:
                 entry = maker(*args)
@@ -315,9 +321,24 @@ class Batches:
     def _entry(self, kind: str, args: tuple, logs: list[dict[str, Any]]) -> tuple:
         return (kind, args, logs, "".join(_encode(entry) + "\n" for entry in logs).encode("utf-8"))
 
+    def _stamp(self) -> str:
+        """The time of the request's trial starts and ends (UTC, in microseconds)."""
+        if self._now is None:
+            self._now = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="microseconds")
+        return self._now
+
+    def _name(self, name: str) -> str:
+        """``name`` as JSON (a study has few distinct ones)."""
+        text = self._names.get(name)
+        if text is None:
+            text = _encode(name)
+            if len(self._names) < 4096:
+                self._names[name] = text
+        return text
+
     def _create(self, study_id: Any) -> tuple:
         study_id = int(study_id)
-        now = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="microseconds")
+        now = self._stamp()
         line = f'{{"op_code":4,"worker_id":{self._worker_json},"study_id":{study_id},"datetime_start":"{now}"}}\n'
         return ("create", (), [{"op_code": 4, "worker_id": self.worker_id, "study_id": study_id,
                                 "datetime_start": now}], line.encode("utf-8"))
@@ -334,7 +355,7 @@ class Batches:
             if len(self._distributions) < 4096:
                 self._distributions[distribution] = known
         trial_id, value = int(trial_id), float(value)
-        line = (f'{{"op_code":5,"worker_id":{self._worker_json},"trial_id":{trial_id},"param_name":{_encode(name)},'
+        line = (f'{{"op_code":5,"worker_id":{self._worker_json},"trial_id":{trial_id},"param_name":{self._name(name)},'
                 f'"param_value_internal":{_encode(value)},"distribution":{known[1]}}}\n')
         return ("param", (), [{"op_code": 5, "worker_id": self.worker_id, "trial_id": trial_id, "param_name": name,
                                "param_value_internal": value, "distribution": known[0]}], line.encode("utf-8"))
@@ -354,7 +375,7 @@ class Batches:
             text = _encode(value)
             logs.append({"op_code": op_code, "worker_id": self.worker_id, "trial_id": trial_id, TEXTS: {name: text}})
             lines.append(f'{{"op_code":{op_code},"worker_id":{self._worker_json},"trial_id":{trial_id},'
-                         f'"{field}":{{{_encode(name)}:{text}}}}}\n')
+                         f'"{field}":{{{self._name(name)}:{text}}}}}\n')
         return ("attrs", (), logs, "".join(lines).encode("utf-8"))
 
     def _state(self, trial_id: Any, state: Any, values: Any = None) -> tuple:
@@ -362,7 +383,7 @@ class Batches:
         entry: dict[str, Any] = {"op_code": 6, "worker_id": self.worker_id, "trial_id": int(trial_id),
                                  "state": int(state.value),
                                  "values": None if values is None else [float(v) for v in values]}
-        now = datetime.datetime.now(tz=datetime.timezone.utc).isoformat(timespec="microseconds")
+        now = self._stamp()
         if state.name == "RUNNING":
             entry["datetime_start"] = now
         elif state.is_finished():

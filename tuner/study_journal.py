@@ -12,13 +12,13 @@ from typing import Any
 from optuna.storages.journal import BaseJournalBackend
 
 from mneme.errors import ConfigurationError
+from tuner.study_json import encode as _encode  # the journal's lines
 from tuner.study_replica import ATTR_FIELDS, TEXTS
 
 log = logging.getLogger("mneme.study_server")
 
 #: How often the server's journal file is forced to disk (``fsync``), at most.
 JOURNAL_FSYNC_INTERVAL_S = 1.0
-_encode = json.JSONEncoder(separators=(",", ":")).encode  # (``json.dumps`` with separators makes one per call)
 
 
 class ServerJournal(BaseJournalBackend):

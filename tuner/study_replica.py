@@ -22,6 +22,7 @@ from typing import Any, Iterable
 from optuna.exceptions import DuplicatedStudyError, UpdateFinishedTrialError
 
 from tuner.strategies.shared_study import DUPLICATE_ATTR, HASH_ATTR
+from tuner.study_json import encode as _json
 
 #: Optuna's journal operation codes (``optuna.storages.journal._storage.JournalOperation``).
 CREATE_STUDY, DELETE_STUDY, SET_STUDY_USER_ATTR, SET_STUDY_SYSTEM_ATTR = 0, 1, 2, 3
@@ -430,7 +431,6 @@ def _object(texts: dict[str, str]) -> str:
     return "{" + ",".join(f"{_json(key)}:{text}" for key, text in texts.items()) + "}"
 
 
-_json = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def _local(text: str | None) -> str:

@@ -25,6 +25,10 @@ def test_bench_prints_the_curve_and_the_shared_study(tmp_path):
     assert "shared study (study-server, 2 front processes)" in done.stdout  # the default: mneme study-server
     shared = [line.split("|") for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
     assert [row[5].strip() for row in shared] == ["0", "0"], "no configuration evaluated twice"
+    # each tuner runs the same settings in every row (half the servers' capacity split among the most tuners)
+    assert len({row[6].strip() for row in shared}) == 1, shared
+    assert all(row[13].strip().endswith("%") for row in shared), "the machine's CPU busy"
+    assert "2 processes: their trials from/to" in done.stdout
     text = results.read_text()
     assert "* commit: " in text and "CPUs" in text and "2 processes / 1:" in text
 
@@ -38,3 +42,22 @@ def test_bench_measures_the_tuning_loop_alone():
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = [line for line in done.stdout.splitlines() if line.startswith("| loop |")]
     assert float(row.split("|")[2]) > 0 and row.split("|")[5].strip().endswith("us")
+
+
+def test_bench_says_what_a_tuners_configurations_in_flight_can_be():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("client_capacity", ROOT / "bench" / "client_capacity.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    same = bench.tuner_in_flight("same", 2, 16, [1, 2, 4])
+    split = bench.tuner_in_flight("split", 2, 16, [1, 2, 4])
+    assert same(1) == same(4) == split(4) and split(1) == 4 * split(4)
+    assert bench.tuner_in_flight("100", 2, 16, [1])(1) == 100
+    for bad in ("0", "many"):
+        try:
+            bench.tuner_in_flight(bad, 2, 16, [1])
+        except SystemExit as exc:
+            assert "--tuner-in-flight" in str(exc)
+        else:
+            raise AssertionError(bad)

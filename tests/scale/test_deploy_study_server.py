@@ -233,17 +233,17 @@ def test_a_batch_of_asks_is_one_call_and_told_trials_go_with_the_next(tmp_path, 
     while not any("claim" in ops for ops in counted.calls[before:]) and time.monotonic() < deadline:  # (the call
         time.sleep(0.01)  # travels while the loop waits)
     sent = counted.calls[before:]
-    # the trials of the draws beyond those made ahead, in one call with the ends; then the claims, which make an
-    # ask's worth of trials for the next draws
+    # the trials of the draws beyond those made ahead, in one call with the ends; then the claims, which make two
+    # asks' worth of trials for the next draws
     assert sent[0] == ["set_trial_state_values"] * 4 + ["create_new_trial"] * 16, sent
-    assert len(sent) == 2 and sent[1].count("claim") == 24 and sent[1].count("create_new_trial") == 8, sent
+    assert len(sent) == 2 and sent[1].count("claim") == 24 and sent[1].count("create_new_trial") == 16, sent
     again = strategy.ask_many(8)  # drawn ahead, claims won: no call of its own
     assert len(again) == 8 and not {c.hash for c in again} & {c.hash for c in asked}
     assert len(strategy.ask_many(8)) == 8 and len(counted.calls) == before + 2, counted.calls[before:]
     strategy.close()  # the four untold and the twenty-four not run fail (released), and so do the trials made ahead
     trials = optuna.load_study(study_name="batch", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
     states = Counter(t.state.name for t in trials)
-    assert states == {"COMPLETE": 12, "FAIL": 4 + 24 + 8}, states
+    assert states == {"COMPLETE": 12, "FAIL": 4 + 24 + 16}, states
     assert all("status" not in t.user_attrs for t in trials if t.state.name == "FAIL")
 
 
@@ -309,3 +309,132 @@ def test_a_file_that_is_not_a_journal_is_refused(tmp_path):
     handlers = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     assert main(["study-server", f"journal:{path}", "--port", "0"]) == 2
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers  # (Ctrl-C works again)
+
+
+def test_a_tuner_keeps_one_connection_to_each_front_process(tmp_path, study_server):
+    """The kernel gives a new connection to any front process; a tuner's client keeps one to each, so that its
+    calls spread over all of them."""
+    server = study_server(f"journal:{tmp_path / 'study.log'}", fronts=4)
+    storage = open_storage(server.url)
+    assert storage.decides_claims()
+    fronts = [storage._apply_of(channel)({"ops": [], "front": True})["front"] for channel in storage._batch_channels]
+    assert sorted(fronts) == [[0, 4], [1, 4], [2, 4], [3, 4]], fronts
+    storage.close()
+
+
+class HeldCall:
+    """An ``Apply`` future that runs the call only when its result is asked for (or when released)."""
+
+    def __init__(self, call, request, sent: list) -> None:
+        self.call, self.request = call, request
+        self.before = [held for held in sent if isinstance(held, HeldCall) and not held.done()]  # held when sent
+        self._result = None
+        self._done = False
+
+    def release(self) -> None:
+        if not self._done:
+            self._result, self._done = self.call(self.request), True
+
+    def done(self) -> bool:
+        return self._done
+
+    def result(self, timeout=None):
+        self.release()
+        return self._result
+
+
+class Held:
+    """The client's ``Apply`` calls, the ones sent without waiting held until asked for (see ``HeldCall``)."""
+
+    def __init__(self, storage) -> None:
+        import itertools
+
+        self.sent: list = []
+        calls = [storage._apply_of(channel) for channel in storage._batch_channels]
+        storage._applies = itertools.cycle([self._wrap(call) for call in calls])
+        self.looks = 0
+        changes = storage._changes
+
+        def look(request):
+            self.looks += 1
+            return changes(request)
+
+        storage._changes = look
+
+    def _wrap(self, call):
+        sent = self.sent
+
+        class Wrapped:
+            def __call__(self, request, **kwargs):
+                sent.append(request)
+                return call(request, **kwargs)
+
+            def future(self, request):
+                held = HeldCall(call, request, sent)
+                sent.append(held)
+                return held
+
+        return Wrapped()
+
+
+def held_study(tmp_path, study_server, name: str) -> tuple[Any, Any, Held]:
+    server = study_server(f"journal:{tmp_path / 'study.log'}", fronts=2)
+    storage = open_storage(server.url)
+    study = optuna.create_study(storage=storage, study_name=name)
+    storage.hold()
+    assert storage.decides_claims()
+    return storage, study, Held(storage)
+
+
+def test_calls_go_without_waiting_for_each_other_and_a_trials_changes_stay_in_order(tmp_path, study_server):
+    storage, study, held = held_study(tmp_path, study_server, "order")
+    sid = study._study_id
+    first, second, third = study.ask(), study.ask(), study.ask()
+    study.tell(first, 1.0)  # (held: its end goes with the next call)
+    storage.flush(study_id=sid)
+    ends = held.sent[-1]
+    assert isinstance(ends, HeldCall) and not ends.done()
+    owners = storage.claim_many_later(sid, [(second._trial_id, "h2")])
+    claim = held.sent[-1]
+    assert claim.before == [ends], "the claims went without waiting for the call before"
+    assert owners() == [second.number] and not ends.done()
+    # A change of a trial that a call still in flight changes waits for that call's answer first.
+    storage.set_trial_user_attrs(third._trial_id, {"a": 1})
+    storage.flush(study_id=sid)
+    attrs = held.sent[-1]
+    storage.set_trial_user_attrs(third._trial_id, {"b": 2})
+    storage.flush(study_id=sid)
+    assert attrs.done() and attrs not in held.sent[-1].before and ends in held.sent[-1].before
+    storage.flush(release=True)  # (the run is over: every call answered)
+    assert all(call.done() for call in held.sent if isinstance(call, HeldCall))
+    trials = optuna.load_study(study_name="order", storage=open_storage(f"journal:{tmp_path / 'study.log'}")).trials
+    assert trials[first.number].state.name == "COMPLETE" and trials[first.number].values == [1.0]
+    assert trials[second.number].system_attrs["mneme:hash"] == "h2"
+    assert trials[third.number].user_attrs == {"a": 1, "b": 2}
+
+
+def test_the_studys_news_comes_once_a_look(tmp_path, study_server):
+    storage, study, held = held_study(tmp_path, study_server, "news")
+    sid = study._study_id
+    trials = [study.ask() for _ in range(3)]
+    storage.get_all_trials(sid)  # a look
+    looks = held.looks
+    for trial in trials[:2]:
+        study.tell(trial, 1.0)
+        storage.flush(study_id=sid)
+    asked = ["changes" in call.request for call in held.sent if isinstance(call, HeldCall)]
+    assert asked == [True, False], asked
+    # A look while the news is on its way shows the study as it was (this process's trials as it has them),
+    # without a call of its own.
+    other = open_storage(f"journal:{tmp_path / 'study.log'}")  # (another process, beside the server)
+    assert [t.state.name for t in storage.get_all_trials(sid)] == ["COMPLETE", "COMPLETE", "RUNNING"]
+    assert held.looks == looks and [t.state.name for t in other.get_all_trials(sid)] == ["RUNNING"] * 3
+    for call in held.sent:
+        if isinstance(call, HeldCall):
+            call.release()
+    assert [t.state.name for t in storage.get_all_trials(sid)] == ["COMPLETE", "COMPLETE", "RUNNING"]
+    assert held.looks == looks, "the news came with the call"
+    study.tell(trials[2], 1.0)
+    storage.flush(study_id=sid)
+    assert "changes" in held.sent[-1].request  # (the first call after a look asks again)
+    storage.flush(release=True)

@@ -39,6 +39,7 @@ running.
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import socket
@@ -54,12 +55,22 @@ from tuner.strategies.sample_strategy import DUPLICATE_ATTR, FAILED, PRUNED, Opt
 log = logging.getLogger("mneme.tune.shared")
 
 HASH_ATTR = "mneme:hash"
-#: Connections a tuner's client opens for its ``Apply`` calls to a study server (they take turns).
+#: Connections a tuner's client opens for its ``Apply`` calls to a study server (they take turns), where the
+#: server does not say which of its front processes a connection reached.
 BATCH_CONNECTIONS = 4
+#: Connections a tuner's client tries, a front process each, to reach every front of a study server once.
+SPREAD_TRIES = 8
 #: The user attributes a tuner reads of the study's trials (the others' results stay in the study).
 READ_USER_ATTRS = ("status",)
-#: Asks' worth of candidates a tuner on a study server keeps drawn ahead, their claims won or on their way.
+#: Asks' worth of candidates a tuner on a study server keeps drawn ahead, their claims won or on their way
+#: (an ask's worth: the most one ask took so far).
 AHEAD_ASKS = 3
+#: Claim calls a tuner on a study server keeps on their way at once.
+CLAIMS_IN_FLIGHT = 2
+#: Seconds between a tuner's looks at the study when it draws ahead (a look costs the trials changed since the
+#: last: the fewer looks, the fewer versions of each trial it reads). An ask that what was drawn ahead does not
+#: cover, and a claim lost to another process, look at once.
+LOOK_INTERVAL_S = 0.5
 __all__ = ["DUPLICATE_ATTR", "HASH_ATTR", "SharedStudyStrategy", "open_storage"]
 #: How long a process waits for a lower-numbered running trial to be tagged before taking it as abandoned.
 TAG_WAIT_S = 10.0
@@ -136,10 +147,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
       query for WAITING trials that ``Study.ask`` makes from what it has (a trial mneme enqueues, the
       baseline or an unseen point, is asked for after the next look); ``take_changed`` says which trials
       changed since it was last asked;
-    * the calls that claim or end trials bring the study's changes back with them, and the next
-      ``get_all_trials`` answers from them without a call of its own (a second one in a row asks the
-      server): a look shows the study's trials as they were at this process's last call. The list of the
-      study's trials is kept up to date in place, so a look costs the changes, not the study's size.
+    * the first call that claims, makes or ends trials after a look brings the study's changes back with
+      it, and the next ``get_all_trials`` answers from them without a call of its own (a second one in a row
+      asks the server): a look shows the study's trials as they were at that call, and a trial that changed
+      several times between two looks comes once. The list of the study's trials is kept up to date in place,
+      so a look costs the changes, not the study's size.
 
     Against a plain Optuna proxy (``UNIMPLEMENTED``) it is Optuna's client.
     """
@@ -222,6 +234,15 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self.holes = 0
             self.touched: set[int] | None = None  # numbers changed since ``take_changed`` (None: all)
 
+    def _found(view: _View, states: Any, deepcopy: bool) -> list[Any]:
+        """The view's trials (of ``states``): by number, up to the first not seen yet (the rest come next time)."""
+        trials = view.trials
+        if states is None:
+            found = list(trials) if not view.holes else trials[:trials.index(None)]
+        else:
+            found = [t for t in trials if t is not None and t.state in states]
+        return copy.deepcopy(found) if deepcopy else found
+
     def _copy_trial(trial: Any) -> Any:
         """A copy of ``trial`` whose dictionaries the caller may change (values are not copied: cheaper
         than ``copy.deepcopy``, which this is asked for a few times a trial)."""
@@ -233,6 +254,27 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             copied.values = list(trial.values)
         return copied
 
+    class _Call:
+        """An ``Apply`` sent without waiting: its future, the kept changes it took, the study whose news it could
+        ask for and whether it did, the trials it changes, what makes its own operations' results into what its
+        sender reads (None: they are read as they are); once its answer is taken in, those results or the
+        refusal."""
+
+        def __init__(self, future: Any, queued: list[list[Any]], study_id: int | None, asked: bool,
+                     trials: set[int], finish: Callable[[list[Any]], Any] | None) -> None:
+            self.future, self.queued, self.study_id, self.asked = future, queued, study_id, asked
+            self.trials, self.finish = trials, finish
+            self.taken = False
+            self.results: Any = None
+            self.error: BaseException | None = None
+
+        def wait(self) -> None:
+            """Until the server has answered (the answer is taken in elsewhere)."""
+            try:
+                self.future.result()
+            except grpc.RpcError:
+                pass  # (whoever takes the answer in raises it)
+
     class StudyServerClient(optuna.storages.GrpcStorageProxy):
         def _setup(self) -> None:
             super()._setup()
@@ -240,16 +282,13 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             # (``SO_REUSEPORT``) each take the connections the kernel gives them, so a tuner's batches spread over
             # them instead of all going to the front its one connection landed on. A process's calls go one
             # at a time (a claim sent ahead is answered before the next call), so their order holds.
-            self._batch_channels = [grpc.insecure_channel(f"{self._host}:{self._port}", options=[
-                ("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)])
-                for _ in range(BATCH_CONNECTIONS)]
-            self._applies = itertools.cycle([channel.unary_unary(APPLY_METHOD, request_serializer=_encode,
-                                                                 response_deserializer=json.loads)
-                                             for channel in self._batch_channels])
+            self._batch_channels = [self._batch_channel() for _ in range(BATCH_CONNECTIONS)]
+            self._applies = itertools.cycle([self._apply_of(channel) for channel in self._batch_channels])
             self._changes = self._channel.unary_unary(CHANGES_METHOD, request_serializer=_encode,
                                                       response_deserializer=_changed_trials)
             self._known: dict[int, _View] = {}  # study id -> its trials as this process knows them
             self._fresh: set[int] = set()  # studies whose changes came with a call since the last look
+            self._asked: set[int] = set()  # studies whose changes a call since the last look asked for
             self._own: dict[int, Any] = {}  # trial id -> this process's copy of its running trial
             self._study_of: dict[int, int] = {}  # trial id -> study id, of this process's running trials
             self._queue: list[list[Any]] = []  # this process's changes of its trials not sent yet, in order
@@ -261,16 +300,54 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._checked = False  # whether the server was asked if it is a mneme study server
             self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
             self._wanted: dict[int, int] = {}  # study id -> the most trials a batch asked for (``reserve``)
-            self._flying: tuple[Any, list[list[Any]], int | None] | None = None  # an ``Apply`` sent without
-            # waiting (``flush``): (its future, the kept changes it took, the study whose news it asked for)
+            self._flying: list[_Call] = []  # ``Apply`` calls sent without waiting for their answers, in order
+
+        def _batch_channel(self) -> Any:
+            """A connection of its own (not shared with the other channels to the server)."""
+            return grpc.insecure_channel(f"{self._host}:{self._port}", options=[
+                ("grpc.max_receive_message_length", -1), ("grpc.use_local_subchannel_pool", 1)])
+
+        @staticmethod
+        def _apply_of(channel: Any) -> Any:
+            return channel.unary_unary(APPLY_METHOD, request_serializer=_encode, response_deserializer=json.loads)
+
+        def _spread(self, first: dict[str, Any]) -> None:
+            """Keep one connection to each front process of the server, where it says which one a connection
+            reached (``first``: the answer to the first probe, over the first connection): the kernel gives a
+            new connection to any of them, so a tuner's connections could all land on one while the others idle.
+            Up to ``SPREAD_TRIES`` connections a front are tried; the calls take turns over those kept."""
+            where = first.get("front")
+            if not (isinstance(where, list) and len(where) == 2 and all(isinstance(n, int) for n in where)):
+                return  # (a server without fronts, or one that does not say: the connections stay as they are)
+            count = max(1, where[1])
+            kept = {where[0]: self._batch_channels[0]}
+            tried = [*self._batch_channels[1:]]
+            attempts = 0
+            while len(kept) < count and attempts < SPREAD_TRIES * count:
+                channel = tried.pop() if tried else self._batch_channel()
+                attempts += 1
+                try:
+                    answer = self._apply_of(channel)({"ops": [], "front": True}, timeout=GRPC_WAIT_S)
+                except grpc.RpcError:
+                    answer = {}
+                front = answer.get("front") if isinstance(answer, dict) else None
+                index = front[0] if isinstance(front, list) and front else None
+                if isinstance(index, int) and index not in kept:
+                    kept[index] = channel
+                else:
+                    channel.close()
+            for channel in tried:
+                channel.close()
+            self._batch_channels = [kept[index] for index in sorted(kept)]
+            self._applies = itertools.cycle([self._apply_of(channel) for channel in self._batch_channels])
 
         # -- sending ---------------------------------------------------------------------------
         def _send(self, ops: list[list[Any]], study_id: int | None = None) -> list[Any]:
             """Run the changes kept so far, then ``ops``, on the server in one call; the results of ``ops``.
             With ``study_id`` (a study looked at before), its changes come back with the answer. A kept change
             the server refuses (a trial finished meanwhile) is logged; a refused one of ``ops`` raises."""
-            self._land()
-            request, queued = self._request(ops, study_id)
+            self._land(wait=False)
+            request, queued, _ = self._request(ops, study_id)
             try:
                 reply = next(self._applies)(request)
             except grpc.RpcError as exc:
@@ -278,14 +355,49 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 raise _refusal(exc) from None
             return self._received(reply, queued, study_id)
 
-        def _request(self, ops: list[list[Any]], study_id: int | None) -> tuple[dict[str, Any], list[list[Any]]]:
-            """(the ``Apply`` request of the changes kept so far and ``ops``, the kept changes it takes)."""
+        def _later_call(self, ops: list[list[Any]], study_id: int | None,
+                        finish: Callable[[list[Any]], Any] | None = None) -> _Call:
+            """Send the changes kept so far, then ``ops``, without waiting for the answer (see :class:`_Call`)."""
+            request, queued, trials = self._request(ops, study_id)
+            call = _Call(next(self._applies).future(request), queued, study_id, "changes" in request, trials, finish)
+            self._flying.append(call)
+            return call
+
+        def _take(self, call: _Call) -> None:
+            """Take in a call's answer (once): its kept changes' refusals logged, its news merged, its results."""
+            if call.taken:
+                return
+            call.taken = True
+            if call in self._flying:
+                self._flying.remove(call)
+            try:
+                reply = call.future.result()
+            except grpc.RpcError as exc:
+                self._sent(call.queued)
+                call.error = _refusal(exc)
+                return
+            results = self._received(reply, call.queued, call.study_id)
+            call.results = results if call.finish is None else call.finish(results)
+
+        def _request(self, ops: list[list[Any]],
+                     study_id: int | None) -> tuple[dict[str, Any], list[list[Any]], set[int]]:
+            """(the ``Apply`` request of the changes kept so far and ``ops``, the kept changes it takes, the trials
+            it changes). Calls go without waiting for each other, over connections to several front processes,
+            so the server may run them in any order; a change of a trial that a call still in flight changes
+            waits for that call's answer first (a trial's changes stay in order)."""
             queued, self._queue = self._queue, []
-            request: dict[str, Any] = {"ops": queued + ops, "tolerate": len(queued)}
+            ops = queued + ops
+            trials = {op[2] if op[0] == "claim" else op[1] for op in ops if op[0] != "create_new_trial"}
+            for call in self._flying:
+                if not call.future.done() and not call.trials.isdisjoint(trials):
+                    call.wait()
+            request: dict[str, Any] = {"ops": ops, "tolerate": len(queued)}
             view = self._known.get(study_id) if study_id is not None else None
-            if view is not None:
+            if view is not None and study_id not in self._asked:  # (one call's worth of news a look: a trial
+                # that changed several times between two looks is sent once)
                 request["changes"] = self._look(study_id, view.cursor, view.generation)
-            return request, queued
+                self._asked.add(study_id)
+            return request, queued, trials
 
         def _sent(self, queued: list[list[Any]]) -> None:
             for op in queued:
@@ -350,37 +462,34 @@ def _grpc_storage(url: str, timeout: float) -> Any:
 
         def flush(self, release: bool = False, study_id: int | None = None) -> None:
             """Send the changes kept so far (the ends of trials told since the last call among them) without
-            waiting for the answer: the next call waits for it first (the order of the calls holds), and with
-            ``study_id`` (a study looked at before) the study's news comes back with it for the next look.
-            ``release``: also fail the trials made ahead for asks that did not come, and wait (the run is over).
+            waiting for the answer (a later call takes it in), and with ``study_id`` (a study looked at before)
+            the study's news comes back with it for the next look. ``release``: also fail the trials made ahead
+            for asks that did not come, and wait for every call (the run is over).
             """
             with self._lock:
                 if release:
+                    self._land()
                     for made in [m for ahead in self._next.values() for m in ahead]:
                         self._queue.append(["set_trial_state_values", made["trial_id"], TrialState.FAIL.name, None])
                     self._next.clear()
                     if self._queue and self._mneme:
                         self._send([])
-                    self._land()
                     return
-                self._land()
+                self._land(wait=False)
                 if self._queue and self._mneme:
-                    request, queued = self._request([], study_id)
-                    self._flying = (next(self._applies).future(request), queued, study_id)
+                    self._later_call([], study_id)
 
-        def _land(self) -> None:
-            """Wait for the ``Apply`` that :meth:`flush` sent, if any: its kept changes' refusals logged, its news
-            merged; the refusal of the whole call (the server went away) raises here."""
-            flying, self._flying = self._flying, None
-            if flying is None:
-                return
-            future, queued, study_id = flying
-            try:
-                reply = future.result()
-            except grpc.RpcError as exc:
-                self._sent(queued)
-                raise _refusal(exc) from None
-            self._received(reply, queued, study_id)
+        def _land(self, wait: bool = True) -> None:
+            """Take in the answers of the calls sent without waiting (see :meth:`_take`), in the order they went:
+            every one (``wait``), or those in so far. The refusal of a whole call (the server went away) raises
+            here, but a claim call's raises where its owners are asked for (``claim_many_later``)."""
+            while self._flying:
+                call = self._flying[0]
+                if not (wait or call.future.done()):
+                    break
+                self._take(call)
+                if call.error is not None and call.finish is None:
+                    raise call.error
 
         def _flushed(self) -> None:
             """Before a call of Optuna's own client: what is kept goes first, and what was sent is answered (the
@@ -393,11 +502,13 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             """Whether the server is a mneme study server (asked once)."""
             if self._mneme and not self._checked:
                 try:
-                    next(self._applies)({"ops": []})
+                    first = self._apply_of(self._batch_channels[0])({"ops": [], "front": True})
                 except grpc.RpcError as exc:
                     if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
                         raise
                     self._mneme = False
+                else:
+                    self._spread(first)
                 self._checked = True
             return self._mneme
 
@@ -406,17 +517,12 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             if template_trial is not None or not self._mneme:
                 return super().create_new_trial(study_id, template_trial)
             with self._lock:
+                if not self._supported():
+                    return super().create_new_trial(study_id, template_trial)
                 ahead = self._next.get(study_id)
                 made = ahead.pop(0) if ahead else None
                 if made is None:
-                    try:
-                        made = self._send([["create_new_trial", study_id]])[0]
-                    except grpc.RpcError as exc:
-                        if exc.code() != grpc.StatusCode.UNIMPLEMENTED:
-                            raise
-                        self._mneme = False
-                        return super().create_new_trial(study_id, template_trial)
-                self._checked = True
+                    made = self._send([["create_new_trial", study_id]])[0]
                 self._study_of[made["trial_id"]] = study_id
                 start = datetime.datetime.fromisoformat(made["datetime_start"])
                 self._own[made["trial_id"]] = FrozenTrial(
@@ -534,22 +640,19 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             the next claim; its ``done()`` says whether the answer is in). ``ahead``: the most trials the call
             makes for the asks after these (None: as many as a batch asked for)."""
             with self._lock:
-                self._land()
+                self._land(wait=False)
                 ops, made = self._claim_ops(study_id, claims, ahead)
-                request, queued = self._request(ops, study_id)
-                future = next(self._applies).future(request)
+                call = self._later_call(ops, study_id, lambda results: self._claimed(study_id, claims, made, results))
 
             def owners() -> list[int]:
-                try:
-                    reply = future.result()
-                except grpc.RpcError as exc:
-                    with self._lock:
-                        self._sent(queued)
-                    raise _refusal(exc) from None
+                call.wait()  # (outside the lock)
                 with self._lock:
-                    return self._claimed(study_id, claims, made, self._received(reply, queued, study_id))
+                    self._take(call)
+                if call.error is not None:
+                    raise call.error
+                return call.results
 
-            owners.done = future.done  # type: ignore[attr-defined]
+            owners.done = call.future.done  # type: ignore[attr-defined]
             return owners
 
         def _claim_ops(self, study_id: int, claims: list[tuple[int, str]],
@@ -601,8 +704,11 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     return [view.trials[n] for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-                self._land()  # (news on its way: no call of its own)
+                self._land(wait=False)
                 view = self._known.get(study_id)
+                if view is not None and study_id not in self._fresh and any(
+                        call.asked and call.study_id == study_id for call in self._flying):
+                    return _found(view, states, deepcopy)  # (news on its way: the next look takes it in)
                 if view is None or study_id not in self._fresh:
                     since, generation = (view.cursor, view.generation) if view is not None else (0, "")
                     try:
@@ -613,12 +719,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                         raise
                     view = self._merge(study_id, head, changed)
                 self._fresh.discard(study_id)
-                trials = view.trials
-                if states is None:  # by number, up to the first not seen yet (the rest come next time)
-                    found = list(trials) if not view.holes else trials[:trials.index(None)]
-                else:
-                    found = [t for t in trials if t is not None and t.state in states]
-                return copy.deepcopy(found) if deepcopy else found
+                self._asked.discard(study_id)
+                return _found(view, states, deepcopy)
 
         def _merge(self, study_id: int, head: dict, changed: list[Any]) -> _View:
             """Take the trials that changed (and where the server is another, everything) into the view."""
@@ -826,9 +928,10 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self.skipped_elsewhere = 0
         self._untagged_ok: set[int] = set()  # untagged trials taken as abandoned
         self._ready: list[Candidate] = []  # drawn ahead, claims won: the next asks take them first
-        self._pending: tuple[list[tuple[Any, Candidate]], Callable[[], list[int]]] | None = None  # claims sent
-        # ahead: (the draws, what waits for their owners)
-        self._ahead = 0  # how many the last batch asked for (what ``flush`` draws ahead)
+        self._pending: collections.deque[tuple[list[tuple[Any, Candidate]], Callable[[], list[int]]]] = \
+            collections.deque()  # claims sent ahead, oldest first: (the draws, what waits for their owners)
+        self._ahead = 0  # the most one ask took (``flush`` keeps ``AHEAD_ASKS`` times that drawn ahead)
+        self._looked = 0.0  # when this process last looked at the study (``time.monotonic``)
 
     # -- what the study knows ------------------------------------------------------------
     def _is_known(self, key: str) -> bool:
@@ -849,6 +952,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         the storage says which trials changed since the last look (a study server's client), only those."""
         import optuna
 
+        self._looked = time.monotonic()
         running, complete, pruned = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE,
                                      optuna.trial.TrialState.PRUNED)
         trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
@@ -931,10 +1035,12 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
     # -- ask/tell ------------------------------------------------------------------------
     def ask_many(self, count: int) -> list[Candidate]:
         """Also the candidates drawn ahead (:meth:`flush`) whose claims this process won, first: an ask they
-        cover costs no call; the answer to the claims sent ahead is waited for only when they do not."""
-        if len(self._ready) < count or (self._pending is not None and self._pending[1].done()):
-            self._collect()
-        self._ahead = count
+        cover costs no call; the answers to the claims sent ahead are waited for, oldest first, only while they
+        do not."""
+        self._collect(waiting=False)
+        while len(self._ready) < count and self._pending:
+            self._collect_oldest()
+        self._ahead = max(self._ahead, count)
         if len(self._ready) >= count:
             out, self._ready = self._ready[:count], self._ready[count:]
             return out
@@ -945,12 +1051,15 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._sync()
         return out + super().ask_many(count - len(out))
 
-    def _collect(self) -> None:
-        """The answer to the claims sent ahead: the candidates won wait for the next asks."""
-        if self._pending is not None:
-            due, owners = self._pending
-            self._pending = None
-            self._ready += self._won(due, owners())
+    def _collect(self, waiting: bool = True) -> None:
+        """The answers to the claims sent ahead (``waiting``: all of them, else those in so far, in the order
+        they went): the candidates won wait for the next asks."""
+        while self._pending and (waiting or self._pending[0][1].done()):
+            self._collect_oldest()
+
+    def _collect_oldest(self) -> None:
+        due, owners = self._pending.popleft()
+        self._ready += self._won(due, owners())
 
     def _settled(self, trial: Any, candidate: Candidate) -> bool | None:
         """Also settled: a configuration another process claimed first (its values come through the study).
@@ -1049,31 +1158,33 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         """Send the trial ends and attributes a study server's client keeps for its next call.
 
         Through a study server, they go with the claims of the candidates drawn ahead, now: ``AHEAD_ASKS`` asks'
-        worth (as many as the last ask took, that many times), less those already won, and no more than
-        ``upcoming``. The call travels while the loop waits for results, and
-        one claim call is in flight at a time: the next asks take what it won, and wait for it only when what
-        was won before does not cover them.
+        worth (the most one ask took, that many times), less those won or on their way, and no more than
+        ``upcoming``. The call travels while the loop waits for results, and up to ``CLAIMS_IN_FLIGHT`` claim
+        calls are on their way at once: the next asks take what they won, and wait for them only when what was
+        won before does not cover them.
 
         Args:
             upcoming: the most candidates the loop will still ask for (None: no limit known).
         """
         later = getattr(self._storage, "claim_many_later", None)
         if later is not None and self._storage.decides_claims():
-            if self._pending is not None and self._pending[1].done():
-                self._collect()  # (answered: no wait)
-            want = AHEAD_ASKS * self._ahead - len(self._ready)
+            self._collect(waiting=False)  # (those answered: no wait)
+            drawn = len(self._ready) + sum(len(due) for due, _ in self._pending)
+            want = AHEAD_ASKS * self._ahead - drawn
             if upcoming is not None:
-                want = min(want, upcoming - len(self._ready))
-            if self._pending is None and want > 0:
+                want = min(want, upcoming - drawn)
+            if len(self._pending) < CLAIMS_IN_FLIGHT and want > 0:
                 self._storage.reserve(self._study_id, want)  # (the last claims made most of them)
-                self._sync()
-                due = self._draw(want, self._ready, _Draws())
+                if time.monotonic() - self._looked >= LOOK_INTERVAL_S:
+                    self._sync()
+                due = self._draw(len(self._ready) + want, self._ready, _Draws())
                 if due:
-                    # (the trials made with them: for the next draws, an ask's worth at most)
-                    rest = self._ahead if upcoming is None else min(self._ahead, max(0, upcoming - len(self._ready)
-                                                                                        - len(due)))
-                    self._pending = (due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due],
-                                                rest))
+                    # (the trials made with them: for the next draws, two asks' worth at most)
+                    rest = 2 * self._ahead
+                    if upcoming is not None:
+                        rest = min(rest, max(0, upcoming - drawn - len(due)))
+                    self._pending.append((due, later(self._study_id, [(trial._trial_id, c.hash) for trial, c in due],
+                                                     rest)))
                     return
             self._storage.flush(study_id=self._study_id)  # (the news comes back with the call, for the next look)
             return
@@ -1089,7 +1200,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
             self._collect()  # (the claims sent ahead: their trials are this process's to release)
         except Exception as exc:  # noqa: BLE001 - the server went away: say so
             log.warning("could not collect the claims sent ahead: %s", exc)
-            self._pending = None
+            self._pending.clear()
         self._ready = []
         leftover = list(self._trials.values())
         leftover += [t for waiting in self._in_flight.values() for t in waiting]
