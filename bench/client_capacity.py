@@ -31,7 +31,10 @@ the same servers; their trial rate together against one process's, where the ser
 saturated, and whether any configuration was evaluated twice. ``--storage`` says where the study is:
 ``study-server`` (default: ``mneme study-server`` over a journal file of its own, tuners on
 ``grpc://127.0.0.1:PORT``), ``study-server:URL`` (the study server over that storage: ``sqlite:///...``,
-``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. The tables go to ``--results-file`` too (default
+``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. Every tuner
+keeps the same number of configurations in flight in every row (``--tuner-in-flight``, default ``same``: half the
+servers' capacity split among the most tuners compared), so that the rows compare tuners run alike; the table
+adds how busy the machine's CPUs were, and each process's first and last trial. The tables go to ``--results-file`` too (default
 ``bench/results/client_capacity.md``, appended with the host, GPU, date, commit and command).
 
     python bench/client_capacity.py                         # the curve, executor and tuner levels
