@@ -280,8 +280,9 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             super()._setup()
             # ``Apply`` calls take turns over connections of their own: a study server's front processes
             # (``SO_REUSEPORT``) each take the connections the kernel gives them, so a tuner's batches spread over
-            # them instead of all going to the front its one connection landed on. A process's calls go one
-            # at a time (a claim sent ahead is answered before the next call), so their order holds.
+            # them instead of all going to the front its one connection landed on (``_spread`` keeps one to each
+            # front, where the server says which answered). Calls do not wait for each other; a trial's changes
+            # keep their order (``_request``).
             self._batch_channels = [self._batch_channel() for _ in range(BATCH_CONNECTIONS)]
             self._applies = itertools.cycle([self._apply_of(channel) for channel in self._batch_channels])
             self._changes = self._channel.unary_unary(CHANGES_METHOD, request_serializer=_encode,
