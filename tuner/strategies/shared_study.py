@@ -59,7 +59,7 @@ HASH_ATTR = "mneme:hash"
 #: server does not say which of its front processes a connection reached.
 BATCH_CONNECTIONS = 4
 #: Connections a tuner's client tries, a front process each, to reach every front of a study server once.
-SPREAD_TRIES = 8
+SPREAD_TRIES = 16
 #: The user attributes a tuner reads of the study's trials (the others' results stay in the study).
 READ_USER_ATTRS = ("status",)
 #: Asks' worth of candidates a tuner on a study server keeps drawn ahead, their claims won or on their way
