@@ -233,13 +233,15 @@ class Front:
                                                and all(isinstance(name, str) for name in user_attrs)):
                 raise TypeError
             form = request.get("form", "proto")
-            if form not in ("proto", "json"):
+            unclaimed = request.get("unclaimed", True)
+            if form not in ("proto", "json") or not isinstance(unclaimed, bool):
                 raise ValueError
         except (KeyError, TypeError, ValueError, AttributeError):
             raise _Refused("INVALID_ARGUMENT", 'give {"study_id": S, "since": C, "generation": G} (and '
-                           '"user_attrs": [NAME, ...] to read only those, "form": "json" for JSON trials)') from None
+                           '"user_attrs": [NAME, ...] to read only those, "form": "json" for JSON trials, '
+                           '"unclaimed": false to leave out running trials no claim tags)') from None
         try:
-            reply, cursor = self.replica.changes(study_id, since, generation, user_attrs, form)
+            reply, cursor = self.replica.changes(study_id, since, generation, user_attrs, form, unclaimed)
         except KeyError as exc:
             raise _Refused("NOT_FOUND", str(exc.args[0]) if exc.args else "no such study") from None
         return cursor, reply, form

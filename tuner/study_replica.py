@@ -40,7 +40,7 @@ ATTR_FIELDS = {SET_TRIAL_USER_ATTR: "user_attr", SET_TRIAL_SYSTEM_ATTR: "system_
 #: The proxy's datetime form (Optuna's servicer: local time).
 DATETIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 #: Encoded trials a replica keeps (the latest used): those tuners are about to read again.
-ENCODED_TRIALS_KEPT = 8192
+ENCODED_TRIALS_KEPT = 65536
 TRIAL_FIELD = b"\x0a"  # GetTrialsReply.trials: field 1, length-delimited
 
 
@@ -308,7 +308,7 @@ class StudyReplica:
         return self._trial_ids[study_id]
 
     def changes(self, study_id: int, since: int, generation: str, user_attrs: Iterable[str] | None = None,
-                form: str = "proto") -> tuple[bytes, int]:
+                form: str = "proto", unclaimed: bool = True) -> tuple[bytes, int]:
         """The study's trials changed since a cursor. ``full`` only.
 
         Args:
@@ -319,6 +319,8 @@ class StudyReplica:
             form: ``proto``: Optuna's ``GetTrialsReply``; ``json``: ``[DISTRIBUTIONS, TRIALS]``, TRIALS a JSON
                 array of :meth:`Trial.json` arrays, DISTRIBUTIONS the object of the distributions they name
                 (``{"ID": {NAME: DISTRIBUTION, ...}}``, each distribution in Optuna's JSON form, as a string).
+            unclaimed: also the running trials that no claim tags yet (False: those are left out until they
+                change again: a tuner's trials made ahead for its next asks carry nothing the others read).
 
         Returns:
             (the trials, the cursor to ask from next time). Each version of a trial is encoded once, whichever
@@ -335,6 +337,9 @@ class StudyReplica:
             encoded = OrderedDict() if len(self._encoded) >= 8 else self._encoded.setdefault((keep, form), OrderedDict())
         parts = []
         sets: set[int] = set()
+        if not unclaimed:
+            state, tags = self.state, self.tags
+            ids = [t for t in ids if state[t] != RUNNING or t in tags]
         for trial_id in ids:
             version = self._version.get(trial_id, 0)
             cached = encoded.get(trial_id)

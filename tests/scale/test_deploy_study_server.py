@@ -438,3 +438,42 @@ def test_the_studys_news_comes_once_a_look(tmp_path, study_server):
     storage.flush(study_id=sid)
     assert "changes" in held.sent[-1].request  # (the first call after a look asks again)
     storage.flush(release=True)
+
+
+def test_the_others_trials_are_read_off_their_rows_until_a_trial_is_asked_for(tmp_path, study_server):
+    """A tuner's look reads what it needs of the others' trials (state, values, hash, claim, status) without
+    making their ``FrozenTrial``, and leaves out those made ahead that no claim tags yet; a trial asked for is
+    made of its row and says what the study says."""
+    from test_shared_study import OnePoint
+
+    from tuner.strategies.shared_study import HASH_ATTR, SharedStudyStrategy
+
+    server = study_server(f"journal:{tmp_path / 'study.log'}", fronts=2)  # (fronts answer rows)
+    space = OnePoint(tuple(range(64, 64 * 4097, 64)))
+    mine, other = (SharedStudyStrategy(space, "random", storage=server.url, study_name="rows", seed=seed,
+                                       enqueue_baseline=False) for seed in (1, 2))
+    theirs = other.ask_many(6)
+    for candidate in theirs[:4]:
+        other.tell(candidate, [float(candidate.params["block_dim_x"])])
+    other.flush()
+    other._storage.flush(release=False)
+    other._storage._land()
+    mine._sync()
+    storage, sid = mine._storage, mine._study_id
+    view = storage._known[sid]
+    ahead = {made["number"] for made in other._storage._next[sid]}  # made for the other's next asks
+    assert ahead and all(n >= len(view.trials) or view.trials[n] is None for n in ahead), "unclaimed trials came"
+    seen = [t for t in view.trials if t is not None]
+    assert len(seen) >= 6 and [type(t).__name__ for t in seen] == ["list"] * len(seen), "a look made trials"
+    told = {c.hash: (float(c.params["block_dim_x"]),) for c in theirs[:4]}
+    assert {key: mine._values[key] for key in told} == told
+    assert {c.hash for c in theirs[4:]} <= mine._running_elsewhere
+    made = storage.get_all_trials(sid, deepcopy=False)  # (by number, up to the first not seen)
+    assert made and all(type(t) is optuna.trial.FrozenTrial for t in made)
+    study = optuna.load_study(study_name="rows", storage=open_storage(f"journal:{tmp_path / 'study.log'}"))
+    for trial, reread in zip(made, study.get_trials(deepcopy=False)):
+        assert (trial.number, trial.state, trial.values, trial.params, trial.distributions) == \
+            (reread.number, reread.state, reread.values, reread.params, reread.distributions)
+        assert trial.system_attrs.get(HASH_ATTR) == reread.system_attrs.get(HASH_ATTR)
+    mine.close()
+    other.close()

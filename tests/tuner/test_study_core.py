@@ -178,6 +178,33 @@ def test_a_batch_stops_at_its_first_refusal_and_keeps_what_came_before(tmp_path)
     assert storage.get_trial(trial).system_attrs == {"a": 1}
 
 
+def test_a_reader_may_leave_out_running_trials_no_claim_tags_until_they_change(tmp_path):
+    server = Server(tmp_path / "study.log")
+    study_id = server.optuna(0, "CreateNewStudy", study_name="s", directions=[api_pb2.MINIMIZE]).study_id
+    made = [m["trial_id"] for m in server.apply(0, [["create_new_trial", study_id]] * 4)["results"]]
+    server.apply(0, [["set_trial_param", made[0], "x", 2.0, X], ["claim", study_id, made[0], "h"],
+                     ["set_trial_state_values", made[1], "FAIL", None]])
+
+    def read(since: int = 0, generation: str = "") -> tuple[dict, list[int]]:
+        server.fronts[1].take(server.core.answer(1, SYNC, b""))
+        data = server.fronts[1].changes_answer({"study_id": study_id, "since": since, "generation": generation,
+                                                "form": "json", "unclaimed": False})
+        size = int.from_bytes(data[:4], "big")
+        return json.loads(data[4:4 + size]), [t._trial_id for t in trials_of(json.loads(data[4 + size:]))]
+
+    head, seen = read()
+    assert seen == made[:2]  # the claimed one and the finished one; the two made ahead are left out
+    assert [t.trial_id for t in server.look(1, study_id)[1]] == made  # (a reader that does not ask: all)
+    server.apply(0, [["claim", study_id, made[3], "h3"]])
+    head, seen = read(head["cursor"], head["generation"])
+    assert seen == [made[3]]
+    server.apply(0, [["set_trial_state_values", made[2], "FAIL", None]])  # (released: finished)
+    assert read(head["cursor"], head["generation"])[1] == [made[2]]
+    with pytest.raises(_Refused, match="INVALID_ARGUMENT"):
+        server.fronts[1].changes_answer({"study_id": study_id, "since": 0, "generation": "", "unclaimed": "no"})
+    server.close()
+
+
 @pytest.mark.parametrize("zone", ["UTC", "Europe/Berlin", "America/St_Johns", "Australia/Lord_Howe"])
 def test_times_are_sent_in_local_time_as_optunas_proxy_sends_them(zone, monkeypatch):
     """A front's UTC times, found once a second, are the local times the proxy sends (across changes of offset)."""

@@ -145,8 +145,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
       asks (``create_new_trial`` takes those first): a batch of trials costs one call;
     * ``get_all_trials`` fetches only the trials changed since the last look (``Changes``), and answers the
       query for WAITING trials that ``Study.ask`` makes from what it has (a trial mneme enqueues, the
-      baseline or an unseen point, is asked for after the next look); ``take_changed`` says which trials
-      changed since it was last asked;
+      baseline or an unseen point, is asked for after the next look); ``look`` says what changed since it
+      was last asked, read off the answer's rows: a trial's ``FrozenTrial`` is made only when it is asked for;
     * the first call that claims, makes or ends trials after a look brings the study's changes back with
       it, and the next ``get_all_trials`` answers from them without a call of its own (a second one in a row
       asks the server): a look shows the study's trials as they were at that call, and a trial that changed
@@ -169,7 +169,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
     from optuna.distributions import distribution_to_json
     from optuna.trial import FrozenTrial, TrialState
 
-    from tuner.strategies.study_rows import trials_of
+    from tuner.strategies.study_rows import outline, rows_of, state_of, trial_of
 
     host, sep, port = url[len("grpc://"):].rpartition(":")
     if not sep or not host or not port.isdigit():
@@ -179,7 +179,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
         size = int.from_bytes(data[:4], "big")
         head = json.loads(data[4:4 + size])
         if head.get("form") == "json":
-            return head, trials_of(json.loads(data[4 + size:]))
+            return head, rows_of(json.loads(data[4 + size:]))
         return head, _trials_of(data[4 + size:])
 
     def _encode(o: Any) -> bytes:
@@ -223,8 +223,9 @@ def _grpc_storage(url: str, timeout: float) -> Any:
         return exc
 
     class _View:
-        """A study's trials as this process knows them: by number (None: not seen yet), the server's
-        cursor and generation, the numbers of the WAITING ones, how many are not seen yet."""
+        """A study's trials as this process knows them: by number (None: not seen yet; a row of
+        ``tuner.strategies.study_rows`` until its ``FrozenTrial`` is asked for), the server's cursor and
+        generation, the numbers of the WAITING ones, how many are not seen yet."""
 
         def __init__(self, generation: str) -> None:
             self.trials: list[Any] = []
@@ -232,15 +233,26 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self.generation = generation
             self.waiting: set[int] = set()
             self.holes = 0
-            self.touched: set[int] | None = None  # numbers changed since ``take_changed`` (None: all)
+            self.touched: set[int] | None = None  # numbers changed since the last ``look`` (None: all)
+
+        def seen(self) -> int:
+            """How many trials are seen, by number from 0 (up to the first not seen yet)."""
+            return len(self.trials) if not self.holes else self.trials.index(None)
+
+        def trial(self, number: int) -> Any:
+            """The ``FrozenTrial`` of trial ``number`` (made of its row the first time)."""
+            entry = self.trials[number]
+            if type(entry) is list:
+                entry = self.trials[number] = trial_of(entry)
+            return entry
 
     def _found(view: _View, states: Any, deepcopy: bool) -> list[Any]:
         """The view's trials (of ``states``): by number, up to the first not seen yet (the rest come next time)."""
         trials = view.trials
         if states is None:
-            found = list(trials) if not view.holes else trials[:trials.index(None)]
+            found = [view.trial(n) for n in range(view.seen())]
         else:
-            found = [t for t in trials if t is not None and t.state in states]
+            found = [view.trial(n) for n, t in enumerate(trials) if t is not None and state_of(t) in states]
         return copy.deepcopy(found) if deepcopy else found
 
     def _copy_trial(trial: Any) -> Any:
@@ -300,6 +312,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             self._mneme = True  # False: a plain Optuna proxy
             self._checked = False  # whether the server was asked if it is a mneme study server
             self._user_attrs: list[str] | None = None  # the user attributes read of the study (None: all)
+            self._unclaimed = True  # whether the looks show running trials no claim tags (``skip_unclaimed``)
             self._wanted: dict[int, int] = {}  # study id -> the most trials a batch asked for (``reserve``)
             self._flying: list[_Call] = []  # ``Apply`` calls sent without waiting for their answers, in order
 
@@ -414,7 +427,7 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                     log.warning("the study server refused %s of trial id %s: %s", op[0], op[1], result["error"])
             changes = reply.get("changes")
             if study_id in self._known and changes is not None:  # (a server before changes came with Apply: none)
-                self._merge(study_id, changes, trials_of(changes["trials"])
+                self._merge(study_id, changes, rows_of(changes["trials"])
                             if changes.get("form") == "json" else _trials_of(base64.b64decode(changes["trials"])))
                 self._fresh.add(study_id)
             return results[len(queued):]
@@ -434,6 +447,8 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             look: dict[str, Any] = {"study_id": study_id, "since": since, "generation": generation, "form": "json"}
             if self._user_attrs is not None:
                 look["user_attrs"] = self._user_attrs
+            if not self._unclaimed:
+                look["unclaimed"] = False
             return look
 
         def read_user_attrs(self, names: Any) -> None:
@@ -685,15 +700,23 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             return self._claimed(study_id, claims, ahead, self._send(ops, study_id))
 
         # -- the study -------------------------------------------------------------------------
-        def take_changed(self, study_id: int) -> set[int] | None:
-            """The numbers of the study's trials that changed since the last call (None: look at them all:
-            a first look, or a server that started anew)."""
+        def look(self, study_id: int) -> list[tuple]:
+            """The study's trials as ``get_all_trials`` fetches them, read without making their ``FrozenTrial``:
+            the outlines of those changed since the last ``look`` (every one seen, at the first), by number, an
+            outline being ``(number, state, values or None, system attributes, user attributes)``
+            (``tuner.strategies.study_rows.outline``; not to be changed)."""
             with self._lock:
-                view = self._known.get(study_id)
-                if view is None:
-                    return None
+                view = self._refresh(study_id)
+                trials = view.trials
                 touched, view.touched = view.touched, set()
-                return touched
+                numbers = range(len(trials)) if touched is None else sorted(touched)
+                return [outline(trials[n]) for n in numbers if trials[n] is not None]
+
+        def skip_unclaimed(self) -> None:
+            """Leave out of the looks the others' running trials that no claim tags yet (their trials made ahead
+            for their next asks: nothing in them is read); each comes once it changes again. ``get_all_trials``
+            shows the trials by number up to the first not seen, as before."""
+            self._unclaimed = False
 
         def get_all_trials(self, study_id: int, deepcopy: bool = True, states: Any = None) -> list[Any]:
             """The study's trials (this process's own as it has them): only those changed since the last
@@ -702,26 +725,31 @@ def _grpc_storage(url: str, timeout: float) -> Any:
             with self._lock:
                 view = self._known.get(study_id)
                 if states is not None and tuple(states) == (TrialState.WAITING,) and view is not None:
-                    return [view.trials[n] for n in sorted(view.waiting)]
+                    return [view.trial(n) for n in sorted(view.waiting)]
                 if not self._mneme or not self._supported():
                     return super().get_all_trials(study_id, deepcopy=deepcopy, states=states)
-                self._land(wait=False)
-                view = self._known.get(study_id)
-                if view is not None and study_id not in self._fresh and any(
-                        call.asked and call.study_id == study_id for call in self._flying):
-                    return _found(view, states, deepcopy)  # (news on its way: the next look takes it in)
-                if view is None or study_id not in self._fresh:
-                    since, generation = (view.cursor, view.generation) if view is not None else (0, "")
-                    try:
-                        head, changed = self._changes(self._look(study_id, since, generation))
-                    except grpc.RpcError as exc:
-                        if exc.code() == grpc.StatusCode.NOT_FOUND:
-                            raise KeyError(exc.details()) from None
-                        raise
-                    view = self._merge(study_id, head, changed)
-                self._fresh.discard(study_id)
-                self._asked.discard(study_id)
-                return _found(view, states, deepcopy)
+                return _found(self._refresh(study_id), states, deepcopy)
+
+        def _refresh(self, study_id: int) -> _View:
+            """The view of the study after a look: the changes a call brought since the last look, or those the
+            server has (unless a call on its way brings them: the next look takes them in)."""
+            self._land(wait=False)
+            view = self._known.get(study_id)
+            if view is not None and study_id not in self._fresh and any(
+                    call.asked and call.study_id == study_id for call in self._flying):
+                return view
+            if view is None or study_id not in self._fresh:
+                since, generation = (view.cursor, view.generation) if view is not None else (0, "")
+                try:
+                    head, changed = self._changes(self._look(study_id, since, generation))
+                except grpc.RpcError as exc:
+                    if exc.code() == grpc.StatusCode.NOT_FOUND:
+                        raise KeyError(exc.details()) from None
+                    raise
+                view = self._merge(study_id, head, changed)
+            self._fresh.discard(study_id)
+            self._asked.discard(study_id)
+            return view
 
         def _merge(self, study_id: int, head: dict, changed: list[Any]) -> _View:
             """Take the trials that changed (and where the server is another, everything) into the view."""
@@ -732,8 +760,10 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 return view  # later one brought all this and more
             trials = view.trials
             touched = view.touched
-            for trial in changed:
-                number = trial.number
+            waiting = TrialState.WAITING
+            for trial in changed:  # (rows, or trials from a server without the JSON form)
+                row = type(trial) is list
+                number = trial[1] if row else trial.number
                 if touched is not None:
                     touched.add(number)
                 if number >= len(trials):
@@ -742,14 +772,14 @@ def _grpc_storage(url: str, timeout: float) -> Any:
                 if trials[number] is None:
                     view.holes -= 1
                 trials[number] = trial
-                if trial.state == TrialState.WAITING:
+                if (trial[2] == waiting.value) if row else (trial.state == waiting):
                     view.waiting.add(number)
                 else:
                     view.waiting.discard(number)
             for trial in [*self._own.values(), *self._unsent.values()]:  # with what is not sent yet (until the
                 # server has it finished)
                 number = trial.number
-                if number < len(trials) and trials[number] is not None and not trials[number].state.is_finished():
+                if number < len(trials) and trials[number] is not None and not state_of(trials[number]).is_finished():
                     trials[number] = trial
             view.cursor = head["cursor"]
             return view
@@ -913,6 +943,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         if hold is not None:  # a study server's client: trial ends go with the next call (``flush``, ``close``)
             hold()
             self._storage.read_user_attrs(READ_USER_ATTRS)
+            self._storage.skip_unclaimed()
         self._study_id = self.study._study_id
         self._foreign: dict[str, int] = {}  # hash -> number of the other process's trial that owns it
         self._waiting: dict[str, list[Any]] = {}  # hash -> our duplicate trials waiting for that owner
@@ -922,6 +953,7 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         self._enqueued_of: dict[int, str] = {}  # number -> hash, of the WAITING trials
         self._scanned = 0  # trials 0.._scanned-1 have been looked at
         self._open: set[int] = set()  # numbers of trials not seen finished (or not seen tagged) yet
+        self._ended: set[int] = set()  # numbers of trials seen finished (where the server decides claims)
         self._claims: dict[str, set[int]] = {}  # hash -> tagged, non-duplicate, not failed trials
         self._trial_list: list[Any] = []
         self.results_dir = results_dir
@@ -942,8 +974,14 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
                 or key in self._enqueued)
 
     def _distinct_seen(self) -> int:
-        # (the known values are many, the rest few: count the few that are not among them)
+        """The distinct configurations known, or where the space is larger than their count could be, that
+        bound (it is only compared with the space's size: the exact count costs a pass over the others' running
+        trials)."""
         values, in_flight = self._values, self._in_flight
+        bound = len(values) + len(in_flight) + len(self._running_elsewhere)
+        if self.size is not None and bound < self.size:
+            return bound
+        # (the known values are many, the rest few: count the few that are not among them)
         return (len(values) + sum(1 for key in in_flight if key not in values)
                 + sum(1 for key in self._running_elsewhere if key not in values and key not in in_flight))
 
@@ -954,57 +992,65 @@ class SharedStudyStrategy(OptunaSamplingStrategy):
         import optuna
 
         self._looked = time.monotonic()
-        running, complete, pruned = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE,
-                                     optuna.trial.TrialState.PRUNED)
-        trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
-        if any(t.number != i for i, t in zip(range(self._scanned, len(trials)), trials[self._scanned:])):
-            raise AssertionError("the storage returned the study's trials out of order")
-        take_changed = getattr(self._storage, "take_changed", None)
-        changed = take_changed(self._study_id) if take_changed is not None else None
-        new = range(self._scanned, len(trials))
-        self._open.update(new)
-        if changed is None:
-            looked_at = sorted(self._open)
+        running, complete, pruned, waiting = (optuna.trial.TrialState.RUNNING, optuna.trial.TrialState.COMPLETE,
+                                              optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.WAITING)
+        look = getattr(self._storage, "look", None)
+        decided = look is not None and self._storage.decides_claims()  # (no claims to keep here: the server's)
+        if decided:  # a study server's client: the trials changed since the last look, read off its rows (the
+            # others' trials made ahead, not claimed yet, come once they are: a number not seen is no claim)
+            ended = self._ended
+            looked_at = [o for o in look(self._study_id) if o[0] not in ended]
+            self._open.update(o[0] for o in looked_at)
         else:
-            looked_at = sorted({n for n in changed if n in self._open} | set(new))
-        self._scanned = len(trials)
-        self._trial_list = trials
-        for number in looked_at:
-            t = trials[number]
+            trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+            if any(t.number != i for i, t in zip(range(self._scanned, len(trials)), trials[self._scanned:])):
+                raise AssertionError("the storage returned the study's trials out of order")
+            self._open.update(range(self._scanned, len(trials)))
+            self._scanned = len(trials)
+            self._trial_list = trials
+            looked_at = [(t.number, t.state, t.values, t.system_attrs, t.user_attrs)
+                         for t in (trials[n] for n in sorted(self._open))]
+        for number, state, values, system_attrs, user_attrs in looked_at:
             self._elsewhere_of.pop(number, None)
             self._enqueued_of.pop(number, None)
-            key = t.system_attrs.get(HASH_ATTR)
-            duplicate = DUPLICATE_ATTR in t.system_attrs
-            if key is not None and not duplicate:
+            key = system_attrs.get(HASH_ATTR)
+            duplicate = DUPLICATE_ATTR in system_attrs
+            if decided or key is None:
+                pass
+            elif not duplicate:
                 self._claims.setdefault(key, set()).add(number)
-            elif key is not None:
+            else:
                 self._claims.get(key, set()).discard(number)
-            if t.state == optuna.trial.TrialState.WAITING:  # its claim counts; whoever asks next takes it
+            if state == waiting:  # its claim counts; whoever asks next takes it
                 if key is not None and not duplicate:
                     self._enqueued_of[number] = key
                 continue
-            if t.state == running:
+            if state == running:
                 if key is not None and not duplicate and key not in self._in_flight:
                     self._elsewhere_of[number] = key
                 continue
             self._open.discard(number)  # finished: its outcome does not change any more
+            if decided:
+                self._ended.add(number)
             if key is None or duplicate:
                 continue
-            if t.state == complete and t.values is not None:
-                self._values.setdefault(key, tuple(t.values))
-            elif t.state == pruned:
+            if state == complete and values is not None:
+                self._values.setdefault(key, tuple(values))
+            elif state == pruned:
                 self._values.setdefault(key, PRUNED)
-            elif "status" in t.user_attrs:  # evaluated, and the configuration failed
+            elif "status" in user_attrs:  # evaluated, and the configuration failed
                 self._values.setdefault(key, FAILED)
-                self._failed.setdefault(key, str(t.user_attrs["status"]))
+                self._failed.setdefault(key, str(user_attrs["status"]))
             else:  # failed without an outcome (its process stopped): its claim is released
-                self._claims[key].discard(number)
+                if not decided:
+                    self._claims[key].discard(number)
                 continue
             self._claim_of.setdefault(key, number)
         self._running_elsewhere = set(self._elsewhere_of.values()) - self._values.keys()
         self._enqueued = set(self._enqueued_of.values()) - self._values.keys()
         for key, owner in list(self._foreign.items()):
-            if owner in self._open or owner >= self._scanned:  # running, or not seen yet (a study server's
+            if (owner not in self._ended) if decided else (owner in self._open or owner >= self._scanned):
+                # running, or not seen yet (a study server's
                 continue  # claim may name a trial created after this process's last look)
             del self._foreign[key]
             waiting = self._waiting.pop(key, [])
