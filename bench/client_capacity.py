@@ -34,7 +34,9 @@ saturated, and whether any configuration was evaluated twice. ``--storage`` says
 ``postgresql://...``), ``journal`` (a journal file the tuners share), or any ``--optuna-storage`` URL. Every tuner
 keeps the same number of configurations in flight in every row (``--tuner-in-flight``, default ``same``: half the
 servers' capacity split among the most tuners compared), so that the rows compare tuners run alike; the table
-adds how busy the machine's CPUs were, and each process's first and last trial. The tables go to ``--results-file`` too (default
+adds how busy the machine's CPUs were, and each process's first and last trial. ``--own-studies`` puts each tuner on a study
+of its own on the same storage: what that many tuner processes make on the machine with nothing shared, the ceiling
+of the ratios. The tables go to ``--results-file`` too (default
 ``bench/results/client_capacity.md``, appended with the host, GPU, date, commit and command).
 
     python bench/client_capacity.py                         # the curve, executor and tuner levels
@@ -490,7 +492,7 @@ class HostCpu:
 def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: int, tuners: list[int],
                  storage: str, work: Path, fronts: int | None = None,
                  servers_cpu: Callable[[], list[float]] | None = None,
-                 in_flight: Callable[[int], int] | None = None) -> list[dict]:
+                 in_flight: Callable[[int], int] | None = None, own_studies: bool = False) -> list[dict]:
     work.mkdir(parents=True, exist_ok=True)
     in_flight = in_flight or tuner_in_flight("same", workers, len(servers), tuners)
     space = work / "wide_launch_grid.py"
@@ -513,7 +515,8 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
                 settings = {"record_database": db, "record_id": rid, "servers": servers,
                             "space_module": f"{space}:LaunchGrid", "results_dir": str(d), "quiet": True,
                             "iterations": 1, "warmup": 0, "workers": per, "sampler": "random", "trials": trials,
-                            "seed": len(procs), "optuna_storage": study, "study_name": f"capacity-{count}",
+                            "seed": len(procs), "optuna_storage": study,
+                            "study_name": f"capacity-{count}" + (f"-{len(procs)}" if own_studies else ""),
                             "tolerance": "exact", "proteus_output": False}
                 procs.append(subprocess.Popen([sys.executable, __file__, "--tuner-process", json.dumps(settings)]))
             for p in procs:
@@ -541,7 +544,8 @@ def shared_study(db: str, rid: str, servers: list[str], workers: int, trials: in
         spans = [(trial_times(d)[0] - began_at, trial_times(d)[-1] - began_at) for d in dirs]
         rows.append({"tuners": count, "trials": len(times), "rate": (len(steady) - 1) / max(last - first, 1e-9),
                      "spans": spans, "steady_s": last - first,
-                     "per_process": [len(trial_times(d)) for d in dirs], "twice": len(hashes) - len(set(hashes)),
+                     "per_process": [len(trial_times(d)) for d in dirs],
+                     "twice": None if own_studies else len(hashes) - len(set(hashes)),
                      # CPU per trial over the whole run (start-up included): the server's sets its ceiling
                      "tuner_ms": 1e3 * tuner_cpu / max(len(times), 1),
                      "server_ms": None if server_cpu is None else 1e3 * (server_cpu + fronts_cpu) / max(len(times), 1),
@@ -577,7 +581,7 @@ def shared_study_report(rows: list[dict], storage: str, servers: int, echo: bool
         rate = f"{r['rate']:.0f}" if len(r.get("rates", ())) < 2 else \
             f"{r['rate']:.0f} (runs: {', '.join(f'{x:.0f}' for x in r['rates'])})"
         lines.append(f"| {r['tuners']} | {rate} | {ratio} | {r['trials']} "
-                     f"({', '.join(map(str, r['per_process']))}) | {r['twice']} | {r.get('in_flight', '-')} "
+                     f"({', '.join(map(str, r['per_process']))}) | {'-' if r['twice'] is None else r['twice']} | {r.get('in_flight', '-')} "
                      f"| {r['tuner_ms']:.2f} ms | {server} | {core} | {ceiling} | {_ms(r.get('echo_ms'))} "
                      f"| {_share(r.get('echo_busiest'))} | {_share(r.get('host_busy'))} |")
     lines += ["", "CPU per trial: the user + system time over the trials of the run of the tuner processes (their "
@@ -643,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", default="study-server",
                    help="--mode shared-study: study-server (default: mneme study-server over a journal file), "
                         "study-server:URL, journal, or an --optuna-storage URL")
+    p.add_argument("--own-studies", action="store_true",
+                   help="--mode shared-study: each tuner on a study of its own (same storage, nothing shared): what "
+                        "that many tuner processes make on this machine without sharing trials")
     p.add_argument("--results-file", default=str(RESULTS_FILE or ""),
                    help="markdown file the tables are appended to (default bench/results/client_capacity.md; '' for none)")
     p.add_argument("--echo-servers", action="store_true",
@@ -700,7 +707,7 @@ def main(argv: list[str] | None = None) -> int:
                 in_flight = tuner_in_flight(args.tuner_in_flight, args.workers, n, tuners)
                 runs = [shared_study(db, rid, servers.addresses[:n], args.workers, args.trials, tuners, args.storage,
                                      work / f"run-{i}", args.study_fronts, getattr(servers, "cpu_seconds", None),
-                                     in_flight)
+                                     in_flight, args.own_studies)
                         for i in range(args.repeat)]
                 rows = median_rows(runs)
                 fronts = args.study_fronts
@@ -709,7 +716,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     fronts = DEFAULT_FRONTS if args.storage in ("study-server", "study-server:") or \
                         args.storage.startswith("study-server:journal:") else 0
-                storage = args.storage + (f", {fronts} front processes" if fronts else "")
+                storage = args.storage + (f", {fronts} front processes" if fronts else "") + \
+                    (", a study per tuner" if args.own_studies else "")
                 report = shared_study_report(rows, storage, n, args.echo_servers, args.trials)
                 print("\n" + report)
                 record(args, f"shared study ({storage}), {n} {'echo' if args.echo_servers else 'test-engine'} servers",

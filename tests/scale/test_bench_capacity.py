@@ -61,3 +61,16 @@ def test_bench_says_what_a_tuners_configurations_in_flight_can_be():
             assert "--tuner-in-flight" in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_bench_runs_each_tuner_on_a_study_of_its_own():
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "client_capacity.py"), "--mode", "shared-study", "--echo-servers",
+         "--servers", "2", "--tuners", "1,2", "--trials", "30", "--own-studies", "--results-file", ""],
+        capture_output=True, text=True, timeout=240, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "a study per tuner" in done.stdout
+    rows = [line.split("|") for line in done.stdout.splitlines() if line.startswith(("| 1 |", "| 2 |"))]
+    assert [row[4].strip() for row in rows] == ["30 (30)", "60 (30, 30)"], rows
+    assert [row[5].strip() for row in rows] == ["-", "-"], "nothing shared: no duplicates to count"
